@@ -1,0 +1,29 @@
+"""qtrace benchmarks (BENCHMARKS.md): one module per benchmark, each with ``run(quick)``.
+
+Each module is also runnable alone (``python benchmarks/b1_elementwise.py [--quick]``);
+``python -m benchmarks [--quick]`` from the repository root runs them all, and
+``run_all`` is the entry point for ``python -m qtrace bench``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ._harness import Row, print_table
+
+__all__ = ["MODULES", "Row", "print_table", "run_all"]
+
+# In table order. B3 (reverse mode through loops) and B4 (compile and cache) are not
+# written yet.
+MODULES = ("b1_elementwise", "b2_dispatch", "b5_eager_loop")
+
+
+def run_all(quick: bool = False, only: tuple[str, ...] = ()) -> list[Row]:
+    """Run every benchmark module (or those whose name starts with one of ``only``)."""
+    rows: list[Row] = []
+    for name in MODULES:
+        if only and not any(name.startswith(prefix) for prefix in only):
+            continue
+        module = importlib.import_module(f"{__name__}.{name}")
+        rows += module.run(quick=quick)
+    return rows

@@ -1,0 +1,517 @@
+"""Shared helpers for the qtrace benchmarks (one definition of each, used by every bNN file).
+
+What lives here:
+
+* timing: :func:`measure_interleaved` / :func:`measure` (warm-up calls, then repeated
+  samples timed with ``time.perf_counter``, garbage collection paused inside a sample)
+  returning one :class:`Timing` (median, min, max) per system;
+* memory: :func:`peak_rss_mb` (the process's peak resident set size);
+* optional systems: :func:`load_qtrace` and :func:`load_peer` import qtrace and the peers
+  (jax, drjit, quadrants, warp) behind guards, so a benchmark still runs, and prints a
+  ``skip`` note, when one of them is missing or incomplete;
+* running: :class:`Case` (one system's timed work) and :func:`run_systems`, which
+  prepares every system, times them interleaved (:func:`measure_interleaved`) and
+  turns each into a row, a skip note or a FAIL note;
+* results: :class:`Row` (one system of one benchmark), :func:`timed_row`, :func:`skip`,
+  :func:`failed`, :func:`guarded`, :func:`set_ratios` and :func:`print_table`;
+* qtrace counters: :func:`qtrace_counters` (``kernel_launches`` and ``compiles`` per call
+  from ``qt.stats()``);
+* the command line shared by every file: :func:`main`.
+
+Ratios are ``system time / qtrace time``: above 1 means qtrace is faster.
+Error checks compare each system against a float64 NumPy computation of the same work; a
+row whose error exceeds its tolerance is marked FAIL, and a standalone run then exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The qtrace functions the benchmarks call (SPEC.md); a build lacking any of them is
+# reported as "incomplete" instead of crashing a benchmark.
+QTRACE_API = ("asarray", "eval", "sync", "jit", "stats", "reset_stats", "sin", "cos", "exp",
+              "sqrt", "abs", "tanh")
+
+# Peers: name shown in tables -> module to import. Each one is optional.
+PEERS = {"jax": "jax", "drjit": "drjit", "quadrants": "quadrants", "warp": "warp"}
+
+_UNIT_SCALE = {"s": 1.0, "ms": 1e3, "µs": 1e6, "ns": 1e9}
+
+
+# --------------------------------------------------------------------------- timing
+
+
+@dataclass
+class Timing:
+    """Seconds per unit of work (per call or per iteration), one entry per sample."""
+
+    samples: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def min(self) -> float:
+        return min(self.samples)
+
+    @property
+    def max(self) -> float:
+        return max(self.samples)
+
+
+@dataclass
+class Case:
+    """One system's timed work in one benchmark.
+
+    ``fn`` is the timed region and must include its own synchronisation
+    (``block_until_ready``, ``qt.sync()``) so that asynchronous work is inside it; it
+    performs ``per`` units of work (calls, iterations), and each sample is divided by
+    ``per``. ``setup``, if given, runs untimed before every call (warm-up ones included),
+    e.g. to reset a loop's state. ``finish`` turns the :class:`Timing` into the
+    system's :class:`Row` (error check, counters) once timing is over.
+    """
+
+    system: str
+    fn: Callable[[], object]
+    per: int = 1
+    setup: Callable[[], object] | None = None
+    finish: Callable[[Timing], Row] | None = None
+
+
+def _sample(case: Case) -> float:
+    if case.setup is not None:
+        case.setup()
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        case.fn()
+        t1 = time.perf_counter()
+    finally:
+        if enabled:
+            gc.enable()
+    return (t1 - t0) / case.per
+
+
+def measure_interleaved(cases: Sequence[Case], *, repeats: int,
+                        warmup: int = 1) -> dict[str, Timing | Exception]:
+    """Time every case ``repeats`` times, round-robin, after ``warmup`` untimed calls each.
+
+    Interleaving the systems' samples means a slow spell of a shared, noisy machine hits
+    all of them alike, so their ratios stay meaningful. A case that raises is dropped
+    from later rounds and its exception is returned in place of its :class:`Timing`.
+    """
+    if repeats < 1:
+        raise ValueError("repeats must be >= 1")
+    results: dict[str, Timing | Exception] = {}
+    samples: dict[str, list[float]] = {}
+    live = []
+    for case in cases:
+        try:
+            for _ in range(warmup):
+                if case.setup is not None:
+                    case.setup()
+                case.fn()
+        except Exception as exc:
+            results[case.system] = exc
+        else:
+            live.append(case)
+            samples[case.system] = []
+    for _ in range(repeats):
+        for case in list(live):
+            try:
+                samples[case.system].append(_sample(case))
+            except Exception as exc:
+                results[case.system] = exc
+                live.remove(case)
+    for case in live:
+        results[case.system] = Timing(samples[case.system])
+    return results
+
+
+def measure(fn: Callable[[], object], *, repeats: int, warmup: int = 1, per: int = 1,
+            setup: Callable[[], object] | None = None) -> Timing:
+    """Time one callable (see :class:`Case` for the arguments); exceptions propagate."""
+    result = measure_interleaved([Case("fn", fn, per, setup)], repeats=repeats,
+                                 warmup=warmup)["fn"]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MB (10^6 bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6
+
+
+# --------------------------------------------------------------------------- optional systems
+
+_loaded: dict[str, tuple[ModuleType | None, str]] = {}
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first if len(first) <= 160 else first[:157] + "..."
+
+
+def load_qtrace() -> tuple[ModuleType | None, str]:
+    """Import qtrace; return ``(module, "")`` or ``(None, reason it can't be benchmarked)``.
+
+    Falls back to the repository checkout (the parent of ``benchmarks/``) when qtrace is
+    not installed. A namespace package (directories without ``__init__.py``) or a build
+    lacking part of :data:`QTRACE_API` is reported as incomplete, not imported half-way.
+    """
+    if "qtrace" in _loaded:
+        return _loaded["qtrace"]
+    try:
+        try:
+            qt = importlib.import_module("qtrace")
+        except ModuleNotFoundError as exc:
+            if exc.name != "qtrace" or str(REPO_ROOT) in sys.path:
+                raise
+            sys.path.insert(0, str(REPO_ROOT))
+            qt = importlib.import_module("qtrace")
+        if getattr(qt, "__file__", None) is None:
+            result = (None, "qtrace not importable yet (package has no __init__.py)")
+        else:
+            missing = [name for name in QTRACE_API if not hasattr(qt, name)]
+            if missing:
+                result = (None, "qtrace incomplete: missing " + ", ".join(missing))
+            else:
+                result = (qt, "")
+    except Exception as exc:  # a package under construction may fail in any way
+        result = (None, "qtrace import failed: " + _short(exc))
+    _loaded["qtrace"] = result
+    return result
+
+
+def load_peer(name: str) -> tuple[ModuleType | None, str]:
+    """Import an optional peer (``jax``, ``drjit``, ``quadrants``, ``warp``).
+
+    Returns ``(module, "")`` or ``(None, note)``; the note says how to install it.
+    """
+    if name in _loaded:
+        return _loaded[name]
+    module_name = PEERS.get(name, name)
+    try:
+        result = (importlib.import_module(module_name), "")
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
+            result = (None, f'{name} not installed (pip install -e ".[bench]")')
+        else:
+            result = (None, f"{name} import failed: " + _short(exc))
+    except Exception as exc:
+        result = (None, f"{name} import failed: " + _short(exc))
+    _loaded[name] = result
+    return result
+
+
+def load_drjit_llvm() -> tuple[ModuleType | None, type | None, str]:
+    """Dr.Jit with its LLVM (CPU) backend: ``(drjit, its float32 array type, "")``.
+
+    ``(None, None, note)`` when drjit is not installed or has no usable LLVM backend.
+    """
+    dr, reason = load_peer("drjit")
+    if dr is None:
+        return None, None, reason
+    try:
+        if not dr.has_backend(dr.JitBackend.LLVM):
+            return None, None, "drjit's LLVM backend is unavailable (libLLVM not found)"
+        from drjit.llvm import Float32
+    except Exception as exc:
+        return None, None, "drjit LLVM backend failed: " + _short(exc)
+    return dr, Float32, ""
+
+
+def versions() -> str:
+    """One line naming the machine and the versions of every system that imported."""
+    parts = [f"{platform.machine()} {os.cpu_count()} cpus", f"python {platform.python_version()}",
+             f"numpy {np.__version__}"]
+    for name in PEERS:
+        if name in _loaded and _loaded[name][0] is not None:
+            parts.append(f"{name} {getattr(_loaded[name][0], '__version__', '?')}")
+    qt, _ = _loaded.get("qtrace", (None, ""))
+    if qt is not None:
+        parts.append(f"qtrace {getattr(qt, '__version__', '?')}")
+    return ", ".join(parts)
+
+
+def qtrace_counters(qt: ModuleType, fn: Callable[[], object], per: int,
+                    keys: Sequence[str] = ("kernel_launches", "compiles")) -> dict[str, float]:
+    """Run ``fn`` once between ``qt.reset_stats()`` and ``qt.stats()`` (untimed).
+
+    Returns each counter in ``keys`` divided by ``per`` (calls or iterations in ``fn``);
+    a counter the build does not report is left out.
+    """
+    qt.reset_stats()
+    fn()
+    stats = qt.stats()
+    return {key: stats[key] / per for key in keys if key in stats}
+
+
+def launches_note(counters: dict[str, float], per_label: str) -> dict[str, str]:
+    """Extra table columns from :func:`qtrace_counters`: launches per unit, compiles seen."""
+    extra = {}
+    if "kernel_launches" in counters:
+        extra[f"launches/{per_label}"] = f"{counters['kernel_launches']:.3g}"
+    return extra
+
+
+def compiles_note(counters: dict[str, float], per: int) -> str:
+    """A note when kernels were compiled after warm-up (a cache miss in the timed loop)."""
+    compiles = counters.get("compiles", 0) * per
+    return f"{compiles:.0f} compiles after warm-up" if compiles else ""
+
+
+# --------------------------------------------------------------------------- rows and tables
+
+
+@dataclass
+class Row:
+    """One system's result in one benchmark.
+
+    Times are seconds per unit of work (``per``: "call", "iter", "eval"); ``unit`` is how
+    they print. ``error`` is the deviation from the float64 NumPy reference, of the kind
+    ``error_kind`` names, and passes when ``error <= tol``. ``ratio`` is this row's
+    median over the qtrace row's (filled in by :func:`set_ratios`).
+    """
+
+    benchmark: str
+    system: str
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    unit: str = "ms"
+    per: str = "call"
+    error: float | None = None
+    tol: float | None = None
+    error_kind: str = "max abs err"
+    ratio: float | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+    status: str = "ok"  # "ok", "skip" (system not available) or "fail" (raised)
+
+    @property
+    def passed(self) -> bool | None:
+        """True/False once checked against the reference; None when not checked."""
+        if self.status == "fail":
+            return False
+        if self.error is None or self.tol is None:
+            return None
+        return bool(np.isfinite(self.error) and self.error <= self.tol)
+
+    @property
+    def check(self) -> str:
+        return {True: "PASS", False: "FAIL", None: "-"}[self.passed]
+
+
+def timed_row(benchmark: str, system: str, timing: Timing, *, unit: str, per: str,
+              error: float | None = None, tol: float | None = None,
+              error_kind: str = "max abs err", extra: dict[str, str] | None = None,
+              note: str = "") -> Row:
+    """A :class:`Row` from a :class:`Timing`."""
+    return Row(benchmark, system, timing.median, timing.min, timing.max, unit=unit, per=per,
+               error=error, tol=tol, error_kind=error_kind, extra=dict(extra or {}), note=note)
+
+
+def skip(benchmark: str, system: str, reason: str, **kwargs) -> Row:
+    """A row for a system that is not available (not installed, not importable yet)."""
+    return Row(benchmark, system, note="skip: " + reason, status="skip", **kwargs)
+
+
+def failed(benchmark: str, system: str, exc: BaseException, **kwargs) -> Row:
+    """A row for a system that raised while being benchmarked."""
+    return Row(benchmark, system, note="FAILED " + _short(exc), status="fail", **kwargs)
+
+
+def guarded(benchmark: str, system: str, fn: Callable[[], object], **kwargs):
+    """Return ``fn()`` (one stage of one system's benchmark), or a FAIL row if it raises.
+
+    Set ``QTRACE_BENCH_TRACEBACK=1`` to print the traceback to stderr as well.
+    """
+    try:
+        return fn()
+    except Exception as exc:
+        _report(exc)
+        return failed(benchmark, system, exc, **kwargs)
+
+
+def _report(exc: BaseException) -> None:
+    if os.environ.get("QTRACE_BENCH_TRACEBACK"):
+        traceback.print_exception(exc)
+
+
+def set_ratios(rows: Iterable[Row], reference: str = "qtrace") -> list[Row]:
+    """Fill ``ratio`` (= median / reference median) for every timed row.
+
+    ``reference`` names the qtrace row; when that row has no time, the first timed row
+    whose system starts with "qtrace" is used; with none, ratios stay empty.
+    """
+    rows = list(rows)
+    timed = [r for r in rows if r.median is not None and r.status == "ok"]
+    ref = next((r for r in timed if r.system == reference), None)
+    if ref is None:
+        ref = next((r for r in timed if r.system.startswith("qtrace")), None)
+    for row in rows:
+        row.ratio = row.median / ref.median if ref is not None and row in timed else None
+    return rows
+
+
+def run_systems(benchmark: str, prepare: dict[str, Callable[[], Case | str]], *,
+                repeats: int, warmup: int = 1, reference: str = "qtrace",
+                **row_defaults) -> list[Row]:
+    """Prepare, time (interleaved) and finish every system of one benchmark.
+
+    ``prepare`` maps a system's name to a function returning its :class:`Case` (whose
+    ``system`` must be that name), or a string: the reason it is skipped. A system that
+    raises at any stage gets a FAIL row; the others go on. ``row_defaults`` (``unit``,
+    ``per``, ``error_kind``) shape those skip and FAIL rows. Returns the rows in
+    ``prepare``'s order with ratios to ``reference`` filled in.
+    """
+    rows: dict[str, Row] = {}
+    cases: list[Case] = []
+    for name, make in prepare.items():
+        case = guarded(benchmark, name, make, **row_defaults)
+        if isinstance(case, Row):
+            rows[name] = case
+        elif isinstance(case, str):
+            rows[name] = skip(benchmark, name, case, **row_defaults)
+        else:
+            cases.append(case)
+    timings = measure_interleaved(cases, repeats=repeats, warmup=warmup)
+    for case in cases:
+        timing = timings[case.system]
+        if isinstance(timing, Exception):
+            _report(timing)
+            rows[case.system] = failed(benchmark, case.system, timing, **row_defaults)
+        elif case.finish is None:
+            rows[case.system] = Row(benchmark, case.system, timing.median, timing.min,
+                                    timing.max, **row_defaults)
+        else:
+            rows[case.system] = guarded(benchmark, case.system,
+                                        lambda c=case, t=timing: c.finish(t), **row_defaults)
+    return set_ratios([rows[name] for name in prepare], reference=reference)
+
+
+def _fmt_time(seconds: float | None, unit: str) -> str:
+    if seconds is None:
+        return "-"
+    value = seconds * _UNIT_SCALE[unit]
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """The rows of one benchmark as a text table (title line first)."""
+    if not rows:
+        return ""
+    first = next((r for r in rows if r.median is not None), rows[0])
+    unit, per = first.unit, first.per
+    extra_cols: list[str] = []
+    for row in rows:
+        extra_cols += [k for k in row.extra if k not in extra_cols]
+    header = ["system", f"median {unit}/{per}", f"min–max {unit}", "× qtrace",
+              first.error_kind, "check", *extra_cols, "note"]
+    body = []
+    for r in rows:
+        spread = (f"{_fmt_time(r.min, unit)}–{_fmt_time(r.max, unit)}"
+                  if r.min is not None else "-")
+        ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
+        err = f"{r.error:.2e}" if r.error is not None else "-"
+        body.append([r.system, _fmt_time(r.median, unit), spread, ratio, err, r.check,
+                     *[r.extra.get(k, "-") for k in extra_cols], r.note])
+    widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+    # Left-align text columns (system, check, note), right-align numbers.
+    left = {0, 5, len(header) - 1}
+
+    def fmt(line: list[str]) -> str:
+        cells = [str(c).ljust(w) if i in left else str(c).rjust(w)
+                 for i, (c, w) in enumerate(zip(line, widths, strict=True))]
+        return "  ".join(cells).rstrip()
+
+    tols = sorted({r.tol for r in rows if r.tol is not None})
+    tol_text = f"; check: {first.error_kind} vs float64 NumPy <= " + ", ".join(
+        f"{t:.1e}" for t in tols) if tols else ""
+    lines = [f"== {rows[0].benchmark}", f"   (× qtrace = time / qtrace time{tol_text})",
+             fmt(header), fmt(["-" * w for w in widths])]
+    lines += [fmt(line) for line in body]
+    return "\n".join(lines)
+
+
+def print_table(rows: Sequence[Row], file=None) -> None:
+    """Print :func:`format_table`, grouping rows by benchmark."""
+    file = file or sys.stdout
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.benchmark, []).append(row)
+    for group in groups.values():
+        print(format_table(group), file=file)
+        print(file=file)
+    file.flush()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def max_abs_err(got, ref: np.ndarray) -> float:
+    """max |got - ref| in float64 (inf when shapes differ or values are not finite)."""
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != ref.shape:
+        return float("inf")
+    diff = np.abs(got - ref)
+    return float(diff.max()) if np.all(np.isfinite(diff)) else float("inf")
+
+
+def max_rel_err(got, ref: np.ndarray) -> float:
+    """max |got - ref| / max |ref| (a norm-wise relative error, robust near zero)."""
+    scale = float(np.abs(ref).max()) or 1.0
+    return max_abs_err(got, ref) / scale
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def arg_parser(description: str) -> argparse.ArgumentParser:
+    """The flags every benchmark file accepts (more can be added by the caller)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller problem and fewer repeats (a smoke run)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed samples per system (default depends on --quick)")
+    return parser
+
+
+def main(run: Callable[..., list[Row]], parser: argparse.ArgumentParser,
+         argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, call ``run(**vars(args))``, print the table; 1 if any row FAILs."""
+    args = parser.parse_args(argv)
+    rows = run(**vars(args))
+    print(versions())
+    print(f"peak RSS of this process: {peak_rss_mb():.0f} MB")
+    print()
+    print_table(rows)
+    return 1 if any(r.passed is False for r in rows) else 0

@@ -1,0 +1,1 @@
+"""Reverse-mode automatic differentiation (VJP rules, adstack loop reversal)."""

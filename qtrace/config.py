@@ -1,0 +1,80 @@
+"""Run-time configuration: environment variables, mirrored as attributes of ``qt.config``.
+
+Every setting is read from the environment once, at import, and can be changed later
+by assigning the attribute, e.g. ``qt.config.fusion = False``. Settings that change
+the generated code (``fusion``, ``check_bounds``) are part of every kernel cache key.
+
+==========================  ===========================  =================================
+variable                    attribute                    meaning
+==========================  ===========================  =================================
+``QTRACE_DEVICE``           ``device``                   default device (``cpu``)
+``QTRACE_FUSION``           ``fusion``                   ``0``: one task per operation
+``QTRACE_FUSION_DIAG``      ``fusion_diag``              ``1``: print fusion decisions
+``QTRACE_DUMP_IR``          ``dump_ir``                  directory for each kernel's IR
+``QTRACE_NUM_THREADS``      ``num_threads``              CPU worker threads (all cores)
+``QTRACE_LOG_RECOMPILES``   ``log_recompiles``           ``1``: say why a retrace happened
+``QTRACE_CACHE_DIR``        ``cache_dir``                disk cache location
+``QTRACE_OFFLINE_CACHE``    ``offline_cache``            ``0``: no disk cache
+(no variable)               ``check_bounds``             gather/scatter index checks
+(no variable)               ``max_pending_nodes``        graph size that forces evaluation
+==========================  ===========================  =================================
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _threads() -> int:
+    value = os.environ.get("QTRACE_NUM_THREADS")
+    if value:
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError(f"QTRACE_NUM_THREADS must be a positive integer, got {value!r}") from None
+        if n < 1:
+            raise ValueError(f"QTRACE_NUM_THREADS must be a positive integer, got {value!r}")
+        return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS/Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def _default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "qtrace")
+
+
+class Config:
+    """Mutable settings of this process (see the module docstring for the table)."""
+
+    def __init__(self) -> None:
+        self.device: str = os.environ.get("QTRACE_DEVICE", "cpu") or "cpu"
+        self.fusion: bool = _flag("QTRACE_FUSION", True)
+        self.fusion_diag: bool = _flag("QTRACE_FUSION_DIAG", False)
+        self.dump_ir: str | None = os.environ.get("QTRACE_DUMP_IR") or None
+        self.num_threads: int = _threads()
+        self.log_recompiles: bool = _flag("QTRACE_LOG_RECOMPILES", False)
+        self.cache_dir: str = os.environ.get("QTRACE_CACHE_DIR") or _default_cache_dir()
+        self.offline_cache: bool = _flag("QTRACE_OFFLINE_CACHE", True)
+        self.check_bounds: bool = True
+        self.max_pending_nodes: int = 20000
+
+    def codegen_options(self) -> tuple:
+        """The settings that change generated code; part of every kernel cache key."""
+        return (("fusion", self.fusion), ("check_bounds", self.check_bounds))
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"qt.config({items})"
+
+
+config = Config()

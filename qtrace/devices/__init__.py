@@ -1,0 +1,6 @@
+"""Devices: buffers, worker threads and the launch of compiled plans."""
+
+from ..graph import evaluate as _evaluate
+from . import runtime
+
+_evaluate.install(runtime)

@@ -1,0 +1,90 @@
+"""The CPU device: aligned NumPy buffers, a worker pool, and plan execution via ctypes.
+
+A kernel call goes through ctypes, which releases the GIL, so worker threads run
+kernel ranges truly in parallel. Ranges smaller than ``PARALLEL_MIN_WORK`` elements run
+on the calling thread (waking workers costs more than it saves there).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+
+import numpy as np
+
+from ..config import config
+
+ALIGN = 64
+PARALLEL_MIN_WORK = 1 << 15
+
+
+def aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on a 64-byte boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < ALIGN:
+        return np.empty(shape, dtype)
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    offset = (-raw.ctypes.data) % ALIGN
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
+class WorkerPool:
+    """Persistent worker threads that each run one ``[start, end)`` range of a kernel."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._queues: list = []
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        for i in range(n - 1):
+            q: queue.SimpleQueue = queue.SimpleQueue()
+            t = threading.Thread(target=self._work, args=(q,), name=f"qtrace-cpu-{i + 1}", daemon=True)
+            t.start()
+            self._queues.append(q)
+
+    def _work(self, q: queue.SimpleQueue) -> None:
+        while True:
+            fn, start, end, args, status = q.get()
+            try:
+                fn(start, end, args, status)
+                self._done.put(None)
+            except BaseException as err:  # pragma: no cover - kernels do not raise
+                self._done.put(err)
+
+    def run(self, fn, extent: int, args, status) -> None:
+        """Run ``fn`` over ``[0, extent)`` split evenly across the pool (caller included)."""
+        parts = min(self.n, extent)
+        if parts <= 1:
+            fn(0, extent, args, status)
+            return
+        bounds = [extent * i // parts for i in range(parts + 1)]
+        with self._lock:  # one parallel launch at a time: the workers are shared
+            for i in range(1, parts):
+                self._queues[i - 1].put((fn, bounds[i], bounds[i + 1], args, status))
+            fn(bounds[0], bounds[1], args, status)
+            errors = [self._done.get() for _ in range(parts - 1)]
+        for err in errors:
+            if err is not None:  # pragma: no cover
+                raise err
+
+
+_pool: WorkerPool | None = None
+_pool_lock = threading.Lock()
+
+
+def pool() -> WorkerPool:
+    global _pool
+    if _pool is None or _pool.n != config.num_threads:
+        with _pool_lock:
+            if _pool is None or _pool.n != config.num_threads:
+                _pool = WorkerPool(config.num_threads)
+    return _pool
+
+
+def pointer(arr: np.ndarray) -> int:
+    return arr.__array_interface__["data"][0]
+
+
+ARGS = ctypes.c_void_p

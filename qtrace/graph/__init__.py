@@ -1,0 +1,1 @@
+"""The dataflow graph: hash-consed nodes, primitives, partition into tasks, plans."""

@@ -1,0 +1,178 @@
+"""Immutable, hash-consed graph nodes with a content hash fixed at creation.
+
+A node is ``(primitive, params, shape, dtype, weak, device, inputs)``. Its ``key`` is a
+content hash of exactly that, where each input contributes its own key and the
+*positions* of its leaves in this node's leaf list — never an object identity or a
+counter. Two structurally identical programs therefore have the same key in every
+process (this is what kernel caches are keyed by), while ``a + b`` and ``a + a`` differ
+because their leaf patterns differ.
+
+Leaves are inputs (``prim == "input"``): a concrete buffer in eager code, or a
+placeholder while ``qt.jit`` traces. Constants (``prim == "const"``) are not leaves:
+their value is part of the key.
+
+Nodes are interned: creating a node equal to a live one (same key, same leaf objects)
+returns the live one, which is common-subexpression elimination for free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import weakref
+
+import numpy as np
+
+from .device import Device
+
+
+def content_hash(obj: object) -> str:
+    """A stable 32-hex-digit hash of ``repr(obj)`` (obj built of tuples, str, int, float)."""
+    return hashlib.blake2b(repr(obj).encode(), digest_size=16).hexdigest()
+
+
+class Node:
+    """One operation (or input, or constant) of the dataflow graph. Immutable."""
+
+    __slots__ = (
+        "prim", "params", "shape", "dtype", "weak", "device", "inputs",
+        "key", "leaves", "count", "buffer", "__weakref__",
+    )
+
+    prim: str
+    params: tuple
+    shape: tuple
+    dtype: np.dtype
+    weak: bool
+    device: Device
+    inputs: tuple
+    key: str
+    leaves: tuple
+    count: int
+    buffer: object
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.prim == "input"
+
+    def __repr__(self) -> str:
+        return f"Node({self.prim}{list(self.params) if self.params else ''}, {self.shape}, {self.dtype})"
+
+
+_intern: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_intern_lock = threading.Lock()
+COUNT_CAP = 1 << 30
+
+
+def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: tuple,
+              device: Device, weak: bool = False) -> Node:
+    """Create (or find the live equal) node. ``inputs`` must be on ``device``."""
+    leaves: list[Node] = []
+    where: dict[int, int] = {}
+    specs = []
+    count = 1
+    for inp in inputs:
+        positions = []
+        for leaf in inp.leaves:
+            pos = where.get(id(leaf))
+            if pos is None:
+                pos = where[id(leaf)] = len(leaves)
+                leaves.append(leaf)
+            positions.append(pos)
+        specs.append((inp.key, tuple(positions)))
+        if not inp.is_leaf:
+            count += inp.count
+    key = content_hash((prim, params, shape, dtype.str, weak, str(device), tuple(specs)))
+    ident = (key, tuple(map(id, leaves)))
+    with _intern_lock:
+        node = _intern.get(ident)
+        if node is not None:
+            return node
+        node = Node.__new__(Node)
+        node.prim, node.params, node.shape, node.dtype = prim, params, shape, dtype
+        node.weak, node.device, node.inputs, node.key = weak, device, inputs, key
+        node.leaves, node.count, node.buffer = tuple(leaves), min(count, COUNT_CAP), None
+        _intern[ident] = node
+    return node
+
+
+def make_input(shape: tuple, dtype: np.dtype, device: Device, strides: tuple | None = None,
+               buffer: object = None, weak: bool = False) -> Node:
+    """A leaf: a concrete buffer (``buffer`` set) or a tracing placeholder (``buffer=None``).
+
+    ``strides`` are in elements (C-contiguous when omitted) and part of the key, so
+    kernels specialise on the memory layout of what they read.
+    """
+    if strides is None:
+        strides = c_strides(shape)
+    node = Node.__new__(Node)
+    node.prim, node.params, node.shape, node.dtype = "input", (tuple(strides),), tuple(shape), dtype
+    node.weak, node.device, node.inputs = weak, device, ()
+    node.key = content_hash(("input", node.params, node.shape, dtype.str, weak, str(device)))
+    node.leaves, node.count, node.buffer = (node,), 0, buffer
+    return node
+
+
+def c_strides(shape: tuple) -> tuple:
+    """C-order strides of ``shape``, in elements."""
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def graph_key(outputs: tuple) -> tuple[str, tuple]:
+    """The content key of a multi-output graph and its ordered leaf list."""
+    leaves: list[Node] = []
+    where: dict[int, int] = {}
+    specs = []
+    for out in outputs:
+        positions = []
+        for leaf in out.leaves:
+            pos = where.get(id(leaf))
+            if pos is None:
+                pos = where[id(leaf)] = len(leaves)
+                leaves.append(leaf)
+            positions.append(pos)
+        specs.append((out.key, tuple(positions)))
+    return content_hash(tuple(specs)), tuple(leaves)
+
+
+def toposort(outputs) -> list[Node]:
+    """Non-leaf nodes reachable from ``outputs``, each after all of its inputs."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for out in outputs:
+        if id(out) in seen or out.is_leaf:
+            continue
+        stack = [(out, 0)]
+        while stack:
+            node, i = stack.pop()
+            if i < len(node.inputs):
+                stack.append((node, i + 1))
+                child = node.inputs[i]
+                if id(child) not in seen and not child.is_leaf:
+                    seen.add(id(child))
+                    stack.append((child, 0))
+            else:
+                order.append(node)
+        seen.add(id(out))
+    # the root is appended when its frame completes; guard against double entries
+    unique, done = [], set()
+    for n in order:
+        if id(n) not in done:
+            done.add(id(n))
+            unique.append(n)
+    return unique

@@ -1,0 +1,131 @@
+"""The primitive registry: every operation qtrace records, each declared once.
+
+A primitive has a name, a fusion class and a shape/dtype rule. Elementwise primitives
+name the NumPy ufunc whose type resolution they follow (so result dtypes are NumPy's
+by construction). Scalar lowerings live in ``qtrace.kernels.scalar`` and VJP rules in
+``qtrace.ad``, each a dict keyed by primitive name; a missing entry raises
+``NotImplementedError`` naming the primitive and the rule kind.
+
+Fusion classes:
+    ``elementwise``  value at index i depends on inputs at (the broadcast of) i;
+    ``view``         an index remapping of one input (transpose, slice, reshape, ...);
+    ``gather``       reads its first input at data-dependent indices;
+    ``scatter``      writes into a copy of its first input at data-dependent indices;
+    ``reduce``       folds axes of its input; ``scan`` prefix-folds one axis;
+    ``concat``       writes each input into a region of its output;
+    ``library``      computed by a device library (BLAS); a fusion boundary;
+    ``leaf``         inputs and constants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Primitive:
+    name: str
+    kind: str
+    ufunc: str | None = None
+    rule: Callable | None = None
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+KINDS = ("elementwise", "view", "gather", "scatter", "reduce", "scan", "concat", "library", "leaf")
+
+
+def define(name: str, kind: str, ufunc: str | None = None, rule: Callable | None = None) -> Primitive:
+    assert kind in KINDS, kind
+    assert name not in PRIMITIVES, f"primitive {name} defined twice"
+    prim = PRIMITIVES[name] = Primitive(name, kind, ufunc, rule)
+    return prim
+
+
+def lookup(name: str) -> Primitive:
+    try:
+        return PRIMITIVES[name]
+    except KeyError:
+        raise NotImplementedError(f"qtrace: no primitive named {name!r}") from None
+
+
+def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
+    """NumPy broadcasting; ``ValueError`` naming the op and every shape on mismatch."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(ndim):
+        size = 1
+        for s in shapes:
+            d = s[axis - ndim + len(s)] if axis - ndim + len(s) >= 0 else 1
+            if d != 1:
+                if size != 1 and d != size:
+                    shown = " and ".join(str(tuple(s)) for s in shapes)
+                    raise ValueError(f"{op}: operands could not be broadcast together with shapes {shown}")
+                size = d
+        out.append(size)
+    return tuple(out)
+
+
+# --- elementwise: (primitive name, NumPy ufunc name) ---------------------------------
+# One entry per primitive; the tracer exposes each under the NumPy name.
+ELEMENTWISE_UFUNCS = {
+    "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "true_divide",
+    "floor_divide": "floor_divide", "remainder": "remainder", "power": "power",
+    "negative": "negative", "positive": "positive", "abs": "absolute", "sqrt": "sqrt",
+    "square": "square", "reciprocal": "reciprocal", "exp": "exp", "exp2": "exp2",
+    "expm1": "expm1", "log": "log", "log2": "log2", "log10": "log10", "log1p": "log1p",
+    "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "arcsin", "arccos": "arccos",
+    "arctan": "arctan", "arctan2": "arctan2", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh",
+    "arcsinh": "arcsinh", "arccosh": "arccosh", "arctanh": "arctanh", "floor": "floor",
+    "ceil": "ceil", "trunc": "trunc", "rint": "rint", "sign": "sign", "minimum": "minimum",
+    "maximum": "maximum", "isnan": "isnan", "isinf": "isinf", "isfinite": "isfinite",
+    "logical_and": "logical_and", "logical_or": "logical_or", "logical_not": "logical_not",
+    "logical_xor": "logical_xor", "equal": "equal", "not_equal": "not_equal", "less": "less",
+    "less_equal": "less_equal", "greater": "greater", "greater_equal": "greater_equal",
+    "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+    "invert": "invert", "left_shift": "left_shift", "right_shift": "right_shift",
+    "hypot": "hypot",
+}
+for _name, _ufunc in ELEMENTWISE_UFUNCS.items():
+    define(_name, "elementwise", ufunc=_ufunc)
+
+COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
+PREDICATES = frozenset({"isnan", "isinf", "isfinite"})
+LOGICAL = frozenset({"logical_and", "logical_or", "logical_not", "logical_xor"})
+TRANSCENDENTAL = frozenset({
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "arcsin",
+    "arccos", "arctan", "arctan2", "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh",
+    "hypot", "power",
+})
+
+define("select", "elementwise")   # select(cond, x, y) == where
+define("convert", "elementwise")  # params: () ; output dtype is the node's dtype
+
+# --- leaves ---------------------------------------------------------------------------
+define("input", "leaf")
+define("const", "leaf")           # params: (python value,)
+
+# --- views: an index remapping of input 0 ---------------------------------------------
+define("reshape", "view")         # params: (new shape,)
+define("transpose", "view")       # params: (perm,)
+define("broadcast", "view")       # params: (new shape,)  NumPy right-aligned broadcast
+define("slice", "view")           # params: (starts, steps) ; output shape is the node's
+
+# --- data-dependent indexing ----------------------------------------------------------
+define("gather", "gather")        # inputs (x, idx...) ; params: (axes,)
+define("scatter", "scatter")      # inputs (x, values, idx...) ; params: (mode, axes)
+
+# --- reductions -----------------------------------------------------------------------
+REDUCTIONS = ("reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_any",
+              "reduce_all", "argmax", "argmin")
+for _name in REDUCTIONS:
+    define(_name, "reduce")       # params: (axes,)  (argmax/argmin: one axis)
+define("cumsum", "scan")          # params: (axis,)
+define("concatenate", "concat")   # params: (axis,)
+define("matmul", "library")       # NumPy matmul semantics for 1-D/2-D operands
+
+
+def ufunc_of(name: str) -> np.ufunc:
+    return getattr(np, PRIMITIVES[name].ufunc)

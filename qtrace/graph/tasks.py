@@ -1,0 +1,303 @@
+"""Range tasks: the scalar program each group of a schedule runs per index of its domain.
+
+A task is one parallel loop nest over ``domain`` (outer, split across workers) and,
+for reductions and scans, ``inner`` (sequential per worker). Its body is a list of SSA
+instructions — ``load``, ``const``, ``op``, ``bound`` — whose loads and stores address
+buffers through canonical index expressions (:mod:`qtrace.graph.index`) over the loop
+variables: variables ``0..len(domain)-1`` are the domain's, the next ones ``inner``'s.
+Every target (LLVM CPU now, NVPTX next) lowers this same form.
+
+Instructions (tuples; ``dt`` is a dtype string such as ``'<f4'``):
+    ``("load", dt, arg, ix)``            element ``ix`` of task argument ``arg``
+    ``("const", dt, value)``
+    ``("op", dt, prim, (a, b, ...))``    an elementwise primitive on SSA values
+    ``("bound", "<i8", a, size, check)``  index ``a`` wrapped (negative) and clamped to
+                                           ``[0, size)``; out-of-range values report
+                                           check ``check`` and mark the element invalid
+Stores: ``(arg, ix, ssa)``. Reductions: ``reduce = (prim, ssa)`` folded over ``inner``
+and stored once per domain index; scans store each prefix; ``rmw = mode`` makes the
+stores read-modify-write (atomic) updates, skipped for invalid indices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import index as ix_
+from .node import Node, c_strides, content_hash
+from .partition import FREE, Schedule, kind
+
+
+@dataclass
+class Task:
+    kind: str                        # "map" | "reduce" | "scan" | "rmw"
+    domain: tuple
+    inner: tuple = ()
+    instrs: list = field(default_factory=list)
+    stores: list = field(default_factory=list)
+    reduce: tuple | None = None      # (prim, value ssa, acc dtype str)
+    rmw: str | None = None           # scatter mode
+    args: list = field(default_factory=list)     # task arg -> id(node) of its buffer
+    arg_nodes: list = field(default_factory=list)
+    writes: set = field(default_factory=set)     # task args written
+    checks: list = field(default_factory=list)   # check id -> (op, axis, size)
+    nodes: list = field(default_factory=list)    # graph nodes computed here (for reports)
+    key: str = ""
+
+    def finalize(self) -> None:
+        self.key = content_hash((self.kind, self.domain, self.inner, self.instrs, self.stores,
+                                 self.reduce, self.rmw, tuple(sorted(self.writes)),
+                                 [(n.dtype.str,) for n in self.arg_nodes], self.checks))
+
+    @property
+    def symbol(self) -> str:
+        return f"qt_{self.key[:24]}"
+
+
+def buffer_strides(node: Node) -> tuple:
+    return node.params[0] if node.is_leaf else c_strides(node.shape)
+
+
+def broadcast_index(ix: tuple, in_shape: tuple) -> tuple:
+    """The index into an operand of shape ``in_shape`` broadcast to ``len(ix)`` dims."""
+    lead = len(ix) - len(in_shape)
+    return tuple(ix_.ZERO if d == 1 else ix[lead + j] for j, d in enumerate(in_shape))
+
+
+def view_index(node: Node, ix: tuple, ext: dict) -> tuple:
+    """Index into ``node.inputs[0]`` that the view ``node`` reads for output index ``ix``."""
+    src = node.inputs[0]
+    if node.prim == "broadcast":
+        return broadcast_index(ix, src.shape)
+    if node.prim == "transpose":
+        out = [None] * len(ix)
+        for k, p in enumerate(node.params[0]):
+            out[p] = ix[k]
+        return tuple(out)
+    if node.prim == "slice":
+        starts, steps = node.params
+        return tuple(ix_.add(ix_.const(s), ix_.scale(i, st)) for i, s, st in zip(ix, starts, steps))
+    if node.prim == "reshape":
+        strides = c_strides(node.shape)
+        linear = ix_.add(*(ix_.scale(i, s) for i, s, d in zip(ix, strides, node.shape) if d != 1))
+        out = []
+        for d in reversed(src.shape):
+            out.append(ix_.mod(linear, d, ext) if d != 1 else ix_.ZERO)
+            linear = ix_.floordiv(linear, d, ext) if d != 1 else linear
+        return tuple(reversed(out))
+    raise NotImplementedError(f"qtrace: no index rule for view primitive {node.prim!r}")
+
+
+class TaskBuilder:
+    """Builds the SSA body of one task by evaluating graph nodes at symbolic indices."""
+
+    def __init__(self, schedule: Schedule, group, task: Task, ext: dict):
+        self.s, self.group, self.t, self.ext = schedule, group, task, ext
+        self._ids: dict = {}
+        self._memo: dict = {}
+        self._args: dict = {}
+
+    def emit(self, instr: tuple) -> int:
+        i = self._ids.get(instr)
+        if i is None:
+            i = self._ids[instr] = len(self.t.instrs)
+            self.t.instrs.append(instr)
+        return i
+
+    def arg(self, node: Node, write: bool = False) -> int:
+        a = self._args.get(id(node))
+        if a is None:
+            a = self._args[id(node)] = len(self.t.args)
+            self.t.args.append(id(node))
+            self.t.arg_nodes.append(node)
+        if write:
+            self.t.writes.add(a)
+        return a
+
+    def address(self, node: Node, ix: tuple) -> ix_.Ix:
+        strides = buffer_strides(node)
+        return ix_.add(*(ix_.scale(i, s) for i, s, d in zip(ix, strides, node.shape) if d != 1))
+
+    def load(self, node: Node, ix: tuple) -> int:
+        return self.emit(("load", node.dtype.str, self.arg(node), self.address(node, ix)))
+
+    def value(self, node: Node, ix: tuple) -> int:
+        key = (id(node), ix)
+        v = self._memo.get(key)
+        if v is None:
+            v = self._memo[key] = self._value(node, ix)
+        return v
+
+    def _value(self, node: Node, ix: tuple) -> int:
+        if node.prim == "const":
+            return self.emit(("const", node.dtype.str, node.params[0]))
+        g = self.s.group_of.get(id(node))
+        if node.is_leaf or (g is not self.group and g is not FREE):
+            return self.load(node, ix)
+        if node not in self.t.nodes:
+            self.t.nodes.append(node)
+        k = kind(node)
+        if k == "view":
+            return self.value(node.inputs[0], view_index(node, ix, self.ext))
+        if k == "elementwise":
+            args = tuple(self.value(i, broadcast_index(ix, i.shape)) for i in node.inputs)
+            return self.emit(("op", node.dtype.str, node.prim, args))
+        if k == "gather":
+            src = node.inputs[0]
+            coords = [self.value(c, ix) for c in node.inputs[1:]]
+            src_ix, ok = self.coordinates(src, coords, "gather (x[idx])")
+            if not ok:
+                return self.emit(("const", node.dtype.str, 0))
+            return self.value(src, src_ix)
+        raise AssertionError(f"qtrace: {node.prim} cannot be computed inside another task")
+
+    def coordinates(self, src: Node, coords: list, op: str):
+        """Checked indices into ``src``; ``ok`` is False if an axis is empty (nothing to read)."""
+        out, ok = [], True
+        for axis, (c, size) in enumerate(zip(coords, src.shape)):
+            check = len(self.t.checks)
+            self.t.checks.append((op, axis, size))
+            out.append(ix_.ssa(self.emit(("bound", "<i8", c, size, check))))
+            ok = ok and size > 0
+        return tuple(out), ok
+
+
+def _vars(n: int, offset: int = 0) -> tuple:
+    return tuple(ix_.var(offset + k) for k in range(n))
+
+
+def _extents(*shapes) -> dict:
+    ext, k = {}, 0
+    for shape in shapes:
+        for d in shape:
+            ext[k] = d
+            k += 1
+    return ext
+
+
+def build_tasks(schedule: Schedule, group) -> list:
+    """The task(s) one group runs: one, except scatters (copy, then update) and concats."""
+    root = group.root
+    k = kind(root)
+    if k == "library":
+        return []
+    if k == "reduce":
+        src = root.inputs[0]
+        axes = root.params[0]
+        inner = tuple(src.shape[a] for a in axes)
+        t = Task("reduce", root.shape, inner)
+        b = TaskBuilder(schedule, group, t, _extents(root.shape, inner))
+        outer_vars, inner_vars = _vars(len(root.shape)), _vars(len(inner), len(root.shape))
+        it_o, it_i = iter(outer_vars), iter(inner_vars)
+        full = tuple(next(it_i) if a in axes else next(it_o) for a in range(src.ndim))
+        v = b.value(src, full)
+        acc = np.float64 if root.dtype == np.float32 and root.prim in ("reduce_sum", "reduce_prod") else root.dtype
+        t.reduce = (root.prim, v, np.dtype(acc).str)
+        t.stores.append((b.arg(root, write=True), b.address(root, outer_vars), v))
+        t.nodes.append(root)
+        return [t]
+    if k == "scan":
+        src = root.inputs[0]
+        axis = root.params[0]
+        outer_shape = tuple(d for a, d in enumerate(src.shape) if a != axis)
+        t = Task("scan", outer_shape, (src.shape[axis],))
+        b = TaskBuilder(schedule, group, t, _extents(outer_shape, (src.shape[axis],)))
+        it_o = iter(_vars(len(outer_shape)))
+        r = ix_.var(len(outer_shape))
+        full = tuple(r if a == axis else next(it_o) for a in range(src.ndim))
+        v = b.value(src, full)
+        t.reduce = ("cumsum", v, root.dtype.str)
+        t.stores.append((b.arg(root, write=True), b.address(root, full), v))
+        t.nodes.append(root)
+        return [t]
+    if k == "scatter":
+        x, vals, coords = root.inputs[0], root.inputs[1], root.inputs[2:]
+        init = Task("map", root.shape)
+        b = TaskBuilder(schedule, group, init, _extents(root.shape))
+        ix = _vars(root.ndim)
+        init.stores.append((b.arg(root, write=True), b.address(root, ix), b.value(x, ix)))
+        upd = Task("rmw", vals.shape, rmw=root.params[0])
+        b = TaskBuilder(schedule, group, upd, _extents(vals.shape))
+        ix = _vars(vals.ndim)
+        cs = [b.value(c, ix) for c in coords]
+        dst, ok = b.coordinates(root, cs, f"scatter (x.at[idx].{root.params[0]})")
+        if ok and root.size:
+            upd.stores.append((b.arg(root, write=True), b.address(root, dst), b.value(vals, ix)))
+        upd.nodes.append(root)
+        return [init, upd] if upd.stores or upd.checks else [init]
+    if k == "concat":
+        axis = root.params[0]
+        tasks, offset = [], 0
+        for inp in root.inputs:
+            t = Task("map", inp.shape)
+            b = TaskBuilder(schedule, group, t, _extents(inp.shape))
+            ix = _vars(inp.ndim)
+            dst = tuple(ix_.add(i, ix_.const(offset)) if a == axis else i for a, i in enumerate(ix))
+            t.stores.append((b.arg(root, write=True), b.address(root, dst), b.value(inp, ix)))
+            t.nodes.append(root)
+            offset += inp.shape[axis]
+            tasks.append(t)
+        return tasks
+    # elementwise / gather / view: one map over the root's shape storing every stored member
+    t = Task("map", root.shape)
+    b = TaskBuilder(schedule, group, t, _extents(root.shape))
+    ix = _vars(root.ndim)
+    for n in group.stored:
+        t.stores.append((b.arg(n, write=True), b.address(n, ix), b.value(n, ix)))
+    return [t]
+
+
+def _task_forms(task: Task):
+    for instr in task.instrs:
+        if instr[0] == "load":
+            yield from ix_.affine_forms(instr[3])
+    for _, ix, _ in task.stores:
+        yield from ix_.affine_forms(ix)
+
+
+def _rewrite(task: Task, fn) -> None:
+    task.instrs = [(i[0], i[1], i[2], ix_.substitute(i[3], fn)) if i[0] == "load" else i
+                   for i in task.instrs]
+    task.stores = [(a, ix_.substitute(ix, fn), v) for a, ix, v in task.stores]
+
+
+def coalesce(task: Task) -> Task:
+    """Merge adjacent loop dimensions that every access walks contiguously; drop size-1 ones.
+
+    Two dimensions ``k, k+1`` (both outer or both inner) merge when every index
+    expression has ``coef(k) == coef(k+1) * extent(k+1)``: the pair then addresses memory
+    as one longer dimension, so a contiguous elementwise task becomes a single flat loop
+    that vectorizes. Rewrites ``task`` in place and returns it.
+    """
+    groups = [list(task.domain), list(task.inner)]
+    names = [list(range(len(task.domain))), list(range(len(task.domain), len(task.domain) + len(task.inner)))]
+    zero = {}
+    for g in range(2):
+        for pos in range(len(groups[g]) - 1, -1, -1):
+            if groups[g][pos] == 1 and len(groups[g]) > 1:
+                zero[names[g][pos]] = True
+                del groups[g][pos], names[g][pos]
+    if zero:
+        _rewrite(task, lambda k: ix_.ZERO if k in zero else ix_.var(k))
+    forms = list(_task_forms(task))
+    for g in range(2):
+        pos = len(groups[g]) - 2
+        while pos >= 0:
+            a, b = names[g][pos], names[g][pos + 1]
+            e1 = groups[g][pos + 1]
+            va, vb = ("v", a), ("v", b)
+            if all(f.coef(va) == f.coef(vb) * e1 for f in forms):
+                _rewrite(task, lambda k, a=a: ix_.ZERO if k == a else ix_.var(k))
+                forms = list(_task_forms(task))
+                groups[g][pos + 1] *= groups[g][pos]
+                del groups[g][pos], names[g][pos]
+            pos -= 1
+    if not groups[0]:  # a scalar result: one iteration of a size-1 dimension
+        groups[0], names[0] = [1], [None]
+    order = names[0] + names[1]
+    renum = {old: new for new, old in enumerate(order) if old is not None}
+    _rewrite(task, lambda k: ix_.var(renum[k]))
+    task.domain, task.inner = tuple(groups[0]), tuple(groups[1])
+    return task

@@ -1,0 +1,1 @@
+"""Lowering range tasks to LLVM IR and compiling them for a target."""

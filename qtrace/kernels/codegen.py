@@ -1,0 +1,331 @@
+"""Lower one range task (``qtrace.graph.tasks.Task``) to an LLVM IR function.
+
+Every kernel has the signature ``void k(i64 start, i64 end, ptr args, ptr status)``:
+it runs indices ``[start, end)`` of the task's first domain dimension (the range a
+worker is given), loops over the remaining dimensions inside, and reads its buffers'
+addresses from the ``args`` array. ``status`` receives the first failed index check
+(``status[0] = check + 1``, ``status[1] = the offending index``). Loops are plain
+counted loops over affine addresses, which is what LLVM's loop vectorizer widens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from . import scalar
+from .intrinsics import intrinsic
+
+I8, I64 = ir.IntType(8), ir.IntType(64)
+PTR = ir.PointerType()
+
+
+def mem_type(dtype: np.dtype) -> ir.Type:
+    return I8 if dtype.kind == "b" else scalar.ir_type(dtype)
+
+
+class KernelEmitter:
+    def __init__(self, task, module: ir.Module, name: str, check_bounds: bool):
+        self.t = task
+        self.check_bounds = check_bounds
+        self.dt = [n.dtype for n in task.arg_nodes]
+        fnty = ir.FunctionType(ir.VoidType(), [I64, I64, PTR, PTR])
+        self.fn = ir.Function(module, fnty, name=name)
+        self.start, self.end, args, self.status = self.fn.args
+        for a in self.fn.args:
+            a.name = ""
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self.ptrs = [self.b.load(self.b.gep(args, [ir.Constant(I64, i)], source_etype=PTR), typ=PTR)
+                     for i in range(len(task.args))]
+        self.vars: list = []
+        self.valid: dict = {}
+
+    # -- structure --------------------------------------------------------------------
+    def loop(self, lo, hi, body) -> None:
+        b = self.b
+        pre = b.block
+        loop_bb = self.fn.append_basic_block("loop")
+        exit_bb = self.fn.append_basic_block("after")
+        b.cbranch(b.icmp_signed("<", lo, hi), loop_bb, exit_bb)
+        b.position_at_end(loop_bb)
+        i = b.phi(I64)
+        i.add_incoming(lo, pre)
+        body(i)
+        nxt = b.add(i, ir.Constant(I64, 1))
+        i.add_incoming(nxt, b.block)
+        b.cbranch(b.icmp_signed("<", nxt, hi), loop_bb, exit_bb)
+        b.position_at_end(exit_bb)
+
+    def nest(self, extents: tuple, body, first_range=None) -> None:
+        """Loops over ``extents`` (the first over ``first_range`` if given), innermost last."""
+        def level(k):
+            if k == len(extents):
+                body()
+                return
+            lo, hi = (first_range if k == 0 and first_range is not None
+                      else (ir.Constant(I64, 0), ir.Constant(I64, extents[k])))
+
+            def inner(i):
+                self.vars.append(i)
+                level(k + 1)
+                self.vars.pop()
+            self.loop(lo, hi, inner)
+        level(0)
+
+    # -- values -----------------------------------------------------------------------
+    def index(self, ix, values) -> ir.Value:
+        b = self.b
+        acc = None
+        for atom, coef in ix.terms:
+            if atom[0] == "v":
+                v = self.vars[atom[1]]
+            elif atom[0] == "s":
+                v = values[atom[1]]
+            elif atom[0] == "div":
+                v = b.sdiv(self.index(atom[1], values), ir.Constant(I64, atom[2]))
+            else:
+                v = b.srem(self.index(atom[1], values), ir.Constant(I64, atom[2]))
+            term = v if coef == 1 else b.mul(v, ir.Constant(I64, coef))
+            acc = term if acc is None else b.add(acc, term)
+        if acc is None:
+            return ir.Constant(I64, ix.const)
+        return b.add(acc, ir.Constant(I64, ix.const)) if ix.const else acc
+
+    def pointer(self, arg: int, ix, values) -> ir.Value:
+        return self.b.gep(self.ptrs[arg], [self.index(ix, values)], inbounds=True,
+                          source_etype=mem_type(self.dt[arg]))
+
+    def body(self) -> list:
+        """Emit the task's instructions at the current loop indices; their IR values."""
+        b = self.b
+        values, dts = [], []
+        for instr in self.t.instrs:
+            op, dt = instr[0], np.dtype(instr[1])
+            if op == "const":
+                v = scalar.const(dt, instr[2])
+            elif op == "load":
+                v = b.load(self.pointer(instr[2], instr[3], values), typ=mem_type(dt))
+                if dt.kind == "b":
+                    v = b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+            elif op == "op":
+                args = [values[a] for a in instr[3]]
+                v = scalar.lower(b, instr[2], args, [dts[a] for a in instr[3]], dt)
+            elif op == "bound":
+                v = self.bound(values[instr[2]], dts[instr[2]], instr[3], instr[4], len(values))
+            else:
+                raise AssertionError(op)
+            values.append(v)
+            dts.append(dt)
+        return values
+
+    def bound(self, raw, raw_dt: np.dtype, size: int, check: int, ssa: int) -> ir.Value:
+        b = self.b
+        i = scalar.convert(b, raw, raw_dt, np.dtype(np.int64)) if raw_dt != np.int64 else raw
+        if raw_dt.kind == "u" and raw_dt.itemsize == 8:
+            i = raw  # uint64 beyond int64 range shows up negative: still out of range below
+        n = ir.Constant(I64, size)
+        wrapped = b.select(b.icmp_signed("<", i, ir.Constant(I64, 0)), b.add(i, n), i)
+        ok = b.and_(b.icmp_signed(">=", wrapped, ir.Constant(I64, 0)), b.icmp_signed("<", wrapped, n))
+        if raw_dt.kind == "u" and raw_dt.itemsize == 8:
+            ok = b.and_(ok, b.icmp_signed(">=", i, ir.Constant(I64, 0)))
+        self.valid[ssa] = ok
+        if self.check_bounds:
+            with b.if_then(b.not_(ok), likely=False):
+                b.store(ir.Constant(I64, check + 1), self.status)
+                b.store(i, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
+        return b.select(ok, wrapped, ir.Constant(I64, 0))
+
+    def store(self, arg: int, ix, value, values) -> None:
+        dt = self.dt[arg]
+        v = self.b.zext(value, I8) if dt.kind == "b" else value
+        self.b.store(v, self.pointer(arg, ix, values))
+
+    # -- task kinds -------------------------------------------------------------------
+    def emit(self) -> ir.Function:
+        t = self.t
+        getattr(self, "emit_" + t.kind)()
+        self.b.ret_void()
+        return self.fn
+
+    def emit_map(self) -> None:
+        def body():
+            values = self.body()
+            for arg, ix, v in self.t.stores:
+                self.store(arg, ix, values[v], values)
+        self.nest(self.t.domain, body, (self.start, self.end))
+
+    def emit_rmw(self) -> None:
+        def body():
+            values = self.body()
+            ok = None
+            for flag in self.valid.values():
+                ok = flag if ok is None else self.b.and_(ok, flag)
+            for arg, ix, v in self.t.stores:
+                if ok is None:
+                    self.update(arg, ix, values[v], values)
+                else:
+                    with self.b.if_then(ok):
+                        self.update(arg, ix, values[v], values)
+        self.nest(self.t.domain, body, (self.start, self.end))
+
+    def update(self, arg: int, ix, value, values) -> None:
+        b, mode, dt = self.b, self.t.rmw, self.dt[arg]
+        ptr = self.pointer(arg, ix, values)
+        if mode == "set":
+            self.store(arg, ix, value, values)
+            return
+        if dt.kind == "b":
+            op = {"add": "or", "max": "or", "multiply": "and", "min": "and"}[mode]
+            b.atomic_rmw(op, ptr, b.zext(value, I8), "monotonic")
+            return
+        if mode == "multiply":
+            self.cas_update(ptr, value, dt, lambda old: b.fmul(old, value) if dt.kind == "f" else b.mul(old, value))
+            return
+        if dt.kind == "f":
+            if mode == "add":
+                b.atomic_rmw("fadd", ptr, value, "monotonic")
+            else:
+                self.cas_update(ptr, value, dt, lambda old: scalar.select_minmax(b, mode == "min", old, value, dt))
+            return
+        op = {"add": "add", "min": "min" if dt.kind == "i" else "umin",
+              "max": "max" if dt.kind == "i" else "umax"}[mode]
+        b.atomic_rmw(op, ptr, value, "monotonic")
+
+    def cas_update(self, ptr, value, dt: np.dtype, combine) -> None:
+        """``*ptr = combine(*ptr)`` atomically, by a compare-and-swap loop on the bits."""
+        b = self.b
+        ity = ir.IntType(dt.itemsize * 8)
+        ty = scalar.ir_type(dt)
+        old_bits = b.load(ptr, typ=ity)
+        pre = b.block
+        loop_bb = self.fn.append_basic_block("cas")
+        done_bb = self.fn.append_basic_block("cas_done")
+        b.branch(loop_bb)
+        b.position_at_end(loop_bb)
+        cur = b.phi(ity)
+        cur.add_incoming(old_bits, pre)
+        old = b.bitcast(cur, ty) if dt.kind == "f" else cur
+        new = combine(old)
+        new_bits = b.bitcast(new, ity) if dt.kind == "f" else new
+        pair = b.cmpxchg(ptr, cur, new_bits, "monotonic", "monotonic")
+        seen = b.extract_value(pair, 0)
+        ok = b.extract_value(pair, 1)
+        cur.add_incoming(seen, b.block)
+        b.cbranch(ok, done_bb, loop_bb)
+        b.position_at_end(done_bb)
+
+    def emit_reduce(self) -> None:
+        t = self.t
+        prim, ssa, acc_str = t.reduce
+        acc_dt = np.dtype(acc_str)
+        b = self.b
+        with b.goto_entry_block():
+            acc = b.alloca(scalar.ir_type(acc_dt))
+            best_i = b.alloca(I64)
+        (arg, out_ix, _), = t.stores
+        out_dt = self.dt[arg]
+        is_arg = prim in ("argmax", "argmin")
+
+        def outer():
+            b.store(scalar.const(acc_dt, _identity(prim, acc_dt)), acc)
+            b.store(ir.Constant(I64, 0), best_i)
+            n_outer = len(self.vars)
+
+            def inner():
+                values = self.body()
+                v = values[ssa]
+                cur = b.load(acc, typ=scalar.ir_type(acc_dt))
+                if is_arg:
+                    take = _arg_better(b, prim == "argmax", v, cur, acc_dt)
+                    pos = self.vars[n_outer] if len(self.vars) > n_outer else ir.Constant(I64, 0)
+                    b.store(b.select(take, v, cur), acc)
+                    b.store(b.select(take, pos, b.load(best_i, typ=I64)), best_i)
+                else:
+                    v = scalar.convert(b, v, np.dtype(t.instrs[ssa][1]), acc_dt)
+                    b.store(_combine(b, prim, cur, v, acc_dt), acc)
+            self.nest(t.inner, inner)
+            if is_arg:
+                result = b.load(best_i, typ=I64)
+            else:
+                result = scalar.convert(b, b.load(acc, typ=scalar.ir_type(acc_dt)), acc_dt, out_dt)
+            self.store(arg, out_ix, result, [])
+        self.nest(t.domain, outer, (self.start, self.end))
+
+    def emit_scan(self) -> None:
+        t = self.t
+        _, ssa, acc_str = t.reduce
+        acc_dt = np.dtype(acc_str)
+        b = self.b
+        with b.goto_entry_block():
+            acc = b.alloca(scalar.ir_type(acc_dt))
+        (arg, ix, _), = t.stores
+
+        def outer():
+            b.store(scalar.const(acc_dt, 0), acc)
+
+            def inner():
+                values = self.body()
+                v = scalar.convert(b, values[ssa], np.dtype(t.instrs[ssa][1]), acc_dt)
+                total = _combine(b, "reduce_sum", b.load(acc, typ=scalar.ir_type(acc_dt)), v, acc_dt,
+                                 reassociate=False)
+                b.store(total, acc)
+                self.store(arg, ix, total, values)
+            self.nest(t.inner, inner)
+        self.nest(t.domain, outer, (self.start, self.end))
+
+
+def _identity(prim: str, dt: np.dtype):
+    if prim in ("reduce_sum", "reduce_any"):
+        return 0
+    if prim in ("reduce_prod", "reduce_all"):
+        return 1
+    low = prim in ("reduce_max", "argmax")
+    if dt.kind == "f":
+        return -np.inf if low else np.inf
+    if dt.kind == "b":
+        return 0 if low else 1
+    info = np.iinfo(dt)
+    return info.min if low else info.max
+
+
+def _combine(b: ir.IRBuilder, prim: str, acc, v, dt: np.dtype, reassociate: bool = True):
+    if prim == "reduce_sum":
+        if dt.kind == "f":
+            r = b.fadd(acc, v)
+            if reassociate:
+                r.flags.append("reassoc")
+            return r
+        return b.or_(acc, v) if dt.kind == "b" else b.add(acc, v)
+    if prim == "reduce_prod":
+        if dt.kind == "f":
+            return b.fmul(acc, v)
+        return b.and_(acc, v) if dt.kind == "b" else b.mul(acc, v)
+    if prim in ("reduce_max", "reduce_min"):
+        if dt.kind == "b":
+            return b.or_(acc, v) if prim == "reduce_max" else b.and_(acc, v)
+        return scalar.select_minmax(b, prim == "reduce_min", acc, v, dt)
+    if prim == "reduce_any":
+        return b.or_(acc, v)
+    if prim == "reduce_all":
+        return b.and_(acc, v)
+    raise NotImplementedError(f"qtrace: no reduction rule for {prim!r}")
+
+
+def _arg_better(b: ir.IRBuilder, is_max: bool, v, best, dt: np.dtype):
+    """argmax/argmin: strictly better, or the first NaN (NumPy returns the first NaN)."""
+    if dt.kind == "f":
+        better = b.fcmp_ordered(">" if is_max else "<", v, best)
+        first_nan = b.and_(b.fcmp_unordered("uno", v, v), b.fcmp_ordered("ord", best, best))
+        return b.or_(better, first_nan)
+    if dt.kind == "b":
+        return b.icmp_unsigned(">" if is_max else "<", v, best)
+    cmp = b.icmp_signed if dt.kind == "i" else b.icmp_unsigned
+    return cmp(">" if is_max else "<", v, best)
+
+
+def lower_task(task, module: ir.Module, name: str, check_bounds: bool) -> ir.Function:
+    """Emit ``task`` into ``module`` as function ``name``."""
+    return KernelEmitter(task, module, name, check_bounds).emit()
+
+
+__all__ = ["lower_task", "intrinsic"]

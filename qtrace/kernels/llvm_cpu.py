@@ -1,0 +1,108 @@
+"""The CPU back end: optimise task IR for the host and load it with MCJIT.
+
+Code is generated for the host triple with the host CPU's features, optimised by LLVM's
+new pass-builder pipeline at O3 (which runs the loop and SLP vectorizers), emitted as
+an object file and added to one process-wide MCJIT engine. Object bytes are what a
+disk cache stores; loading them again skips every compile step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import llvmlite
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from .. import stats
+from ..config import config
+
+_lock = threading.RLock()
+_state: dict = {}
+
+KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _init():
+    if _state:
+        return _state
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    triple = llvm.get_process_triple()
+    target = llvm.Target.from_triple(triple)
+    cpu = llvm.get_host_cpu_name()
+    features = llvm.get_host_cpu_features().flatten()
+    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
+                                      codemodel="jitdefault")
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+    _state.update(triple=triple, cpu=cpu, features=features, tm=tm, engine=engine)
+    return _state
+
+
+def target_id() -> str:
+    """Triple, CPU and features: the architecture part of a kernel cache key."""
+    s = _init()
+    return f"{s['triple']}/{s['cpu']}/{s['features']}/llvm{'.'.join(map(str, llvm.llvm_version_info))}" \
+           f"/llvmlite{llvmlite.__version__}"
+
+
+def new_module(name: str) -> ir.Module:
+    s = _init()
+    module = ir.Module(name=name)
+    module.triple = s["triple"]
+    module.data_layout = str(s["tm"].target_data)
+    return module
+
+
+def optimize(module: ir.Module) -> llvm.ModuleRef:
+    """Parse, verify and run the O3 pipeline; returns the optimised module."""
+    s = _init()
+    mod = llvm.parse_assembly(str(module))
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(s["tm"], pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def compile_module(module: ir.Module, symbols: list) -> tuple[dict, bytes]:
+    """Compile ``module``; returns ``{symbol: callable}`` and the object code."""
+    with _lock:
+        s = _init()
+        mod = optimize(module)
+        if config.dump_ir:
+            _dump(module.name, str(module), str(mod))
+        obj = s["tm"].emit_object(mod)
+        stats.bump("compiles", len(symbols))
+        return load_object(obj, symbols), obj
+
+
+def load_object(obj: bytes, symbols: list) -> dict:
+    """Add compiled object code to the engine; returns ``{symbol: callable}``."""
+    with _lock:
+        s = _init()
+        s["engine"].add_object_file(llvm.ObjectFileRef.from_data(obj))
+        s["engine"].finalize_object()
+        out = {}
+        for sym in symbols:
+            addr = s["engine"].get_function_address(sym)
+            if not addr:
+                raise RuntimeError(f"qtrace: compiled object lacks symbol {sym}")
+            out[sym] = KERNEL(addr)
+        return out
+
+
+def assembly(module: ir.Module) -> str:
+    """Host assembly of ``module`` after optimisation (for inspection and tests)."""
+    return _init()["tm"].emit_assembly(optimize(module))
+
+
+def _dump(name: str, before: str, after: str) -> None:
+    os.makedirs(config.dump_ir, exist_ok=True)
+    for suffix, text in (("ll", before), ("opt.ll", after)):
+        with open(os.path.join(config.dump_ir, f"{name}.{suffix}"), "w") as f:
+            f.write(text)

@@ -1,0 +1,32 @@
+"""Transcendental functions: the IR math library where it has the function, libm otherwise.
+
+IR implementations keep element loops vectorizable; a libm call is a scalar call the
+loop vectorizer cannot widen, but it is exact to the C library's accuracy.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .intrinsics import libm
+
+try:
+    from . import mathlib as _ir_math
+    IR_FUNCTIONS = frozenset(_ir_math.SUPPORTED)
+except ImportError:  # pragma: no cover - the IR library is part of the package
+    _ir_math = None
+    IR_FUNCTIONS = frozenset()
+
+C_NAMES = {
+    "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
+    "log10": "log10", "log1p": "log1p", "sin": "sin", "cos": "cos", "tan": "tan",
+    "arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2", "sinh": "sinh",
+    "cosh": "cosh", "tanh": "tanh", "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh",
+    "hypot": "hypot", "power": "pow",
+}
+
+
+def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
+    if name in IR_FUNCTIONS:
+        return _ir_math.emit_math(b, name, args)
+    return libm(b, C_NAMES[name], args)

@@ -1,0 +1,359 @@
+"""Scalar lowering of every elementwise primitive to LLVM IR (one block per primitive).
+
+Each rule takes ``(builder, args, in_dtypes, out_dtype)`` — ``args`` are IR values of
+the input dtypes (bool as ``i1``) — and returns an IR value of ``out_dtype``. Integer
+semantics follow NumPy exactly where C leaves them undefined (division by zero gives
+0, shifts past the width give 0 or -1, ``floor_divide``/``remainder`` round toward
+-inf), and nothing emits LLVM poison.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from . import mathlib_bridge as mathlib
+from .intrinsics import intrinsic
+
+I1 = ir.IntType(1)
+
+
+def ir_type(dtype: np.dtype) -> ir.Type:
+    """The register type of ``dtype`` (bool is ``i1``; in memory it is ``i8``)."""
+    if dtype.kind == "b":
+        return I1
+    if dtype.kind in "iu":
+        return ir.IntType(dtype.itemsize * 8)
+    if dtype == np.float32:
+        return ir.FloatType()
+    if dtype == np.float64:
+        return ir.DoubleType()
+    raise TypeError(f"qtrace codegen: unsupported dtype {dtype}")
+
+
+def const(dtype: np.dtype, value) -> ir.Constant:
+    ty = ir_type(dtype)
+    if dtype.kind == "f":
+        return ir.Constant(ty, float(value))
+    if dtype.kind == "b":
+        return ir.Constant(ty, int(bool(value)))
+    return ir.Constant(ty, int(value) & ((1 << (dtype.itemsize * 8)) - 1))
+
+
+def _intrinsic(b: ir.IRBuilder, name: str, args: list, ty: ir.Type) -> ir.Value:
+    return intrinsic(b, name[len("llvm."):], args, [ty])
+
+
+def _is_signed(dt: np.dtype) -> bool:
+    return dt.kind == "i"
+
+
+def _truthy(b: ir.IRBuilder, v: ir.Value, dt: np.dtype) -> ir.Value:
+    if dt.kind == "b":
+        return v
+    if dt.kind == "f":
+        return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
+    return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+
+
+RULES: dict = {}
+
+
+def rule(*names):
+    def deco(fn):
+        for n in names:
+            RULES[n] = fn
+        return fn
+    return deco
+
+
+def lower(b: ir.IRBuilder, prim: str, args: list, in_dts: list, out_dt: np.dtype) -> ir.Value:
+    try:
+        fn = RULES[prim]
+    except KeyError:
+        raise NotImplementedError(f"qtrace: no lowering rule for primitive {prim!r}") from None
+    return fn(b, prim, args, in_dts, out_dt)
+
+
+@rule("add", "subtract", "multiply")
+def _arith(b, prim, args, dts, out):
+    x, y = args
+    if out.kind == "f":
+        return {"add": b.fadd, "subtract": b.fsub, "multiply": b.fmul}[prim](x, y)
+    if out.kind == "b":  # NumPy: bool + bool is or, bool * bool is and
+        return b.or_(x, y) if prim == "add" else b.and_(x, y)
+    return {"add": b.add, "subtract": b.sub, "multiply": b.mul}[prim](x, y)
+
+
+@rule("divide")
+def _divide(b, prim, args, dts, out):
+    return b.fdiv(*args)
+
+
+def _int_divmod(b, x, y, dt):
+    """NumPy floor division and remainder of integers, with /0 giving 0 for both."""
+    ty = x.type
+    zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+    y_zero = b.icmp_unsigned("==", y, zero)
+    if not _is_signed(dt):
+        safe = b.select(y_zero, one, y)
+        return b.select(y_zero, zero, b.udiv(x, safe)), b.select(y_zero, zero, b.urem(x, safe))
+    minus_one = ir.Constant(ty, -1)
+    overflow = b.and_(b.icmp_signed("==", x, ir.Constant(ty, -(1 << (ty.width - 1)))),
+                      b.icmp_signed("==", y, minus_one))
+    safe = b.select(b.or_(y_zero, overflow), one, y)
+    q = b.sdiv(x, safe)
+    r = b.srem(x, safe)
+    adjust = b.and_(b.icmp_signed("!=", r, zero),
+                    b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", safe, zero)))
+    q = b.select(adjust, b.sub(q, one), q)
+    r = b.select(adjust, b.add(r, safe), r)
+    q = b.select(overflow, x, q)
+    return b.select(y_zero, zero, q), b.select(b.or_(y_zero, overflow), zero, r)
+
+
+def _float_divmod(b, x, y):
+    """NumPy's ``npy_divmod`` for floats: (floor quotient, remainder with the divisor's sign)."""
+    ty = x.type
+    zero = ir.Constant(ty, 0.0)
+    m = b.frem(x, y)
+    div = b.fdiv(b.fsub(x, m), y)
+    fix = b.and_(b.fcmp_ordered("!=", m, zero),
+                 b.icmp_unsigned("!=", b.fcmp_ordered("<", y, zero), b.fcmp_ordered("<", m, zero)))
+    m_fixed = b.select(fix, b.fadd(m, y), m)
+    m_zero = _intrinsic(b, "llvm.copysign", [zero, y], ty)
+    rem = b.select(b.fcmp_ordered("!=", m, zero), m_fixed, m_zero)
+    rem = b.select(b.fcmp_unordered("uno", m, m), m, rem)
+    div = b.select(fix, b.fsub(div, ir.Constant(ty, 1.0)), div)
+    floordiv = _intrinsic(b, "llvm.floor", [div], ty)
+    bump = b.fcmp_ordered(">", b.fsub(div, floordiv), ir.Constant(ty, 0.5))
+    floordiv = b.select(bump, b.fadd(floordiv, ir.Constant(ty, 1.0)), floordiv)
+    # div == 0: NumPy returns copysign(0, x/y)
+    q0 = _intrinsic(b, "llvm.copysign", [zero, b.fdiv(x, y)], ty)
+    floordiv = b.select(b.fcmp_ordered("==", div, zero), q0, floordiv)
+    y_zero = b.fcmp_ordered("==", y, zero)
+    floordiv = b.select(y_zero, b.fdiv(x, y), floordiv)
+    return floordiv, rem
+
+
+@rule("floor_divide")
+def _floor_divide(b, prim, args, dts, out):
+    if out.kind == "f":
+        return _float_divmod(b, *args)[0]
+    return _int_divmod(b, *args, out)[0]
+
+
+@rule("remainder")
+def _remainder(b, prim, args, dts, out):
+    if out.kind == "f":
+        return _float_divmod(b, *args)[1]
+    return _int_divmod(b, *args, out)[1]
+
+
+@rule("power")
+def _power(b, prim, args, dts, out):
+    x, y = args
+    if out.kind == "f":
+        return mathlib.call(b, "power", [x, y])
+    # exponentiation by squaring, unrolled over the exponent's bits (no branches)
+    ty = x.type
+    one, zero = ir.Constant(ty, 1), ir.Constant(ty, 0)
+    result, base, e = one, x, y
+    for _ in range(ty.width if _is_signed(out) else ty.width):
+        bit = b.icmp_unsigned("!=", b.and_(e, one), zero)
+        result = b.select(bit, b.mul(result, base), result)
+        base = b.mul(base, base)
+        e = b.lshr(e, one)
+    if _is_signed(out):  # negative exponents: 1 for base 1, ±1 for base -1, else 0
+        neg = b.icmp_signed("<", y, zero)
+        odd = b.icmp_unsigned("!=", b.and_(y, one), zero)
+        special = b.select(b.icmp_signed("==", x, one), one,
+                           b.select(b.icmp_signed("==", x, ir.Constant(ty, -1)),
+                                    b.select(odd, ir.Constant(ty, -1), one), zero))
+        result = b.select(neg, special, result)
+    return result
+
+
+@rule("negative")
+def _negative(b, prim, args, dts, out):
+    (x,) = args
+    return b.fneg(x) if out.kind == "f" else b.neg(x)
+
+
+@rule("positive")
+def _positive(b, prim, args, dts, out):
+    return args[0]
+
+
+@rule("abs")
+def _abs(b, prim, args, dts, out):
+    (x,) = args
+    if out.kind == "f":
+        return _intrinsic(b, "llvm.fabs", [x], x.type)
+    if out.kind in "ub":
+        return x
+    return b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), b.neg(x), x)
+
+
+@rule("sqrt")
+def _sqrt(b, prim, args, dts, out):
+    return _intrinsic(b, "llvm.sqrt", args, args[0].type)
+
+
+@rule("square")
+def _square(b, prim, args, dts, out):
+    (x,) = args
+    if out.kind == "f":
+        return b.fmul(x, x)
+    return b.and_(x, x) if out.kind == "b" else b.mul(x, x)
+
+
+@rule("reciprocal")
+def _reciprocal(b, prim, args, dts, out):
+    (x,) = args
+    if out.kind == "f":
+        return b.fdiv(ir.Constant(x.type, 1.0), x)
+    return _int_divmod(b, ir.Constant(x.type, 1), x, out)[0]
+
+
+@rule("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
+      "arcsin", "arccos", "arctan", "arctan2", "sinh", "cosh", "tanh", "arcsinh",
+      "arccosh", "arctanh", "hypot")
+def _transcendental(b, prim, args, dts, out):
+    return mathlib.call(b, prim, list(args))
+
+
+@rule("floor", "ceil", "trunc", "rint")
+def _rounding(b, prim, args, dts, out):
+    (x,) = args
+    if out.kind != "f":
+        return x
+    return _intrinsic(b, {"floor": "llvm.floor", "ceil": "llvm.ceil", "trunc": "llvm.trunc",
+                          "rint": "llvm.rint"}[prim], [x], x.type)
+
+
+@rule("sign")
+def _sign(b, prim, args, dts, out):
+    (x,) = args
+    ty = x.type
+    if out.kind == "f":
+        zero = ir.Constant(ty, 0.0)
+        r = b.select(b.fcmp_ordered("==", x, zero), zero, x)
+        r = b.select(b.fcmp_ordered("<", x, zero), ir.Constant(ty, -1.0), r)
+        return b.select(b.fcmp_ordered(">", x, zero), ir.Constant(ty, 1.0), r)
+    zero = ir.Constant(ty, 0)
+    if out.kind == "u":
+        return b.zext(b.icmp_unsigned("!=", x, zero), ty)
+    r = b.select(b.icmp_signed("<", x, zero), ir.Constant(ty, -1), zero)
+    return b.select(b.icmp_signed(">", x, zero), ir.Constant(ty, 1), r)
+
+
+@rule("minimum", "maximum")
+def _minmax(b, prim, args, dts, out):
+    x, y = args
+    return select_minmax(b, prim == "minimum", x, y, out)
+
+
+def select_minmax(b, is_min: bool, x, y, dt: np.dtype):
+    """NumPy ``minimum``/``maximum``: NaN in either operand gives NaN."""
+    if dt.kind == "f":
+        better = b.fcmp_ordered("<" if is_min else ">", x, y)
+        return b.select(b.or_(better, b.fcmp_unordered("uno", x, x)), x, y)
+    if dt.kind == "i":
+        return b.select(b.icmp_signed("<" if is_min else ">", x, y), x, y)
+    return b.select(b.icmp_unsigned("<" if is_min else ">", x, y), x, y)
+
+
+@rule("isnan", "isinf", "isfinite")
+def _predicates(b, prim, args, dts, out):
+    (x,) = args
+    if dts[0].kind != "f":
+        return ir.Constant(I1, int(prim == "isfinite"))
+    if prim == "isnan":
+        return b.fcmp_unordered("uno", x, x)
+    ax = _intrinsic(b, "llvm.fabs", [x], x.type)
+    inf = ir.Constant(x.type, float("inf"))
+    return b.fcmp_ordered("==" if prim == "isinf" else "<", ax, inf)
+
+
+@rule("logical_and", "logical_or", "logical_xor", "logical_not")
+def _logical(b, prim, args, dts, out):
+    vs = [_truthy(b, v, dt) for v, dt in zip(args, dts)]
+    if prim == "logical_not":
+        return b.not_(vs[0])
+    return {"logical_and": b.and_, "logical_or": b.or_, "logical_xor": b.xor}[prim](*vs)
+
+
+_CMP = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=", "greater": ">",
+        "greater_equal": ">="}
+
+
+@rule(*_CMP)
+def _compare(b, prim, args, dts, out):
+    x, y = args
+    op = _CMP[prim]
+    dt = dts[0]
+    if dt.kind == "f":
+        return b.fcmp_unordered(op, x, y) if prim == "not_equal" else b.fcmp_ordered(op, x, y)
+    if dt.kind == "i":
+        return b.icmp_signed(op, x, y)
+    return b.icmp_unsigned(op, x, y)
+
+
+@rule("bitwise_and", "bitwise_or", "bitwise_xor")
+def _bitwise(b, prim, args, dts, out):
+    return {"bitwise_and": b.and_, "bitwise_or": b.or_, "bitwise_xor": b.xor}[prim](*args)
+
+
+@rule("invert")
+def _invert(b, prim, args, dts, out):
+    return b.not_(args[0])
+
+
+@rule("left_shift", "right_shift")
+def _shift(b, prim, args, dts, out):
+    x, y = args
+    ty = x.type
+    width = ir.Constant(ty, ty.width)
+    in_range = b.icmp_unsigned("<", y, width)
+    safe = b.select(in_range, y, ir.Constant(ty, 0))
+    if prim == "left_shift":
+        return b.select(in_range, b.shl(x, safe), ir.Constant(ty, 0))
+    if _is_signed(out):
+        past = b.select(b.icmp_signed("<", x, ir.Constant(ty, 0)), ir.Constant(ty, -1), ir.Constant(ty, 0))
+        return b.select(in_range, b.ashr(x, safe), past)
+    return b.select(in_range, b.lshr(x, safe), ir.Constant(ty, 0))
+
+
+@rule("select")
+def _select(b, prim, args, dts, out):
+    c, x, y = args
+    return b.select(c, x, y)
+
+
+@rule("convert")
+def _convert(b, prim, args, dts, out):
+    return convert(b, args[0], dts[0], out)
+
+
+def convert(b: ir.IRBuilder, x: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Value:
+    """NumPy ``astype``: C conversions; float to int saturates (NaN gives 0) instead of poison."""
+    if src == dst:
+        return x
+    ty = ir_type(dst)
+    if dst.kind == "b":
+        return _truthy(b, x, src)
+    if src.kind == "b":
+        return b.uitofp(x, ty) if dst.kind == "f" else b.zext(x, ty)
+    if src.kind == "f" and dst.kind == "f":
+        return b.fpext(x, ty) if dst.itemsize > src.itemsize else b.fptrunc(x, ty)
+    if src.kind == "f":
+        name = "fptosi.sat" if dst.kind == "i" else "fptoui.sat"
+        return intrinsic(b, name, [x], [ty, x.type], ret=ty)
+    if dst.kind == "f":
+        return b.sitofp(x, ty) if src.kind == "i" else b.uitofp(x, ty)
+    if dst.itemsize < src.itemsize:
+        return b.trunc(x, ty)
+    if dst.itemsize > src.itemsize:
+        return b.sext(x, ty) if src.kind == "i" else b.zext(x, ty)
+    return x

@@ -1,0 +1,63 @@
+"""Tracing state of the current thread and the one entry point that records operations."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..config import config
+from ..errors import TracerError
+from ..graph.device import Device
+from ..graph.node import Node, make_node
+from ..graph.primitives import lookup
+
+_state = threading.local()
+
+
+def tracing() -> bool:
+    """True while ``qt.jit`` traces a function on this thread."""
+    return getattr(_state, "depth", 0) > 0
+
+
+class trace_scope:
+    """Marks the current thread as tracing for the duration of a ``with`` block."""
+
+    def __enter__(self):
+        _state.depth = getattr(_state, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc):
+        _state.depth -= 1
+        return False
+
+
+def is_abstract(node: Node) -> bool:
+    """True when ``node`` depends on a tracing placeholder (no concrete value exists)."""
+    return any(leaf.buffer is None for leaf in node.leaves)
+
+
+def concrete_error(what: str) -> TracerError:
+    return TracerError(
+        f"{what}: this value depends on the inputs of a function being traced by qt.jit, so it "
+        "has no concrete value yet. Keep Python control flow on static arguments "
+        "(static_argnums), or use qt.where / qt.fori_loop / qt.while_loop.")
+
+
+def same_device(op: str, nodes) -> Device:
+    device = nodes[0].device
+    for n in nodes[1:]:
+        if n.device != device:
+            raise ValueError(f"qt.{op}: operands are on different devices: {device} and {n.device}; "
+                             "move them with .to(device) first")
+    return device
+
+
+def record(prim: str, inputs: tuple, params: tuple, shape: tuple, dtype: np.dtype,
+           weak: bool = False, device: Device | None = None) -> Node:
+    """Add one operation to the graph (the single place every op goes through)."""
+    lookup(prim)
+    if device is None:
+        device = same_device(prim, inputs) if inputs else Device(config.device)
+    node = make_node(prim, params, tuple(shape), np.dtype(dtype), tuple(inputs), device, weak)
+    return node

@@ -1,0 +1,124 @@
+"""Turning user values (tensors, NumPy arrays, Python scalars) into graph operands."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import config
+from ..graph.device import Device
+from ..graph.node import Node, make_input
+from . import dtypes
+from .context import record
+from .tensor import Tensor
+
+
+class Operand:
+    """One argument of an operation: a graph node, or a weak Python scalar not yet placed."""
+
+    __slots__ = ("node", "value", "dtype", "weak")
+
+    def __init__(self, node: Node | None, value, dtype: np.dtype, weak: bool):
+        self.node, self.value, self.dtype, self.weak = node, value, dtype, weak
+
+
+def operand(x, op: str) -> Operand:
+    if isinstance(x, Tensor):
+        n = x._node
+        return Operand(n, None, n.dtype, n.weak)
+    if isinstance(x, dtypes.PY_SCALARS):
+        return Operand(None, x, dtypes.weak_dtype(x), True)
+    if isinstance(x, (complex, np.complexfloating)):
+        raise TypeError(f"qt.{op}: complex values are not supported")
+    node = input_node(x, op)
+    return Operand(node, None, node.dtype, False)
+
+
+def input_node(x, op: str = "asarray", dtype=None, copy: bool = False,
+               device: Device | str | None = None) -> Node:
+    """A leaf node holding ``x`` (array-like) — zero-copy where the memory allows."""
+    arr = np.array(x, dtype=dtype, copy=True) if copy else np.asarray(x, dtype=dtype)
+    if arr.dtype == np.float16 or arr.dtype.kind == "c" or arr.dtype not in dtypes.SUPPORTED:
+        raise TypeError(f"qt.{op}: dtype {arr.dtype} is not supported "
+                        f"(supported: {', '.join(sorted(map(str, dtypes.SUPPORTED)))})")
+    strides = _element_strides(arr)
+    if strides is None:
+        arr = np.ascontiguousarray(arr)
+        strides = _element_strides(arr)
+    dev = Device(device if device is not None else config.device)
+    if dev.kind != "cpu":
+        raise NotImplementedError(f"qt.{op}: device {dev} is not available in this build")
+    return make_input(arr.shape, arr.dtype, dev, strides=strides, buffer=arr)
+
+
+def _element_strides(arr: np.ndarray):
+    item = arr.dtype.itemsize
+    if arr.ctypes.data % item:
+        return None
+    if any(s % item for s in arr.strides):
+        return None
+    return tuple(s // item for s in arr.strides)
+
+
+def const_node(value, dtype: np.dtype, device: Device, weak: bool = False) -> Node:
+    """A 0-d constant (its value is part of the graph's content hash)."""
+    return record("const", (), (dtypes.scalar_value(value, dtype),), (), dtype, weak=weak,
+                  device=device)
+
+
+def cast(node: Node, dtype: np.dtype, weak: bool | None = None) -> Node:
+    """``node`` converted to ``dtype`` (NumPy ``astype`` semantics)."""
+    weak = node.weak if weak is None else weak
+    if node.dtype == dtype and node.weak == weak:
+        return node
+    if node.prim == "const":
+        return const_node(node.params[0], dtype, node.device, weak)
+    return record("convert", (node,), (), node.shape, dtype, weak=weak)
+
+
+def place(ops: list[Operand], dts, op: str, device: Device | None = None) -> list[Node]:
+    """Nodes for ``ops`` converted to the loop dtypes ``dts`` (weak scalars become constants)."""
+    if device is None:
+        device = next((o.node.device for o in ops if o.node is not None), Device(config.device))
+    nodes = []
+    for o, dt in zip(ops, dts):
+        if o.node is None:
+            dtypes.check_int_fits(op, o.value, dt)
+            nodes.append(const_node(o.value, dt, device))
+        else:
+            nodes.append(cast(o.node, dt, weak=False) if o.node.dtype != dt else o.node)
+    return nodes
+
+
+def promote(ops: list[Operand], op: str) -> np.dtype:
+    """``numpy.result_type`` of the operands with Python scalars weak (NEP 50)."""
+    args = []
+    for o in ops:
+        if o.weak and o.dtype != dtypes.bool_:
+            args.append(0.0 if o.dtype.kind == "f" else 0)
+        else:
+            args.append(o.dtype)
+    try:
+        dt = np.result_type(*args)
+    except (TypeError, np.exceptions.DTypePromotionError) as err:
+        raise TypeError(f"qt.{op}: cannot promote dtypes {[str(o.dtype) for o in ops]}: {err}") from None
+    dtypes.check(f"qt.{op}", dt)
+    return dt
+
+
+def wrap(node: Node) -> Tensor:
+    return Tensor(node)
+
+
+def astype(x, dtype) -> Tensor:
+    """``x`` converted to ``dtype`` (NumPy ``astype`` semantics: C casts, NaN to int undefined).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.astype(qt.arange(3), qt.float32).dtype
+        dtype('float32')
+    """
+    dt = dtypes.canonical(dtype, "qt.astype")
+    node = x._node if isinstance(x, Tensor) else operand(x, "astype").node
+    if node is None:
+        node = const_node(x, dt, Device(config.device))
+    return wrap(cast(node, dt, weak=False))

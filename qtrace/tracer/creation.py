@@ -1,0 +1,162 @@
+"""Creating tensors: from data (``array``, ``asarray``, DLPack) and by shape (``zeros``, ...)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import config
+from ..graph.device import Device
+from . import dtypes
+from .context import record
+from .convert import cast, const_node, input_node, wrap
+from .shape_ops import broadcast_to
+from .tensor import Tensor
+
+
+def _device(device) -> Device:
+    dev = Device(device if device is not None else config.device)
+    if dev.kind != "cpu":
+        raise NotImplementedError(f"qtrace: device {dev} is not available in this build")
+    return dev
+
+
+def array(obj, dtype=None, device=None) -> Tensor:
+    """A new tensor holding a copy of ``obj`` (array-like, tensor, or DLPack object).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.array([[1, 2], [3, 4]]).shape
+        (2, 2)
+    """
+    if isinstance(obj, Tensor):
+        t = obj if dtype is None else wrap(cast(obj._node, dtypes.canonical(dtype, "qt.array"), weak=False))
+        return Tensor(t._node)
+    if dtype is not None:
+        dtype = dtypes.canonical(dtype, "qt.array")
+    return wrap(input_node(obj, "array", dtype=dtype, copy=True, device=_device(device)))
+
+
+def asarray(obj, dtype=None, device=None) -> Tensor:
+    """``obj`` as a tensor, sharing its memory where the layout and dtype allow.
+
+    NumPy arrays are wrapped without a copy; do not write into them while a pending
+    computation still reads them.
+
+    Example:
+        >>> import numpy as np, qtrace as qt
+        >>> a = np.arange(3.0)
+        >>> qt.asarray(a).dtype
+        dtype('float64')
+    """
+    if isinstance(obj, Tensor):
+        if dtype is None or np.dtype(dtype) == obj.dtype:
+            return obj
+        return wrap(cast(obj._node, dtypes.canonical(dtype, "qt.asarray"), weak=False))
+    if dtype is not None:
+        dtype = dtypes.canonical(dtype, "qt.asarray")
+    if not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__"):
+        return from_dlpack(obj) if dtype is None else asarray(from_dlpack(obj), dtype)
+    return wrap(input_node(obj, "asarray", dtype=dtype, device=_device(device)))
+
+
+def from_dlpack(obj) -> Tensor:
+    """A tensor sharing the memory of a DLPack-exporting object (CPU memory)."""
+    arr = np.from_dlpack(obj)
+    return wrap(input_node(arr, "from_dlpack"))
+
+
+def _shape(shape) -> tuple:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"qtrace: negative dimensions are not allowed, got {shape}")
+    return shape
+
+
+def full(shape, fill_value, dtype=None, device=None) -> Tensor:
+    """A tensor of ``shape`` filled with ``fill_value`` (recorded lazily: no memory until used).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.full((2,), 7, dtype=qt.int32).tolist()
+        [7, 7]
+    """
+    shape = _shape(shape)
+    if isinstance(fill_value, Tensor):
+        dt = dtypes.canonical(dtype, "qt.full") if dtype is not None else fill_value.dtype
+        return broadcast_to(wrap(cast(fill_value._node, dt, weak=False)), shape)
+    dt = dtypes.canonical(dtype if dtype is not None else np.asarray(fill_value).dtype, "qt.full")
+    node = const_node(fill_value, dt, _device(device))
+    if not shape:
+        return wrap(node)
+    return wrap(record("broadcast", (node,), (shape,), shape, dt))
+
+
+def zeros(shape, dtype=None, device=None) -> Tensor:
+    """``numpy.zeros``: float64 unless ``dtype`` says otherwise."""
+    return full(shape, 0, dtype if dtype is not None else dtypes.float64, device)
+
+
+def ones(shape, dtype=None, device=None) -> Tensor:
+    """``numpy.ones``: float64 unless ``dtype`` says otherwise."""
+    return full(shape, 1, dtype if dtype is not None else dtypes.float64, device)
+
+
+def empty(shape, dtype=None, device=None) -> Tensor:
+    """``numpy.empty``; qtrace fills it with zeros (reading it is then well defined)."""
+    return zeros(shape, dtype, device)
+
+
+def _like(x, dtype):
+    t = x if isinstance(x, Tensor) else asarray(x)
+    return t.shape, (dtype if dtype is not None else t.dtype), t.device
+
+
+def zeros_like(x, dtype=None, device=None) -> Tensor:
+    """Zeros with the shape (and dtype) of ``x``."""
+    shape, dt, dev = _like(x, dtype)
+    return zeros(shape, dt, device or dev)
+
+
+def ones_like(x, dtype=None, device=None) -> Tensor:
+    """Ones with the shape (and dtype) of ``x``."""
+    shape, dt, dev = _like(x, dtype)
+    return ones(shape, dt, device or dev)
+
+
+def empty_like(x, dtype=None, device=None) -> Tensor:
+    return zeros_like(x, dtype, device)
+
+
+def full_like(x, fill_value, dtype=None, device=None) -> Tensor:
+    """``fill_value`` with the shape (and dtype) of ``x``."""
+    shape, dt, dev = _like(x, dtype)
+    return full(shape, fill_value, dt, device or dev)
+
+
+def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
+    """``numpy.arange`` (values exactly as NumPy computes them).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.arange(1, 7, 2).tolist()
+        [1, 3, 5]
+    """
+    if dtype is not None:
+        dtype = dtypes.canonical(dtype, "qt.arange")
+    values = np.arange(start, stop, step, dtype=dtype) if stop is not None else np.arange(start, step=step, dtype=dtype)
+    return wrap(input_node(values, "arange", device=_device(device)))
+
+
+def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, device=None) -> Tensor:
+    """``numpy.linspace`` (values exactly as NumPy computes them)."""
+    if dtype is not None:
+        dtype = dtypes.canonical(dtype, "qt.linspace")
+    values = np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
+    return wrap(input_node(values, "linspace", device=_device(device)))
+
+
+def copy(x) -> Tensor:
+    """A copy of ``x`` (tensors are immutable, so this is cheap)."""
+    return array(x)

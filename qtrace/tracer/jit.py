@@ -1,0 +1,234 @@
+"""``qt.jit``: trace a function once per input signature, then replay its compiled plan."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+
+import numpy as np
+
+from .. import stats
+from ..config import config
+from ..graph import evaluate as graph_evaluate
+from ..graph import node as graph_node
+from ..graph.device import Device
+from . import dtypes, pytree
+from .context import is_abstract, trace_scope, tracing
+from .convert import input_node
+from .tensor import Tensor
+
+log = logging.getLogger("qtrace")
+
+
+def _describe(leaf):
+    """The signature entry of one argument leaf (what forces a retrace when it changes)."""
+    if isinstance(leaf, Tensor):
+        n = leaf._node
+        return ("tensor", n.shape, n.dtype.str, n.weak, str(n.device))
+    if isinstance(leaf, (bool, int, float)):
+        return ("scalar", dtypes.weak_dtype(leaf).str)
+    if isinstance(leaf, (np.ndarray, np.generic)):
+        dt = np.dtype(leaf.dtype)
+        dtypes.check("qt.jit argument", dt)
+        return ("tensor", tuple(leaf.shape), dt.str, False, "cpu")
+    raise TypeError(f"qt.jit: unsupported argument type {type(leaf).__name__}; arguments must be "
+                    "pytrees of tensors, NumPy arrays and Python scalars (mark other values static)")
+
+
+def _buffer(leaf, desc) -> np.ndarray:
+    if isinstance(leaf, Tensor):
+        buf = leaf._materialize()
+    elif desc[0] == "scalar":
+        return np.array(leaf, dtype=desc[1])
+    else:
+        buf = np.asarray(leaf)
+    if not buf.flags.c_contiguous:
+        buf = np.ascontiguousarray(buf)
+    return buf
+
+
+class _Entry:
+    __slots__ = ("plan", "bind", "captured", "out_tree", "out_kinds", "out_meta")
+
+
+class Jitted:
+    """A function compiled by :func:`jit`; call it like the original."""
+
+    def __init__(self, fn, static_argnums=(), static_argnames=()):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
+                                           else set(static_argnums)))
+        self.static_argnames = frozenset({static_argnames} if isinstance(static_argnames, str)
+                                         else static_argnames)
+        try:
+            self._sig = inspect.signature(fn)
+        except (TypeError, ValueError):  # pragma: no cover - builtins
+            self._sig = None
+        self._cache: dict = {}
+        self._last = None
+        self._lock = threading.Lock()
+
+    def _split(self, args, kwargs):
+        static = []
+        dyn_args = []
+        for i, a in enumerate(args):
+            if i in self.static_argnums or (i - len(args)) in self.static_argnums:
+                static.append((i, a))
+            else:
+                dyn_args.append(a)
+        dyn_kwargs = {}
+        for k, v in kwargs.items():
+            if k in self.static_argnames:
+                static.append((k, v))
+            else:
+                dyn_kwargs[k] = v
+        return tuple(static), tuple(dyn_args), dyn_kwargs
+
+    def __call__(self, *args, **kwargs):
+        if tracing():  # inside another traced function: trace through
+            return self.fn(*args, **kwargs)
+        static, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        leaves, tree = pytree.flatten((dyn_args, dyn_kwargs))
+        descs = tuple(_describe(leaf) for leaf in leaves)
+        try:
+            sig = (tree, descs, static)
+            entry = self._cache.get(sig)
+        except TypeError:
+            raise TypeError(f"qt.jit({self.__name__}): static arguments must be hashable, got "
+                            f"{[type(v).__name__ for _, v in static]}") from None
+        if entry is None:
+            with self._lock:
+                entry = self._cache.get(sig)
+                if entry is None:
+                    entry = self._trace(sig, static, dyn_args, dyn_kwargs, tree, descs)
+                    self._cache[sig] = entry
+        else:
+            stats.bump("cache_hits_memory")
+        return self._run(entry, leaves, descs)
+
+    def _run(self, entry: _Entry, leaves, descs):
+        bufs = []
+        for src in entry.bind:
+            if src >= 0:
+                bufs.append(_buffer(leaves[src], descs[src]))
+            else:
+                bufs.append(entry.captured[-src - 1])
+        outs = entry.plan.run(bufs) if entry.plan is not None else []
+        results = []
+        it = iter(outs)
+        for kind, meta in zip(entry.out_kinds, entry.out_meta):
+            if kind == "tensor":
+                shape, dtype, weak, device = meta
+                buf = next(it)
+                results.append(Tensor(graph_node.make_input(shape, dtype, device, buffer=buf, weak=weak)))
+            else:
+                results.append(meta)
+        return pytree.unflatten(entry.out_tree, results)
+
+    def _trace(self, sig, static, dyn_args, dyn_kwargs, tree, descs) -> _Entry:
+        if config.log_recompiles and self._last is not None:
+            log.warning("qt.jit(%s): retracing because %s", self.__name__, _why(self._last, sig))
+        self._last = sig
+        stats.bump("traces")
+        placeholders = []
+        for desc in descs:
+            if desc[0] == "scalar":
+                dt = np.dtype(desc[1])
+                ph = graph_node.make_input((), dt, Device(config.device), buffer=None, weak=True)
+            else:
+                _, shape, dt, weak, dev = desc
+                ph = graph_node.make_input(shape, np.dtype(dt), Device(dev), buffer=None, weak=weak)
+            placeholders.append(Tensor(ph))
+        targs, tkwargs = pytree.unflatten(tree, placeholders)
+        full_args = list(targs)
+        for i, v in static:
+            if isinstance(i, int):
+                full_args.insert(i if i >= 0 else len(full_args) + 1 + i, v)
+        call_kwargs = dict(tkwargs)
+        call_kwargs.update({k: v for k, v in static if isinstance(k, str)})
+        with trace_scope():
+            out = self.fn(*full_args, **call_kwargs)
+        out_leaves, out_tree = pytree.flatten(out)
+        entry = _Entry()
+        entry.out_tree = out_tree
+        entry.out_kinds, entry.out_meta = [], []
+        nodes = []
+        for leaf in out_leaves:
+            if isinstance(leaf, np.ndarray):
+                leaf = Tensor(input_node(leaf, "jit output"))
+            if isinstance(leaf, Tensor):
+                n = leaf._node
+                nodes.append(n)
+                entry.out_kinds.append("tensor")
+                entry.out_meta.append((n.shape, n.dtype, n.weak, n.device))
+            else:
+                entry.out_kinds.append("python")
+                entry.out_meta.append(leaf)
+        if not nodes:
+            entry.plan, entry.bind, entry.captured = None, [], []
+            return entry
+        key, plan_leaves = graph_node.graph_key(tuple(nodes))
+        entry.plan = graph_evaluate.plan_for(tuple(nodes), key)
+        where = {id(p._node): i for i, p in enumerate(placeholders)}
+        entry.bind, entry.captured = [], []
+        for leaf in plan_leaves:
+            if id(leaf) in where:
+                entry.bind.append(where[id(leaf)])
+            else:
+                if leaf.buffer is None:
+                    raise RuntimeError("qt.jit: a traced value escaped from another trace")
+                entry.captured.append(leaf.buffer)
+                entry.bind.append(-len(entry.captured))
+        return entry
+
+    def clear_cache(self) -> None:
+        """Forget every traced signature (the next call traces again)."""
+        with self._lock:
+            self._cache.clear()
+            self._last = None
+
+
+def _why(old, new) -> str:
+    otree, odesc, ostatic = old
+    ntree, ndesc, nstatic = new
+    if otree != ntree:
+        return "the structure of the arguments changed"
+    if ostatic != nstatic:
+        return f"a static argument changed: {ostatic} -> {nstatic}"
+    if len(odesc) != len(ndesc):
+        return "the number of array arguments changed"
+    for i, (a, b) in enumerate(zip(odesc, ndesc)):
+        if a != b:
+            fields = ("kind", "shape", "dtype", "weak type", "device")
+            diffs = [f"{f} {x} -> {y}" for f, x, y in zip(fields, a, b) if x != y]
+            return f"argument leaf {i} changed: {', '.join(diffs)}"
+    return "an unknown part of the signature changed"
+
+
+def jit(fn=None, *, static_argnums=(), static_argnames=()):
+    """Compile ``fn``: trace it once per input signature and replay the compiled plan.
+
+    Arguments and results are pytrees of tensors, NumPy arrays and Python scalars.
+    Python scalars in non-static positions are traced as weakly typed 0-d values, so
+    changing their value does not retrace. Python side effects run only while tracing.
+
+    Example:
+        >>> import qtrace as qt
+        >>> @qt.jit
+        ... def step(x, v, dt):
+        ...     v = v - 4.0 * x * dt
+        ...     return x + dt * v, v
+        >>> x, v = step(qt.ones(3), qt.zeros(3), 0.1)
+        >>> [round(t, 2) for t in x.tolist()]
+        [0.96, 0.96, 0.96]
+    """
+    if fn is None:
+        return lambda f: Jitted(f, static_argnums, static_argnames)
+    return Jitted(fn, static_argnums, static_argnames)
+
+
+def is_traced(t) -> bool:
+    return isinstance(t, Tensor) and is_abstract(t._node)

@@ -1,0 +1,129 @@
+"""Reductions (``sum prod mean max min argmax argmin any all``) and ``cumsum``."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from . import dtypes
+from .context import record
+from .convert import cast, wrap
+from .elementwise import apply
+from .shape_ops import as_tensor, normalize_axes, normalize_axis, reshape
+
+_NUMPY = {"reduce_sum": np.sum, "reduce_prod": np.prod, "reduce_max": np.max,
+          "reduce_min": np.min, "reduce_any": np.any, "reduce_all": np.all}
+_IDENTITY = {"reduce_max": "maximum", "reduce_min": "minimum"}
+
+
+@functools.lru_cache(maxsize=None)
+def _result_dtype(prim: str, dtype: np.dtype) -> np.dtype:
+    return np.dtype(_NUMPY[prim](np.ones((1,), dtype)).dtype)
+
+
+def _reduce(prim: str, name: str, x, axis, keepdims: bool, dtype=None):
+    t = as_tensor(x, name)
+    axes = normalize_axes(axis, t.ndim, name)
+    out_dtype = dtypes.canonical(dtype, f"qt.{name}") if dtype is not None else _result_dtype(prim, t.dtype)
+    if prim in _IDENTITY and any(t.shape[a] == 0 for a in axes):
+        raise ValueError(f"qt.{name}: zero-size array to reduction operation {_IDENTITY[prim]} "
+                         f"which has no identity (shape {t.shape}, axis {axis})")
+    node = cast(t._node, out_dtype, weak=False)
+    kept = tuple(d for a, d in enumerate(t.shape) if a not in axes)
+    if axes:
+        node = record(prim, (node,), (axes,), kept, out_dtype)
+    out = wrap(node)
+    if keepdims:
+        out = reshape(out, tuple(1 if a in axes else d for a, d in enumerate(t.shape)))
+    return out
+
+
+def sum(x, axis=None, dtype=None, keepdims: bool = False):  # noqa: A001 - NumPy's name
+    """``numpy.sum``: int/bool inputs sum in int64, float32 accumulates in float64.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.sum(qt.ones((2, 3)), axis=1).tolist()
+        [3.0, 3.0]
+    """
+    return _reduce("reduce_sum", "sum", x, axis, keepdims, dtype)
+
+
+def prod(x, axis=None, dtype=None, keepdims: bool = False):
+    """``numpy.prod``."""
+    return _reduce("reduce_prod", "prod", x, axis, keepdims, dtype)
+
+
+def max(x, axis=None, keepdims: bool = False):  # noqa: A001
+    """``numpy.max`` (NaN propagates)."""
+    return _reduce("reduce_max", "max", x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims: bool = False):  # noqa: A001
+    """``numpy.min`` (NaN propagates)."""
+    return _reduce("reduce_min", "min", x, axis, keepdims)
+
+
+def any(x, axis=None, keepdims: bool = False):  # noqa: A001
+    """``numpy.any``."""
+    return _reduce("reduce_any", "any", x, axis, keepdims, dtypes.bool_)
+
+
+def all(x, axis=None, keepdims: bool = False):  # noqa: A001
+    """``numpy.all``."""
+    return _reduce("reduce_all", "all", x, axis, keepdims, dtypes.bool_)
+
+
+amax, amin = max, min
+
+
+def mean(x, axis=None, dtype=None, keepdims: bool = False):
+    """``numpy.mean`` (int inputs give float64)."""
+    t = as_tensor(x, "mean")
+    axes = normalize_axes(axis, t.ndim, "mean")
+    if dtype is None:
+        dtype = t.dtype if t.dtype.kind == "f" else dtypes.float64
+    count = 1
+    for a in axes:
+        count *= t.shape[a]
+    total = _reduce("reduce_sum", "mean", t, axis, keepdims, dtype)
+    return apply("divide", total, float(count)) if count else apply("multiply", total, float("nan"))
+
+
+def _arg(prim: str, name: str, x, axis, keepdims: bool):
+    t = as_tensor(x, name)
+    if axis is None:
+        flat = reshape(t, -1)
+        out = _arg(prim, name, flat, 0, False)
+        return reshape(out, (1,) * t.ndim) if keepdims else out
+    ax = normalize_axis(axis, t.ndim, name)
+    if t.shape[ax] == 0:
+        raise ValueError(f"qt.{name}: attempt to get {name} of an empty sequence (shape {t.shape})")
+    kept = tuple(d for a, d in enumerate(t.shape) if a != ax)
+    out = wrap(record(prim, (t._node,), ((ax,),), kept, dtypes.int64))
+    if keepdims:
+        out = reshape(out, tuple(1 if a == ax else d for a, d in enumerate(t.shape)))
+    return out
+
+
+def argmax(x, axis=None, keepdims: bool = False):
+    """``numpy.argmax``: index of the first maximum (first NaN if any)."""
+    return _arg("argmax", "argmax", x, axis, keepdims)
+
+
+def argmin(x, axis=None, keepdims: bool = False):
+    """``numpy.argmin``: index of the first minimum (first NaN if any)."""
+    return _arg("argmin", "argmin", x, axis, keepdims)
+
+
+def cumsum(x, axis=None, dtype=None):
+    """``numpy.cumsum`` (``axis=None`` flattens first)."""
+    t = as_tensor(x, "cumsum")
+    if axis is None:
+        t, ax = reshape(t, -1), 0
+    else:
+        ax = normalize_axis(axis, t.ndim, "cumsum")
+    out_dtype = dtypes.canonical(dtype, "qt.cumsum") if dtype is not None else _result_dtype("reduce_sum", t.dtype)
+    node = cast(t._node, out_dtype, weak=False)
+    return wrap(record("cumsum", (node,), (ax,), t.shape, out_dtype))

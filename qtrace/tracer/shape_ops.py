@@ -1,0 +1,246 @@
+"""Shape functions: views (reshape, transpose, broadcast, slices) and concatenation."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from ..config import config
+from ..graph.device import Device
+from ..graph.primitives import broadcast_shapes
+from .context import record
+from .convert import const_node, operand, place, promote, wrap
+from .tensor import Tensor
+
+
+def as_tensor(x, op: str) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    o = operand(x, op)
+    if o.node is None:
+        return wrap(const_node(o.value, o.dtype, Device(config.device), weak=True))
+    return wrap(o.node)
+
+
+def normalize_axis(axis, ndim: int, op: str) -> int:
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"qt.{op}: axis must be an integer, got {axis!r}") from None
+    if not -ndim <= axis < ndim:
+        raise np.exceptions.AxisError(f"qt.{op}: axis {axis} is out of bounds for array of dimension {ndim}")
+    return axis % ndim
+
+
+def normalize_axes(axis, ndim: int, op: str) -> tuple:
+    """``axis`` (None, int or tuple) as a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(normalize_axis(a, ndim, op) for a in axis)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"qt.{op}: repeated axis in {axis}")
+        return tuple(sorted(axes))
+    return (normalize_axis(axis, ndim, op),)
+
+
+def _shape_arg(shape) -> tuple:
+    if isinstance(shape, (tuple, list)):
+        return tuple(operator.index(d) for d in shape)
+    return (operator.index(shape),)
+
+
+def reshape(x, *shape) -> Tensor:
+    """``numpy.reshape`` (C order; one dimension may be -1).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.arange(6).reshape(2, -1).shape
+        (2, 3)
+    """
+    t = as_tensor(x, "reshape")
+    if len(shape) == 1:
+        shape = shape[0]
+    shape = _shape_arg(shape)
+    size = t.size
+    if shape.count(-1) > 1:
+        raise ValueError(f"qt.reshape: can only specify one unknown dimension, got {shape}")
+    if -1 in shape:
+        known = int(np.prod([d for d in shape if d != -1]))
+        if known == 0 or size % known:
+            raise ValueError(f"qt.reshape: cannot reshape array of size {size} into shape {shape}")
+        shape = tuple(size // known if d == -1 else d for d in shape)
+    if any(d < 0 for d in shape) or int(np.prod(shape)) != size:
+        raise ValueError(f"qt.reshape: cannot reshape array of size {size} into shape {shape}")
+    if shape == t.shape:
+        return t
+    n = t._node
+    if n.prim == "const":
+        return broadcast_to(t, shape)
+    if n.prim == "reshape":
+        n = n.inputs[0]
+        if n.shape == shape:
+            return wrap(n)
+    return wrap(record("reshape", (n,), (shape,), shape, n.dtype, weak=n.weak))
+
+
+def ravel(x) -> Tensor:
+    """``numpy.ravel``: the elements as a 1-D tensor (C order)."""
+    return reshape(x, -1)
+
+
+def transpose(x, axes=None) -> Tensor:
+    """``numpy.transpose``: permute axes (reverse them when ``axes`` is None)."""
+    t = as_tensor(x, "transpose")
+    nd = t.ndim
+    if axes is None:
+        perm = tuple(reversed(range(nd)))
+    else:
+        perm = tuple(normalize_axis(a, nd, "transpose") for a in axes)
+        if sorted(perm) != list(range(nd)):
+            raise ValueError(f"qt.transpose: axes {tuple(axes)} don't match array of dimension {nd}")
+    if perm == tuple(range(nd)):
+        return t
+    n = t._node
+    if n.prim == "transpose":
+        inner = n.params[0]
+        perm = tuple(inner[p] for p in perm)
+        n = n.inputs[0]
+        if perm == tuple(range(nd)):
+            return wrap(n)
+    shape = tuple(n.shape[p] for p in perm)
+    return wrap(record("transpose", (n,), (perm,), shape, n.dtype, weak=n.weak))
+
+
+def permute_dims(x, axes) -> Tensor:
+    return transpose(x, axes)
+
+
+def swapaxes(x, axis1: int, axis2: int) -> Tensor:
+    """``numpy.swapaxes``."""
+    t = as_tensor(x, "swapaxes")
+    a = normalize_axis(axis1, t.ndim, "swapaxes")
+    b = normalize_axis(axis2, t.ndim, "swapaxes")
+    perm = list(range(t.ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    return transpose(t, perm)
+
+
+def moveaxis(x, source: int, destination: int) -> Tensor:
+    """``numpy.moveaxis`` for one axis."""
+    t = as_tensor(x, "moveaxis")
+    s = normalize_axis(source, t.ndim, "moveaxis")
+    d = normalize_axis(destination, t.ndim, "moveaxis")
+    perm = [a for a in range(t.ndim) if a != s]
+    perm.insert(d, s)
+    return transpose(t, perm)
+
+
+def expand_dims(x, axis) -> Tensor:
+    """``numpy.expand_dims``: insert size-1 axes."""
+    t = as_tensor(x, "expand_dims")
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    nd = t.ndim + len(axes)
+    axes = normalize_axes(tuple(axes), nd, "expand_dims")
+    it = iter(t.shape)
+    shape = tuple(1 if a in axes else next(it) for a in range(nd))
+    return reshape(t, shape)
+
+
+def squeeze(x, axis=None) -> Tensor:
+    """``numpy.squeeze``: remove size-1 axes (all of them, or those in ``axis``)."""
+    t = as_tensor(x, "squeeze")
+    if axis is None:
+        axes = tuple(a for a, d in enumerate(t.shape) if d == 1)
+    else:
+        axes = normalize_axes(axis, t.ndim, "squeeze")
+        for a in axes:
+            if t.shape[a] != 1:
+                raise ValueError(f"qt.squeeze: cannot select an axis to squeeze out which has size "
+                                 f"not equal to one (axis {a} of shape {t.shape})")
+    return reshape(t, tuple(d for a, d in enumerate(t.shape) if a not in axes))
+
+
+def broadcast_to(x, shape) -> Tensor:
+    """``numpy.broadcast_to``: a read-only broadcast view."""
+    t = as_tensor(x, "broadcast_to")
+    shape = _shape_arg(shape)
+    if broadcast_shapes("qt.broadcast_to", t.shape, shape) != shape:
+        raise ValueError(f"qt.broadcast_to: cannot broadcast shape {t.shape} to {shape}")
+    if shape == t.shape:
+        return t
+    n = t._node
+    return wrap(record("broadcast", (n,), (shape,), shape, n.dtype, weak=n.weak))
+
+
+def broadcast_arrays(*args) -> list:
+    """``numpy.broadcast_arrays``."""
+    ts = [as_tensor(a, "broadcast_arrays") for a in args]
+    shape = broadcast_shapes("qt.broadcast_arrays", *(t.shape for t in ts))
+    return [broadcast_to(t, shape) for t in ts]
+
+
+def slice_view(t: Tensor, starts: tuple, steps: tuple, shape: tuple) -> Tensor:
+    """Strided sub-view: element ``i`` of axis ``k`` is input element ``starts[k] + i*steps[k]``."""
+    n = t._node
+    if shape == n.shape and all(s == 0 for s in starts) and all(s == 1 for s in steps):
+        return t
+    return wrap(record("slice", (n,), (tuple(starts), tuple(steps)), shape, n.dtype, weak=n.weak))
+
+
+def flip(x, axis=None) -> Tensor:
+    """``numpy.flip``: reverse the order of elements along ``axis`` (all axes if None)."""
+    t = as_tensor(x, "flip")
+    axes = normalize_axes(axis, t.ndim, "flip")
+    starts = tuple(t.shape[a] - 1 if a in axes and t.shape[a] else 0 for a in range(t.ndim))
+    steps = tuple(-1 if a in axes else 1 for a in range(t.ndim))
+    return slice_view(t, starts, steps, t.shape)
+
+
+def concatenate(arrays, axis: int | None = 0) -> Tensor:
+    """``numpy.concatenate`` (``axis=None`` flattens first).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.concatenate([qt.zeros(2), qt.ones(1)]).tolist()
+        [0.0, 0.0, 1.0]
+    """
+    ts = [as_tensor(a, "concatenate") for a in arrays]
+    if not ts:
+        raise ValueError("qt.concatenate: need at least one array to concatenate")
+    if axis is None:
+        ts = [ravel(t) for t in ts]
+        axis = 0
+    nd = ts[0].ndim
+    if nd == 0:
+        raise ValueError("qt.concatenate: zero-dimensional arrays cannot be concatenated")
+    for t in ts:
+        if t.ndim != nd:
+            raise ValueError(f"qt.concatenate: all the input arrays must have same number of "
+                             f"dimensions, got shapes {[x.shape for x in ts]}")
+    ax = normalize_axis(axis, nd, "concatenate")
+    for t in ts:
+        if t.shape[:ax] + t.shape[ax + 1:] != ts[0].shape[:ax] + ts[0].shape[ax + 1:]:
+            raise ValueError(f"qt.concatenate: shapes {[x.shape for x in ts]} differ outside "
+                             f"axis {ax}")
+    ops = [operand(t, "concatenate") for t in ts]
+    dt = promote(ops, "concatenate")
+    nodes = place(ops, [dt] * len(ops), "concatenate")
+    if len(nodes) == 1:
+        return wrap(nodes[0])
+    shape = list(ts[0].shape)
+    shape[ax] = sum(t.shape[ax] for t in ts)
+    return wrap(record("concatenate", tuple(nodes), (ax,), tuple(shape), dt))
+
+
+def stack(arrays, axis: int = 0) -> Tensor:
+    """``numpy.stack``: join along a new axis."""
+    ts = [as_tensor(a, "stack") for a in arrays]
+    if not ts:
+        raise ValueError("qt.stack: need at least one array to stack")
+    shapes = {t.shape for t in ts}
+    if len(shapes) != 1:
+        raise ValueError(f"qt.stack: all input arrays must have the same shape, got {[t.shape for t in ts]}")
+    ax = normalize_axis(axis, ts[0].ndim + 1, "stack")
+    return concatenate([expand_dims(t, ax) for t in ts], axis=ax)
