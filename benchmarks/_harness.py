@@ -248,6 +248,24 @@ def load_drjit_llvm() -> tuple[ModuleType | None, type | None, str]:
     return dr, Float32, ""
 
 
+def load_warp() -> tuple[ModuleType | None, ModuleType | None, str]:
+    """Warp, initialised quietly for the CPU, and the benchmarks' Warp kernels.
+
+    Returns ``(warp, kernels module, "")`` or ``(None, None, note)``.
+    """
+    wp, reason = load_peer("warp")
+    if wp is None:
+        return None, None, reason
+    try:
+        wp.config.quiet = True
+        wp.init()
+        kernels = importlib.import_module(
+            f"{__package__}._warp_kernels" if __package__ else "_warp_kernels")
+    except Exception as exc:
+        return None, None, "warp failed to initialise: " + _short(exc)
+    return wp, kernels, ""
+
+
 def versions() -> str:
     """One line naming the machine and the versions of every system that imported."""
     parts = [f"{platform.machine()} {os.cpu_count()} cpus", f"python {platform.python_version()}",

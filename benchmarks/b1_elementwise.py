@@ -7,6 +7,7 @@ of N elements (default 1e7; ``--quick``: 1e6 and fewer repeats), inputs uniform 
 * NumPy: one temporary per operation;
 * JAX jit: ``jax.jit(f)``, ``block_until_ready`` inside the timed region;
 * Dr.Jit (optional, LLVM backend): traced lazily, ``dr.eval`` + ``dr.sync_thread``;
+* Warp (optional, CPU): a hand-written kernel, ``wp.launch`` + ``wp.synchronize_device``;
 * qtrace eager: the operations recorded on ``qt.Tensor``s, then ``qt.eval`` + ``qt.sync``;
 * qtrace jit: ``qt.jit(f)``, then ``qt.eval`` + ``qt.sync``.
 
@@ -103,6 +104,21 @@ def prepare_drjit(p: _Problem):
     return p.case("Dr.Jit", evaluate, np.asarray)
 
 
+def prepare_warp(p: _Problem):
+    wp, kernels, reason = h.load_warp()
+    if wp is None:
+        return reason
+    x, y = wp.array(p.x, device="cpu"), wp.array(p.y, device="cpu")
+    out = wp.empty(p.n, dtype=wp.float32, device="cpu")
+
+    def evaluate():
+        wp.launch(kernels.b1_chain, dim=p.n, inputs=[x, y, out], device="cpu")
+        wp.synchronize_device("cpu")
+        return out
+
+    return p.case("Warp", evaluate, lambda a: a.numpy())
+
+
 def _prepare_qtrace(p: _Problem, system: str, use_jit: bool):
     qt, reason = h.load_qtrace()
     if qt is None:
@@ -136,6 +152,7 @@ SYSTEMS = {
     "NumPy": prepare_numpy,
     "JAX jit": prepare_jax,
     "Dr.Jit": prepare_drjit,
+    "Warp": prepare_warp,
     "qtrace eager": prepare_qtrace_eager,
     "qtrace jit": prepare_qtrace_jit,
 }

@@ -11,6 +11,8 @@ cannot hide work:
 * JAX jit: ``jax.jit(step)``, ``block_until_ready`` on the final state;
 * Dr.Jit eager / frozen (optional, LLVM backend): the step traced lazily, or through
   ``dr.freeze``, with ``dr.eval(x, v)`` after each call and ``dr.sync_thread`` at the end;
+* Warp launch (optional, CPU): a kernel updating ``x`` and ``v`` in place, one
+  ``wp.launch`` per call, ``wp.synchronize_device`` at the end;
 * qtrace jit: ``qt.jit(step)``, ``qt.eval`` + ``qt.sync`` on the final state.
 
 The final state of each system is checked against a float64 NumPy run of the same number
@@ -70,11 +72,10 @@ class _Problem:
 
     def case(self, system, fn, to_array, block, to_numpy, counters=None) -> h.Case:
         """A case running ``steps`` calls of ``fn`` from the initial state, then ``block``."""
-        x0, v0, steps = to_array(self.x0), to_array(self.v0), self.steps
-        state = {}
+        steps, state = self.steps, {}
 
-        def reset():
-            state["x"], state["v"] = x0, v0
+        def reset():  # fresh arrays: a system may update its state in place
+            state["x"], state["v"] = to_array(self.x0), to_array(self.v0)
 
         def loop():
             x, v = state["x"], state["v"]
@@ -136,6 +137,19 @@ def prepare_drjit_frozen(p: _Problem):
     return _prepare_drjit(p, "Dr.Jit frozen", frozen=True)
 
 
+def prepare_warp(p: _Problem):
+    wp, kernels, reason = h.load_warp()
+    if wp is None:
+        return reason
+
+    def call(x, v):
+        wp.launch(kernels.b2_step, dim=N, inputs=[x, v, DT], device="cpu")
+        return x, v
+
+    return p.case("Warp launch", call, lambda a: wp.array(a, device="cpu"),
+                  lambda x, v: wp.synchronize_device("cpu"), lambda a: a.numpy())
+
+
 def prepare_qtrace(p: _Problem):
     qt, reason = h.load_qtrace()
     if qt is None:
@@ -154,6 +168,7 @@ SYSTEMS = {
     "JAX jit": prepare_jax,
     "Dr.Jit eager": prepare_drjit_eager,
     "Dr.Jit frozen": prepare_drjit_frozen,
+    "Warp launch": prepare_warp,
     "qtrace jit": prepare_qtrace,
 }
 

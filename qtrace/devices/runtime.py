@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from .. import stats
+from ..stats import bump
 from ..config import config
 from ..graph.plan import PlanSpec, build_plan
 from ..kernels import codegen, llvm_cpu
@@ -78,7 +78,7 @@ class Plan:
                 bufs[s] = None
                 spare.setdefault((buf.shape, buf.dtype), []).append(buf)
         if launches:
-            stats.bump("kernel_launches", launches)
+            bump("kernel_launches", launches)
         if status is not None and status[0]:
             self._raise_index_error(int(status[0]) - 1, int(status[1]))
         out = []
@@ -120,7 +120,7 @@ def compile_plan(outputs: tuple) -> Plan:
             for sym, fn in compiled.items():
                 _kernels[(sym, check)] = fn
         kernels = {t.symbol: _kernels[(t.symbol, check)] for t in spec.tasks}
-    stats.bump("tasks_fused", spec.tasks_fused)
+    bump("tasks_fused", spec.tasks_fused)
     return Plan(spec, kernels, check)
 
 
@@ -130,7 +130,7 @@ def plan_for(outputs: tuple, key: str) -> Plan:
     with _lock:
         plan = _plans.get(ck)
     if plan is not None:
-        stats.bump("cache_hits_memory")
+        bump("cache_hits_memory")
         return plan
     plan = compile_plan(outputs)
     with _lock:

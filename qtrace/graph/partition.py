@@ -53,8 +53,8 @@ def _reads_at_own_index(producer: Node, consumer: Node, pos: int) -> str | None:
     """None if ``consumer`` reads ``producer`` at the producer's own index, else the reason."""
     ck = kind(consumer)
     if ck == "elementwise":
-        if consumer.shape == producer.shape:
-            return None
+        if consumer.shape == producer.shape or producer.size == 1:
+            return None  # same index, or a scalar (loop-invariant: computed once per range)
         return f"broadcast read: {producer.shape} -> {consumer.shape}"
     if ck in ("reduce", "scan"):
         return None

@@ -193,7 +193,12 @@ def build_tasks(schedule: Schedule, group) -> list:
         it_o, it_i = iter(outer_vars), iter(inner_vars)
         full = tuple(next(it_i) if a in axes else next(it_o) for a in range(src.ndim))
         v = b.value(src, full)
-        acc = np.float64 if root.dtype == np.float32 and root.prim in ("reduce_sum", "reduce_prod") else root.dtype
+        if root.prim in ("argmax", "argmin"):
+            acc = src.dtype  # the running best value; the index is kept beside it
+        elif root.dtype == np.float32 and root.prim in ("reduce_sum", "reduce_prod"):
+            acc = np.float64  # float32 sums accumulate in float64
+        else:
+            acc = root.dtype
         t.reduce = (root.prim, v, np.dtype(acc).str)
         t.stores.append((b.arg(root, write=True), b.address(root, outer_vars), v))
         t.nodes.append(root)

@@ -16,7 +16,7 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from .. import stats
+from ..stats import bump
 from ..config import config
 
 _lock = threading.RLock()
@@ -36,8 +36,7 @@ def _init():
     features = llvm.get_host_cpu_features().flatten()
     tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
                                       codemodel="jitdefault")
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-    _state.update(triple=triple, cpu=cpu, features=features, tm=tm, engine=engine)
+    _state.update(triple=triple, cpu=cpu, features=features, tm=tm, engines=[])
     return _state
 
 
@@ -77,7 +76,7 @@ def compile_module(module: ir.Module, symbols: list) -> tuple[dict, bytes]:
         if config.dump_ir:
             _dump(module.name, str(module), str(mod))
         obj = s["tm"].emit_object(mod)
-        stats.bump("compiles", len(symbols))
+        bump("compiles", len(symbols))
         return load_object(obj, symbols), obj
 
 
@@ -85,11 +84,15 @@ def load_object(obj: bytes, symbols: list) -> dict:
     """Add compiled object code to the engine; returns ``{symbol: callable}``."""
     with _lock:
         s = _init()
-        s["engine"].add_object_file(llvm.ObjectFileRef.from_data(obj))
-        s["engine"].finalize_object()
+        # one engine per object: relocations of a second object added to one MCJIT engine
+        # are not applied reliably (constant-pool loads came back as zeros)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), s["tm"])
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        s["engines"].append(engine)
         out = {}
         for sym in symbols:
-            addr = s["engine"].get_function_address(sym)
+            addr = engine.get_function_address(sym)
             if not addr:
                 raise RuntimeError(f"qtrace: compiled object lacks symbol {sym}")
             out[sym] = KERNEL(addr)

@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 
-from .. import stats
+from ..stats import bump
 from ..config import config
 from ..graph import evaluate as graph_evaluate
 from ..graph import node as graph_node
@@ -106,7 +106,7 @@ class Jitted:
                     entry = self._trace(sig, static, dyn_args, dyn_kwargs, tree, descs)
                     self._cache[sig] = entry
         else:
-            stats.bump("cache_hits_memory")
+            bump("cache_hits_memory")
         return self._run(entry, leaves, descs)
 
     def _run(self, entry: _Entry, leaves, descs):
@@ -132,7 +132,7 @@ class Jitted:
         if config.log_recompiles and self._last is not None:
             log.warning("qt.jit(%s): retracing because %s", self.__name__, _why(self._last, sig))
         self._last = sig
-        stats.bump("traces")
+        bump("traces")
         placeholders = []
         for desc in descs:
             if desc[0] == "scalar":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import functools
 
 import numpy as np
@@ -26,7 +27,7 @@ def _reduce(prim: str, name: str, x, axis, keepdims: bool, dtype=None):
     t = as_tensor(x, name)
     axes = normalize_axes(axis, t.ndim, name)
     out_dtype = dtypes.canonical(dtype, f"qt.{name}") if dtype is not None else _result_dtype(prim, t.dtype)
-    if prim in _IDENTITY and any(t.shape[a] == 0 for a in axes):
+    if prim in _IDENTITY and builtins.any(t.shape[a] == 0 for a in axes):
         raise ValueError(f"qt.{name}: zero-size array to reduction operation {_IDENTITY[prim]} "
                          f"which has no identity (shape {t.shape}, axis {axis})")
     node = cast(t._node, out_dtype, weak=False)
