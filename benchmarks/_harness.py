@@ -257,7 +257,10 @@ def load_warp() -> tuple[ModuleType | None, ModuleType | None, str]:
     if wp is None:
         return None, None, reason
     try:
-        wp.config.quiet = True
+        if hasattr(wp, "LOG_ERROR"):  # warp >= 1.10 replaced `quiet` by a log level
+            wp.config.log_level = wp.LOG_ERROR
+        else:
+            wp.config.quiet = True
         wp.init()
         kernels = importlib.import_module(
             f"{__package__}._warp_kernels" if __package__ else "_warp_kernels")

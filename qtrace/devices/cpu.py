@@ -8,6 +8,7 @@ on the calling thread (waking workers costs more than it saves there).
 from __future__ import annotations
 
 import ctypes
+import math
 import queue
 import threading
 
@@ -16,17 +17,21 @@ import numpy as np
 from ..config import config
 
 ALIGN = 64
+SMALL = 1 << 14
 PARALLEL_MIN_WORK = 1 << 15
 
 
 def aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
-    """An uninitialised C-contiguous array whose data starts on a 64-byte boundary."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes < ALIGN:
+    """An uninitialised C-contiguous array whose data starts on a 64-byte boundary.
+
+    Small arrays come straight from NumPy (its allocator aligns to 16 bytes): aligning
+    them would cost more time than it could save.
+    """
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < SMALL:
         return np.empty(shape, dtype)
     raw = np.empty(nbytes + ALIGN, np.uint8)
-    offset = (-raw.ctypes.data) % ALIGN
+    offset = (-pointer(raw)) % ALIGN
     return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
@@ -83,8 +88,33 @@ def pool() -> WorkerPool:
     return _pool
 
 
-def pointer(arr: np.ndarray) -> int:
+def _slow_pointer(arr: np.ndarray) -> int:
     return arr.__array_interface__["data"][0]
+
+
+def _probe_data_offset() -> int | None:
+    """Offset of ``data`` in NumPy's array struct (right after the object header), if it holds.
+
+    ``arr.__array_interface__`` builds a dict on every call; reading the pointer field of
+    the C struct directly is ~10x cheaper, which matters on the per-call path of a
+    jitted step. The layout is checked here against NumPy's own answer, on several
+    arrays, before it is used.
+    """
+    offset = 2 * ctypes.sizeof(ctypes.c_void_p)
+    for arr in (np.arange(3.0), np.zeros((2, 2), np.int8)[1:], np.empty(0)):
+        if ctypes.c_void_p.from_address(id(arr) + offset).value != (_slow_pointer(arr) or None):
+            return None
+    return offset
+
+
+_DATA_OFFSET = _probe_data_offset()
+
+
+def pointer(arr: np.ndarray) -> int:
+    """The address of ``arr``'s first element."""
+    if _DATA_OFFSET is None:  # pragma: no cover - a NumPy with another struct layout
+        return _slow_pointer(arr)
+    return ctypes.c_void_p.from_address(id(arr) + _DATA_OFFSET).value or 0
 
 
 ARGS = ctypes.c_void_p

@@ -8,7 +8,8 @@ compiled function, so identical tasks in different graphs share machine code.
 
 from __future__ import annotations
 
-import ctypes
+import math
+import struct
 import threading
 
 import numpy as np
@@ -25,7 +26,12 @@ _kernels: dict = {}
 
 
 class Plan:
-    """An executable plan: kernels bound to slots, ready to run on input buffers."""
+    """An executable plan: kernels bound to slots, ready to run on input buffers.
+
+    ``run`` is the per-call path of every jitted function and eager evaluation, so it
+    does only this: allocate missing slots, pack each kernel's buffer addresses into an
+    immutable bytes block (never shared between threads or calls), launch.
+    """
 
     def __init__(self, spec: PlanSpec, kernels: dict, check_bounds: bool):
         self.spec = spec
@@ -34,53 +40,61 @@ class Plan:
         self.slot_meta = [(n.shape, n.dtype) for n in spec.slot_nodes]
         self.outputs = spec.outputs
         self.check_bounds = check_bounds
-        self.has_checks = check_bounds and any(t.checks for t in spec.tasks)
+        self.checks = []  # per checking step: its task's check table (status rows follow it)
         self.steps = []
         for step in spec.steps:
             if step.kind == "library":
-                self.steps.append(("library", step.node.prim, step.slots, step.frees, None))
+                self.steps.append((None, step.node.prim, step.slots, step.frees, False))
                 continue
             t = step.task
-            size = int(np.prod(t.domain + t.inner, dtype=np.int64))
+            size = math.prod(t.domain + t.inner)
             if size == 0:
                 continue
-            work = size
-            entry = (kernels[t.symbol], t.domain[0], work, len(step.slots))
-            self.steps.append(("kernel", entry, step.slots, step.frees, t))
+            parallel = size >= cpu.PARALLEL_MIN_WORK and t.domain[0] > 1
+            packer = struct.Struct(f"{len(step.slots)}Q").pack
+            row = -1
+            if check_bounds and t.checks:
+                row = len(self.checks)
+                self.checks.append(t.checks)
+            self.steps.append((kernels[t.symbol], (t.domain[0], packer, row), step.slots, step.frees,
+                               parallel))
+        self.n_launches = sum(1 for s in self.steps if s[0] is not None)
 
     def run(self, leaf_buffers) -> list:
         """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers."""
-        bufs = list(leaf_buffers) + [None] * (len(self.slot_meta) - self.n_leaves)
+        bufs = list(leaf_buffers)
+        bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
         spare: dict = {}
-        status = np.zeros(2, np.int64) if self.has_checks else None
+        status = np.zeros(2 * len(self.checks), np.int64) if self.checks else None
         status_ptr = cpu.pointer(status) if status is not None else None
-        par = cpu.pool() if config.num_threads > 1 else None
-        launches = 0
-        for kind, entry, slots, frees, task in self.steps:
+        threads = config.num_threads
+        pointer = cpu.pointer
+        for fn, info, slots, frees, parallel in self.steps:
             for s in slots:
                 if bufs[s] is None:
                     shape, dtype = self.slot_meta[s]
                     reuse = spare.get((shape, dtype))
                     bufs[s] = reuse.pop() if reuse else cpu.aligned_empty(shape, dtype)
-            if kind == "library":
+            if fn is None:
                 a, b, out = (bufs[s] for s in slots)
                 np.matmul(a, b, out=out)
             else:
-                fn, extent, work, nargs = entry
-                args = (ctypes.c_void_p * nargs)(*[cpu.pointer(bufs[s]) for s in slots])
-                if par is not None and work >= cpu.PARALLEL_MIN_WORK and extent > 1:
-                    par.run(fn, extent, args, status_ptr)
+                extent, pack, row = info
+                args = pack(*[pointer(bufs[s]) for s in slots])
+                st = status_ptr + 16 * row if row >= 0 else None
+                if parallel and threads > 1:
+                    cpu.pool().run(fn, extent, args, st)
                 else:
-                    fn(0, extent, args, status_ptr)
-                launches += 1
+                    fn(0, extent, args, st)
             for s in frees:
                 buf = bufs[s]
                 bufs[s] = None
                 spare.setdefault((buf.shape, buf.dtype), []).append(buf)
-        if launches:
-            bump("kernel_launches", launches)
-        if status is not None and status[0]:
-            self._raise_index_error(int(status[0]) - 1, int(status[1]))
+        if self.n_launches:
+            bump("kernel_launches", self.n_launches)
+        if status is not None and status[::2].any():
+            row = int(np.flatnonzero(status[::2])[0])
+            self._raise_index_error(row, int(status[2 * row]) - 1, int(status[2 * row + 1]))
         out = []
         for kind, v in self.outputs:
             if kind == "slot":
@@ -91,14 +105,8 @@ class Plan:
                 out.append(arr)
         return out
 
-    def _raise_index_error(self, check: int, value: int) -> None:
-        for task in self.spec.tasks:
-            if check < len(task.checks):
-                op, axis, size = task.checks[check]
-                break
-        else:  # pragma: no cover
-            op, axis, size = "indexing", "?", "?"
-        # the same check number can exist in several tasks; name them all when ambiguous
+    def _raise_index_error(self, row: int, check: int, value: int) -> None:
+        op, axis, size = self.checks[row][check]
         raise IndexError(f"qtrace {op}: index {value} is out of bounds for axis {axis} with size "
                          f"{size}")
 

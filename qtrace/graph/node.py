@@ -17,6 +17,7 @@ returns the live one, which is common-subexpression elimination for free.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import weakref
@@ -114,16 +115,22 @@ def make_input(shape: tuple, dtype: np.dtype, device: Device, strides: tuple | N
     ``strides`` are in elements (C-contiguous when omitted) and part of the key, so
     kernels specialise on the memory layout of what they read.
     """
-    if strides is None:
-        strides = c_strides(shape)
+    shape = tuple(shape)
+    strides = c_strides(shape) if strides is None else tuple(strides)
     node = Node.__new__(Node)
-    node.prim, node.params, node.shape, node.dtype = "input", (tuple(strides),), tuple(shape), dtype
+    node.prim, node.params, node.shape, node.dtype = "input", (strides,), shape, dtype
     node.weak, node.device, node.inputs = weak, device, ()
-    node.key = content_hash(("input", node.params, node.shape, dtype.str, weak, str(device)))
+    node.key = _input_key(strides, shape, dtype, weak, device)
     node.leaves, node.count, node.buffer = (node,), 0, buffer
     return node
 
 
+@functools.lru_cache(maxsize=4096)
+def _input_key(strides: tuple, shape: tuple, dtype: np.dtype, weak: bool, device: Device) -> str:
+    return content_hash(("input", (strides,), shape, dtype.str, weak, str(device)))
+
+
+@functools.lru_cache(maxsize=4096)
 def c_strides(shape: tuple) -> tuple:
     """C-order strides of ``shape``, in elements."""
     strides, acc = [], 1

@@ -13,7 +13,7 @@ from ..stats import bump
 from ..config import config
 from ..graph import evaluate as graph_evaluate
 from ..graph import node as graph_node
-from ..graph.device import Device
+from ..graph.device import CPU, Device
 from . import dtypes, pytree
 from .context import is_abstract, trace_scope, tracing
 from .convert import input_node
@@ -26,13 +26,13 @@ def _describe(leaf):
     """The signature entry of one argument leaf (what forces a retrace when it changes)."""
     if isinstance(leaf, Tensor):
         n = leaf._node
-        return ("tensor", n.shape, n.dtype.str, n.weak, str(n.device))
+        return ("tensor", n.shape, n.dtype, n.weak, n.device)
     if isinstance(leaf, (bool, int, float)):
-        return ("scalar", dtypes.weak_dtype(leaf).str)
+        return ("scalar", dtypes.weak_dtype(leaf))
     if isinstance(leaf, (np.ndarray, np.generic)):
         dt = np.dtype(leaf.dtype)
         dtypes.check("qt.jit argument", dt)
-        return ("tensor", tuple(leaf.shape), dt.str, False, "cpu")
+        return ("tensor", tuple(leaf.shape), dt, False, CPU)
     raise TypeError(f"qt.jit: unsupported argument type {type(leaf).__name__}; arguments must be "
                     "pytrees of tensors, NumPy arrays and Python scalars (mark other values static)")
 
@@ -68,6 +68,7 @@ class Jitted:
         except (TypeError, ValueError):  # pragma: no cover - builtins
             self._sig = None
         self._cache: dict = {}
+        self._flat: dict = {}
         self._last = None
         self._lock = threading.Lock()
 
@@ -90,7 +91,28 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         if tracing():  # inside another traced function: trace through
             return self.fn(*args, **kwargs)
-        static, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        if not kwargs and not self.static_argnums:
+            # fast path: flat positional arguments, the common shape of a step function
+            try:
+                descs = tuple([_describe(a) for a in args])
+            except TypeError:
+                pass
+            else:
+                entry = self._flat.get(descs)
+                if entry is not None:
+                    bump("cache_hits_memory")
+                    return self._run(entry, args, descs)
+                result = self._call(args, kwargs)
+                tree = pytree.flatten((args, {}))[1]
+                self._flat[descs] = self._cache[(tree, descs, ())]
+                return result
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
+        if kwargs or self.static_argnums:
+            static, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        else:
+            static, dyn_args, dyn_kwargs = (), args, {}
         leaves, tree = pytree.flatten((dyn_args, dyn_kwargs))
         descs = tuple(_describe(leaf) for leaf in leaves)
         try:
@@ -136,11 +158,10 @@ class Jitted:
         placeholders = []
         for desc in descs:
             if desc[0] == "scalar":
-                dt = np.dtype(desc[1])
-                ph = graph_node.make_input((), dt, Device(config.device), buffer=None, weak=True)
+                ph = graph_node.make_input((), desc[1], Device(config.device), buffer=None, weak=True)
             else:
                 _, shape, dt, weak, dev = desc
-                ph = graph_node.make_input(shape, np.dtype(dt), Device(dev), buffer=None, weak=weak)
+                ph = graph_node.make_input(shape, dt, dev, buffer=None, weak=weak)
             placeholders.append(Tensor(ph))
         targs, tkwargs = pytree.unflatten(tree, placeholders)
         full_args = list(targs)
@@ -188,6 +209,7 @@ class Jitted:
         """Forget every traced signature (the next call traces again)."""
         with self._lock:
             self._cache.clear()
+            self._flat.clear()
             self._last = None
 
 
