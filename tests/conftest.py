@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import zlib
+
 import numpy as np
 import pytest
 
@@ -17,11 +20,17 @@ def fusion(request):
     qt.config.fusion = old
 
 
+SEED = int(os.environ.get("QTRACE_TEST_SEED") or np.random.SeedSequence().entropy % (2**32))
+
+
+def pytest_report_header(config):
+    return f"qtrace test seed: QTRACE_TEST_SEED={SEED}"
+
+
 @pytest.fixture
 def rng(request):
-    """A NumPy generator seeded from the test's name, so failures reproduce but inputs vary by test."""
-    seed = abs(hash(request.node.nodeid)) % (2**32)
-    return np.random.default_rng(seed)
+    """Fresh random inputs each session (seed in the header; QTRACE_TEST_SEED reproduces a run)."""
+    return np.random.default_rng([SEED, zlib.crc32(request.node.nodeid.encode())])
 
 
 @pytest.fixture(autouse=True)
