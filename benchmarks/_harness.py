@@ -26,6 +26,7 @@ row whose error exceeds its tolerance is marked FAIL, and a standalone run then 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import os
@@ -179,6 +180,26 @@ def _short(exc: BaseException) -> str:
     return first if len(first) <= 160 else first[:157] + "..."
 
 
+@contextlib.contextmanager
+def _silenced():
+    """Send file descriptors 1 and 2 to /dev/null (peers print banners from C++ code)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
+
+
 def load_qtrace() -> tuple[ModuleType | None, str]:
     """Import qtrace; return ``(module, "")`` or ``(None, reason it can't be benchmarked)``.
 
@@ -219,7 +240,8 @@ def load_peer(name: str) -> tuple[ModuleType | None, str]:
         return _loaded[name]
     module_name = PEERS.get(name, name)
     try:
-        result = (importlib.import_module(module_name), "")
+        with _silenced(), contextlib.redirect_stdout(sys.stderr):
+            result = (importlib.import_module(module_name), "")
     except ImportError as exc:
         if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
             result = (None, f'{name} not installed (pip install -e ".[bench]")')
@@ -248,25 +270,47 @@ def load_drjit_llvm() -> tuple[ModuleType | None, type | None, str]:
     return dr, Float32, ""
 
 
-def load_warp() -> tuple[ModuleType | None, ModuleType | None, str]:
-    """Warp, initialised quietly for the CPU, and the benchmarks' Warp kernels.
+def _init_warp(wp: ModuleType) -> None:
+    if hasattr(wp, "LOG_ERROR"):  # warp >= 1.10 replaced `quiet` by a log level
+        wp.config.log_level = wp.LOG_ERROR
+    else:
+        wp.config.quiet = True
+    wp.init()
 
-    Returns ``(warp, kernels module, "")`` or ``(None, None, note)``.
+
+def _init_quadrants(qd: ModuleType) -> None:
+    qd.init(arch=qd.cpu, log_level="error")
+
+
+# Peers whose benchmarks are hand-written kernels: how to initialise them for the CPU,
+# and the module (next to this file) holding their kernels.
+_KERNEL_PEERS = {"warp": (_init_warp, "_warp_kernels"),
+                 "quadrants": (_init_quadrants, "_quadrants_kernels")}
+
+
+def load_kernel_peer(name: str) -> tuple[ModuleType | None, ModuleType | None, str]:
+    """A kernel-language peer (``warp``, ``quadrants``), initialised once for the CPU,
+    and the module with the benchmarks' kernels for it.
+
+    Returns ``(peer module, kernels module, "")`` or ``(None, None, note)``.
     """
-    wp, reason = load_peer("warp")
-    if wp is None:
-        return None, None, reason
-    try:
-        if hasattr(wp, "LOG_ERROR"):  # warp >= 1.10 replaced `quiet` by a log level
-            wp.config.log_level = wp.LOG_ERROR
+    key = name + " kernels"
+    if key not in _loaded:
+        module, reason = load_peer(name)
+        if module is None:
+            _loaded[key] = (None, reason)
         else:
-            wp.config.quiet = True
-        wp.init()
-        kernels = importlib.import_module(
-            f"{__package__}._warp_kernels" if __package__ else "_warp_kernels")
-    except Exception as exc:
-        return None, None, "warp failed to initialise: " + _short(exc)
-    return wp, kernels, ""
+            init, kernels_name = _KERNEL_PEERS[name]
+            try:
+                with _silenced(), contextlib.redirect_stdout(sys.stderr):
+                    init(module)
+                    kernels = importlib.import_module(
+                        f"{__package__}.{kernels_name}" if __package__ else kernels_name)
+                _loaded[key] = (kernels, "")
+            except Exception as exc:
+                _loaded[key] = (None, f"{name} failed to initialise: " + _short(exc))
+    kernels, reason = _loaded[key]
+    return (_loaded[name][0], kernels, "") if kernels is not None else (None, None, reason)
 
 
 def versions() -> str:

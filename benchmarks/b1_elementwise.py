@@ -7,6 +7,7 @@ of N elements (default 1e7; ``--quick``: 1e6 and fewer repeats), inputs uniform 
 * NumPy: one temporary per operation;
 * JAX jit: ``jax.jit(f)``, ``block_until_ready`` inside the timed region;
 * Dr.Jit (optional, LLVM backend): traced lazily, ``dr.eval`` + ``dr.sync_thread``;
+* Quadrants (optional, CPU): a hand-written kernel on ``qd.ndarray`` arrays, then ``qd.sync``;
 * Warp (optional, CPU): a hand-written kernel, ``wp.launch`` + ``wp.synchronize_device``;
 * qtrace eager: the operations recorded on ``qt.Tensor``s, then ``qt.eval`` + ``qt.sync``;
 * qtrace jit: ``qt.jit(f)``, then ``qt.eval`` + ``qt.sync``.
@@ -105,7 +106,7 @@ def prepare_drjit(p: _Problem):
 
 
 def prepare_warp(p: _Problem):
-    wp, kernels, reason = h.load_warp()
+    wp, kernels, reason = h.load_kernel_peer("warp")
     if wp is None:
         return reason
     x, y = wp.array(p.x, device="cpu"), wp.array(p.y, device="cpu")
@@ -117,6 +118,22 @@ def prepare_warp(p: _Problem):
         return out
 
     return p.case("Warp", evaluate, lambda a: a.numpy())
+
+
+def prepare_quadrants(p: _Problem):
+    qd, kernels, reason = h.load_kernel_peer("quadrants")
+    if qd is None:
+        return reason
+    x, y, out = (qd.ndarray(qd.f32, shape=p.n) for _ in range(3))
+    x.from_numpy(p.x)
+    y.from_numpy(p.y)
+
+    def evaluate():
+        kernels.b1_chain(x, y, out)
+        qd.sync()
+        return out
+
+    return p.case("Quadrants", evaluate, lambda a: a.to_numpy())
 
 
 def _prepare_qtrace(p: _Problem, system: str, use_jit: bool):
@@ -152,6 +169,7 @@ SYSTEMS = {
     "NumPy": prepare_numpy,
     "JAX jit": prepare_jax,
     "Dr.Jit": prepare_drjit,
+    "Quadrants": prepare_quadrants,
     "Warp": prepare_warp,
     "qtrace eager": prepare_qtrace_eager,
     "qtrace jit": prepare_qtrace_jit,

@@ -11,6 +11,8 @@ cannot hide work:
 * JAX jit: ``jax.jit(step)``, ``block_until_ready`` on the final state;
 * Dr.Jit eager / frozen (optional, LLVM backend): the step traced lazily, or through
   ``dr.freeze``, with ``dr.eval(x, v)`` after each call and ``dr.sync_thread`` at the end;
+* Quadrants kernel (optional, CPU): a kernel updating ``x`` and ``v`` in place on
+  ``qd.ndarray`` arrays, ``qd.sync`` at the end;
 * Warp launch (optional, CPU): a kernel updating ``x`` and ``v`` in place, one
   ``wp.launch`` per call, ``wp.synchronize_device`` at the end;
 * qtrace jit: ``qt.jit(step)``, ``qt.eval`` + ``qt.sync`` on the final state.
@@ -137,8 +139,26 @@ def prepare_drjit_frozen(p: _Problem):
     return _prepare_drjit(p, "Dr.Jit frozen", frozen=True)
 
 
+def prepare_quadrants(p: _Problem):
+    qd, kernels, reason = h.load_kernel_peer("quadrants")
+    if qd is None:
+        return reason
+
+    def to_array(a):
+        out = qd.ndarray(qd.f32, shape=a.shape)
+        out.from_numpy(a)
+        return out
+
+    def call(x, v):
+        kernels.b2_step(x, v, DT)
+        return x, v
+
+    return p.case("Quadrants kernel", call, to_array, lambda x, v: qd.sync(),
+                  lambda a: a.to_numpy())
+
+
 def prepare_warp(p: _Problem):
-    wp, kernels, reason = h.load_warp()
+    wp, kernels, reason = h.load_kernel_peer("warp")
     if wp is None:
         return reason
 
@@ -168,6 +188,7 @@ SYSTEMS = {
     "JAX jit": prepare_jax,
     "Dr.Jit eager": prepare_drjit_eager,
     "Dr.Jit frozen": prepare_drjit_frozen,
+    "Quadrants kernel": prepare_quadrants,
     "Warp launch": prepare_warp,
     "qtrace jit": prepare_qtrace,
 }

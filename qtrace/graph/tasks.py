@@ -100,9 +100,11 @@ class TaskBuilder:
         self._args: dict = {}
 
     def emit(self, instr: tuple) -> int:
-        i = self._ids.get(instr)
+        # constants compare by repr: 0.0 == -0.0 and 1 == 1.0 == True must stay distinct
+        key = (instr, repr(instr[2])) if instr[0] == "const" else instr
+        i = self._ids.get(key)
         if i is None:
-            i = self._ids[instr] = len(self.t.instrs)
+            i = self._ids[key] = len(self.t.instrs)
             self.t.instrs.append(instr)
         return i
 
