@@ -317,12 +317,13 @@ def versions() -> str:
     """One line naming the machine and the versions of every system that imported."""
     parts = [f"{platform.machine()} {os.cpu_count()} cpus", f"python {platform.python_version()}",
              f"numpy {np.__version__}"]
-    for name in PEERS:
-        if name in _loaded and _loaded[name][0] is not None:
-            parts.append(f"{name} {getattr(_loaded[name][0], '__version__', '?')}")
-    qt, _ = _loaded.get("qtrace", (None, ""))
-    if qt is not None:
-        parts.append(f"qtrace {getattr(qt, '__version__', '?')}")
+    for name in (*PEERS, "qtrace"):
+        module = _loaded.get(name, (None, ""))[0]
+        if module is not None:
+            version = getattr(module, "__version__", "?")
+            if isinstance(version, tuple):  # quadrants: (1, 3, 3)
+                version = ".".join(map(str, version))
+            parts.append(f"{name} {version}")
     return ", ".join(parts)
 
 
