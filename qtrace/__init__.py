@@ -12,6 +12,7 @@ Example:
 """
 
 from . import devices as _devices  # noqa: F401 - installs the runtime
+from .ad import grad, value_and_grad, vjp
 from .config import config
 from .errors import TracerError
 from .graph.device import Device
@@ -39,7 +40,7 @@ __version__ = "0.1.0"
 globals().update(_ELEMENTWISE)
 
 __all__ = sorted(
-    ["Tensor", "TracerError", "Device", "config", "stats", "reset_stats", "jit", "eval", "sync",
+    ["Tensor", "TracerError", "grad", "value_and_grad", "vjp", "Device", "config", "stats", "reset_stats", "jit", "eval", "sync",
      "devices", "astype", "arange", "array", "asarray", "copy", "empty", "empty_like",
      "from_dlpack", "full", "full_like", "linspace", "ones", "ones_like", "zeros", "zeros_like",
      "bool_", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",

@@ -94,7 +94,9 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
         specs.append((inp.key, tuple(positions)))
         if not inp.is_leaf:
             count += inp.count
-    key = content_hash((prim, params, shape, dtype.str, weak, str(device), tuple(specs)))
+    key = hashlib.blake2b(
+        f"{prim}|{params!r}|{shape}|{dtype.str}|{weak:d}|{device}|{specs}".encode(),
+        digest_size=16).hexdigest()
     ident = (key, tuple(map(id, leaves)))
     with _intern_lock:
         node = _intern.get(ident)

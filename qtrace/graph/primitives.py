@@ -53,6 +53,9 @@ def lookup(name: str) -> Primitive:
 
 def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
     """NumPy broadcasting; ``ValueError`` naming the op and every shape on mismatch."""
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return first
     ndim = max((len(s) for s in shapes), default=0)
     out = []
     for axis in range(ndim):
@@ -102,6 +105,7 @@ TRANSCENDENTAL = frozenset({
 
 define("select", "elementwise")   # select(cond, x, y) == where
 define("convert", "elementwise")  # params: () ; output dtype is the node's dtype
+define("wrt", "elementwise")      # identity marking a value differentiated against; params: (level, index)
 
 # --- leaves ---------------------------------------------------------------------------
 define("input", "leaf")

@@ -180,7 +180,7 @@ def _negative(b, prim, args, dts, out):
     return b.fneg(x) if out.kind == "f" else b.neg(x)
 
 
-@rule("positive")
+@rule("positive", "wrt")
 def _positive(b, prim, args, dts, out):
     return args[0]
 

@@ -20,6 +20,23 @@ def tracing() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
+def ad_level() -> int:
+    """How many ``qt.grad``/``qt.vjp`` calls are differentiating on this thread right now."""
+    return getattr(_state, "ad", 0)
+
+
+class ad_scope:
+    """Marks the current thread as differentiating (``qt.jit`` then traces through)."""
+
+    def __enter__(self):
+        _state.ad = getattr(_state, "ad", 0) + 1
+        return _state.ad
+
+    def __exit__(self, *exc):
+        _state.ad -= 1
+        return False
+
+
 class trace_scope:
     """Marks the current thread as tracing for the duration of a ``with`` block."""
 

@@ -57,6 +57,17 @@ def resolve_spec(dtype: np.dtype, weak: bool):
 
 def resolve_ufunc(op: str, ufunc: np.ufunc, operands: list[tuple[np.dtype, bool]]):
     """Loop dtypes ``(inputs..., output)`` NumPy would use, or ``TypeError`` naming ``op``."""
+    key = (op, tuple(operands))
+    loop = _resolved.get(key)
+    if loop is None:
+        loop = _resolved[key] = _resolve(op, ufunc, operands)
+    return loop
+
+
+_resolved: dict = {}
+
+
+def _resolve(op: str, ufunc: np.ufunc, operands):
     specs = tuple(resolve_spec(dt, weak) for dt, weak in operands) + (None,) * ufunc.nout
     try:
         loop = ufunc.resolve_dtypes(specs)

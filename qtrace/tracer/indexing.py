@@ -268,3 +268,17 @@ class AtProperty:
 def setitem(x: Tensor, key, value) -> None:
     """``x[key] = value``: rebinds ``x`` to an updated copy (other references keep the old value)."""
     x._node = scatter(x, key, value, "set")._node
+
+
+def gather_at(x: Tensor, coords: list) -> Tensor:
+    """``x`` read at integer coordinate tensors (one per axis, all of the result's shape)."""
+    nodes = (x._node,) + tuple(c._node for c in coords)
+    return wrap(record("gather", nodes, (), coords[0].shape if coords else (), x.dtype))
+
+
+def scatter_at(x: Tensor, values: Tensor, coords: list, mode: str) -> Tensor:
+    """A copy of ``x`` updated at coordinate tensors (the primitive behind ``.at``)."""
+    shape = coords[0].shape
+    v = broadcast_to(wrap(cast(as_tensor(values, "scatter")._node, x.dtype, weak=False)), shape)
+    nodes = (x._node, v._node) + tuple(c._node for c in coords)
+    return wrap(record("scatter", nodes, (mode,), x.shape, x.dtype))

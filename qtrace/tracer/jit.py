@@ -15,7 +15,7 @@ from ..graph import evaluate as graph_evaluate
 from ..graph import node as graph_node
 from ..graph.device import CPU, Device
 from . import dtypes, pytree
-from .context import is_abstract, trace_scope, tracing
+from .context import ad_level, is_abstract, trace_scope, tracing
 from .convert import input_node
 from .tensor import Tensor
 
@@ -89,7 +89,7 @@ class Jitted:
         return tuple(static), tuple(dyn_args), dyn_kwargs
 
     def __call__(self, *args, **kwargs):
-        if tracing():  # inside another traced function: trace through
+        if tracing() or ad_level():  # inside a trace or a derivative: trace through
             return self.fn(*args, **kwargs)
         if not kwargs and not self.static_argnums:
             # fast path: flat positional arguments, the common shape of a step function

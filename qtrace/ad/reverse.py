@@ -1,0 +1,47 @@
+"""The reverse pass over a graph: cotangents flow from outputs to marked inputs."""
+
+from __future__ import annotations
+
+from ..graph.node import Node, toposort
+from ..tracer import elementwise as ew
+from ..tracer.convert import astype, wrap
+from .rules import rule_for
+
+
+def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
+    """Cotangents of ``wrt`` given output cotangents (tensors); ``None`` where none flows.
+
+    Only nodes on a path from a ``wrt`` node to an output are visited. Each rule records
+    ordinary operations, so the result is a lazy graph like any other.
+    """
+    wrt_ids = {id(w) for w in wrt}
+    topo = toposort(outputs)
+    needs: set[int] = set()
+    for n in topo:
+        if id(n) in wrt_ids or any(id(i) in needs for i in n.inputs):
+            needs.add(id(n))
+    cts: dict[int, object] = {}
+
+    def accumulate(node: Node, ct) -> None:
+        if ct.dtype != node.dtype:
+            ct = astype(ct, node.dtype)
+        prev = cts.get(id(node))
+        cts[id(node)] = ct if prev is None else ew.add(prev, ct)
+
+    for out, ct in zip(outputs, cotangents):
+        if ct is not None and id(out) in needs:
+            accumulate(out, ct)
+    for n in reversed(topo):
+        if id(n) in wrt_ids or id(n) not in needs:
+            continue
+        ct = cts.pop(id(n), None)
+        if ct is None:
+            continue
+        rule = rule_for(n.prim)
+        if rule is None:
+            continue
+        xs = [wrap(i) for i in n.inputs]
+        for inp, g in zip(n.inputs, rule(n, ct, xs, wrap(n))):
+            if g is not None and id(inp) in needs and inp.dtype.kind == "f":
+                accumulate(inp, g)
+    return [cts.get(id(w)) for w in wrt]

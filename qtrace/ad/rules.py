@@ -1,0 +1,411 @@
+"""VJP rules: one block per primitive, written with public qtrace operations.
+
+A rule takes ``(node, ct, xs, out)`` — the graph node, the cotangent of its output,
+its inputs and its output as tensors — and returns one cotangent (or ``None``: no
+gradient flows) per input. Because the rules use ordinary operations, the backward
+graph is an ordinary graph: partitioned, fused, compiled and cached like any other.
+Ties follow JAX: ``maximum``/``minimum`` split the gradient equally between equal
+operands, ``max``/``min`` reductions share it among all maximal elements.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..tracer import elementwise as ew
+from ..tracer import indexing, linalg, reductions, shape_ops
+from ..tracer.convert import astype
+from ..tracer.creation import zeros_like
+from ..tracer.tensor import Tensor
+
+VJP: dict = {}
+NONDIFFERENTIABLE = frozenset({
+    "floor", "ceil", "trunc", "rint", "sign", "floor_divide", "isnan", "isinf", "isfinite",
+    "logical_and", "logical_or", "logical_not", "logical_xor", "equal", "not_equal", "less",
+    "less_equal", "greater", "greater_equal", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "invert", "left_shift", "right_shift", "argmax", "argmin", "reduce_any", "reduce_all",
+})
+
+
+def vjp_rule(*names):
+    def deco(fn):
+        for n in names:
+            VJP[n] = fn
+        return fn
+    return deco
+
+
+def rule_for(prim: str):
+    if prim in NONDIFFERENTIABLE:
+        return None
+    try:
+        return VJP[prim]
+    except KeyError:
+        raise NotImplementedError(f"qtrace: primitive {prim!r} has no VJP rule (reverse mode)") from None
+
+
+def unbroadcast(ct: Tensor, shape: tuple) -> Tensor:
+    """Sum ``ct`` over the axes that broadcasting added or stretched to reach its shape."""
+    if ct.shape == shape:
+        return ct
+    lead = ct.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if d == 1 and ct.shape[lead + i] != 1)
+    summed = reductions.sum(ct, axis=axes) if axes else ct
+    return shape_ops.reshape(summed, shape)
+
+
+def _ew(fn):
+    """An elementwise rule whose per-input results are unbroadcast to the input shapes."""
+    def rule(node, ct, xs, out):
+        return [None if g is None else unbroadcast(g, x.shape) for g, x in zip(fn(ct, xs, out), xs)]
+    return rule
+
+
+mul, add, sub, div, neg = ew.multiply, ew.add, ew.subtract, ew.divide, ew.negative
+
+
+@vjp_rule("add")
+@_ew
+def _add(ct, xs, out):
+    return [ct, ct]
+
+
+@vjp_rule("subtract")
+@_ew
+def _subtract(ct, xs, out):
+    return [ct, neg(ct)]
+
+
+@vjp_rule("multiply")
+@_ew
+def _multiply(ct, xs, out):
+    x, y = xs
+    return [mul(ct, y), mul(ct, x)]
+
+
+@vjp_rule("divide")
+@_ew
+def _divide(ct, xs, out):
+    x, y = xs
+    return [div(ct, y), neg(div(mul(ct, out), y))]
+
+
+@vjp_rule("power")
+@_ew
+def _power(ct, xs, out):
+    x, y = xs
+    # d/dx = y * x**(y-1) (0 where y == 0); d/dy = log(x) * x**y with log(0) replaced by 0
+    dx = ew.where(ew.equal(y, 0), 0.0, mul(y, ew.power(x, sub(y, 1))))
+    dy = mul(ew.log(ew.where(ew.equal(x, 0), 1.0, x)), out)
+    return [mul(ct, dx), mul(ct, dy)]
+
+
+@vjp_rule("negative")
+@_ew
+def _negative(ct, xs, out):
+    return [neg(ct)]
+
+
+@vjp_rule("positive", "wrt")
+@_ew
+def _positive(ct, xs, out):
+    return [ct]
+
+
+@vjp_rule("abs")
+@_ew
+def _abs(ct, xs, out):
+    return [mul(ct, ew.sign(xs[0]))]
+
+
+@vjp_rule("sqrt")
+@_ew
+def _sqrt(ct, xs, out):
+    return [div(mul(ct, 0.5), out)]
+
+
+@vjp_rule("square")
+@_ew
+def _square(ct, xs, out):
+    return [mul(ct, mul(xs[0], 2.0))]
+
+
+@vjp_rule("reciprocal")
+@_ew
+def _reciprocal(ct, xs, out):
+    return [neg(mul(ct, mul(out, out)))]
+
+
+@vjp_rule("exp")
+@_ew
+def _exp(ct, xs, out):
+    return [mul(ct, out)]
+
+
+@vjp_rule("exp2")
+@_ew
+def _exp2(ct, xs, out):
+    return [mul(ct, mul(out, math.log(2.0)))]
+
+
+@vjp_rule("expm1")
+@_ew
+def _expm1(ct, xs, out):
+    return [mul(ct, add(out, 1.0))]
+
+
+@vjp_rule("log")
+@_ew
+def _log(ct, xs, out):
+    return [div(ct, xs[0])]
+
+
+@vjp_rule("log2")
+@_ew
+def _log2(ct, xs, out):
+    return [div(ct, mul(xs[0], math.log(2.0)))]
+
+
+@vjp_rule("log10")
+@_ew
+def _log10(ct, xs, out):
+    return [div(ct, mul(xs[0], math.log(10.0)))]
+
+
+@vjp_rule("log1p")
+@_ew
+def _log1p(ct, xs, out):
+    return [div(ct, add(xs[0], 1.0))]
+
+
+@vjp_rule("sin")
+@_ew
+def _sin(ct, xs, out):
+    return [mul(ct, ew.cos(xs[0]))]
+
+
+@vjp_rule("cos")
+@_ew
+def _cos(ct, xs, out):
+    return [neg(mul(ct, ew.sin(xs[0])))]
+
+
+@vjp_rule("tan")
+@_ew
+def _tan(ct, xs, out):
+    return [mul(ct, add(mul(out, out), 1.0))]
+
+
+@vjp_rule("arcsin")
+@_ew
+def _arcsin(ct, xs, out):
+    x = xs[0]
+    return [div(ct, ew.sqrt(sub(1.0, mul(x, x))))]
+
+
+@vjp_rule("arccos")
+@_ew
+def _arccos(ct, xs, out):
+    x = xs[0]
+    return [neg(div(ct, ew.sqrt(sub(1.0, mul(x, x)))))]
+
+
+@vjp_rule("arctan")
+@_ew
+def _arctan(ct, xs, out):
+    x = xs[0]
+    return [div(ct, add(mul(x, x), 1.0))]
+
+
+@vjp_rule("arctan2")
+@_ew
+def _arctan2(ct, xs, out):
+    y, x = xs
+    r2 = add(mul(x, x), mul(y, y))
+    return [div(mul(ct, x), r2), neg(div(mul(ct, y), r2))]
+
+
+@vjp_rule("sinh")
+@_ew
+def _sinh(ct, xs, out):
+    return [mul(ct, ew.cosh(xs[0]))]
+
+
+@vjp_rule("cosh")
+@_ew
+def _cosh(ct, xs, out):
+    return [mul(ct, ew.sinh(xs[0]))]
+
+
+@vjp_rule("tanh")
+@_ew
+def _tanh(ct, xs, out):
+    return [mul(ct, sub(1.0, mul(out, out)))]
+
+
+@vjp_rule("arcsinh")
+@_ew
+def _arcsinh(ct, xs, out):
+    x = xs[0]
+    return [div(ct, ew.sqrt(add(mul(x, x), 1.0)))]
+
+
+@vjp_rule("arccosh")
+@_ew
+def _arccosh(ct, xs, out):
+    x = xs[0]
+    return [div(ct, mul(ew.sqrt(sub(x, 1.0)), ew.sqrt(add(x, 1.0))))]
+
+
+@vjp_rule("arctanh")
+@_ew
+def _arctanh(ct, xs, out):
+    x = xs[0]
+    return [div(ct, sub(1.0, mul(x, x)))]
+
+
+@vjp_rule("hypot")
+@_ew
+def _hypot(ct, xs, out):
+    x, y = xs
+    return [div(mul(ct, x), out), div(mul(ct, y), out)]
+
+
+@vjp_rule("minimum", "maximum")
+def _minmax(node, ct, xs, out):
+    x, y = xs
+    better = ew.less if node.prim == "minimum" else ew.greater
+    half = mul(ct, 0.5)
+    gx = ew.where(better(x, y), ct, ew.where(ew.equal(x, y), half, 0.0))
+    gy = ew.where(better(y, x), ct, ew.where(ew.equal(x, y), half, 0.0))
+    return [unbroadcast(gx, x.shape), unbroadcast(gy, y.shape)]
+
+
+@vjp_rule("remainder")
+@_ew
+def _remainder(ct, xs, out):
+    x, y = xs
+    return [ct, neg(mul(ct, ew.floor_divide(x, y)))]
+
+
+@vjp_rule("select")
+def _select(node, ct, xs, out):
+    c, x, y = xs
+    return [None, unbroadcast(ew.where(c, ct, 0.0), x.shape), unbroadcast(ew.where(c, 0.0, ct), y.shape)]
+
+
+@vjp_rule("convert")
+def _convert(node, ct, xs, out):
+    (x,) = xs
+    if x.dtype.kind != "f" or out.dtype.kind != "f":
+        return [None]
+    return [astype(ct, x.dtype)]
+
+
+# --- reductions -----------------------------------------------------------------------
+def _expand_back(ct: Tensor, node) -> Tensor:
+    """``ct`` of a reduction broadcast back over the reduced axes of the input."""
+    src = node.inputs[0]
+    axes = node.params[0]
+    kept = shape_ops.reshape(ct, tuple(1 if a in axes else d for a, d in enumerate(src.shape)))
+    return shape_ops.broadcast_to(kept, src.shape)
+
+
+@vjp_rule("reduce_sum")
+def _reduce_sum(node, ct, xs, out):
+    return [_expand_back(ct, node)]
+
+
+@vjp_rule("reduce_prod")
+def _reduce_prod(node, ct, xs, out):
+    return [div(mul(_expand_back(ct, node), _expand_back(out, node)), xs[0])]
+
+
+@vjp_rule("reduce_max", "reduce_min")
+def _reduce_extremum(node, ct, xs, out):
+    x = xs[0]
+    hit = astype(ew.equal(x, _expand_back(out, node)), x.dtype)
+    count = _expand_back(reductions.sum(hit, axis=node.params[0]), node)
+    return [div(mul(_expand_back(ct, node), hit), count)]
+
+
+@vjp_rule("cumsum")
+def _cumsum(node, ct, xs, out):
+    axis = node.params[0]
+    return [shape_ops.flip(reductions.cumsum(shape_ops.flip(ct, axis), axis), axis)]
+
+
+# --- views ------------------------------------------------------------------------------
+@vjp_rule("reshape")
+def _reshape(node, ct, xs, out):
+    return [shape_ops.reshape(ct, xs[0].shape)]
+
+
+@vjp_rule("transpose")
+def _transpose(node, ct, xs, out):
+    perm = node.params[0]
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return [shape_ops.transpose(ct, inverse)]
+
+
+@vjp_rule("broadcast")
+def _broadcast(node, ct, xs, out):
+    return [unbroadcast(ct, xs[0].shape)]
+
+
+@vjp_rule("slice")
+def _slice(node, ct, xs, out):
+    starts, steps = node.params
+    key = []
+    for start, step, n in zip(starts, steps, node.shape):
+        stop = start + step * (n - 1) + (1 if step > 0 else -1)
+        key.append(slice(start, None if stop < 0 else stop, step) if n else slice(0, 0))
+    return [zeros_like(xs[0]).at[tuple(key)].add(ct)]
+
+
+@vjp_rule("concatenate")
+def _concatenate(node, ct, xs, out):
+    axis = node.params[0]
+    grads, offset = [], 0
+    for x in xs:
+        key = [slice(None)] * ct.ndim
+        key[axis] = slice(offset, offset + x.shape[axis])
+        grads.append(ct[tuple(key)])
+        offset += x.shape[axis]
+    return grads
+
+
+# --- indexing ---------------------------------------------------------------------------
+@vjp_rule("gather")
+def _gather(node, ct, xs, out):
+    x, coords = xs[0], xs[1:]
+    return [indexing.scatter_at(zeros_like(x), ct, coords, "add")] + [None] * len(coords)
+
+
+@vjp_rule("scatter")
+def _scatter(node, ct, xs, out):
+    x, v, coords = xs[0], xs[1], xs[2:]
+    mode = node.params[0]
+    none = [None] * len(coords)
+    picked = indexing.gather_at(ct, coords)
+    if mode == "add":
+        return [ct, picked] + none
+    if mode == "set":
+        return [indexing.scatter_at(ct, 0.0, coords, "set"), picked] + none
+    if mode == "multiply":
+        factor = div(out, x)  # product of the updates that reached each element
+        return [mul(ct, factor), div(indexing.gather_at(mul(ct, out), coords), v)] + none
+    # min / max: the gradient goes to whichever operand produced the result
+    at_out = indexing.gather_at(out, coords)
+    gx = mul(ct, astype(ew.equal(x, out), ct.dtype))
+    gv = mul(picked, astype(ew.equal(v, at_out), ct.dtype))
+    return [gx, gv] + none
+
+
+@vjp_rule("matmul")
+def _matmul(node, ct, xs, out):
+    a, b = xs
+    return [linalg.matmul(ct, shape_ops.transpose(b)), linalg.matmul(shape_ops.transpose(a), ct)]
