@@ -448,17 +448,29 @@ def set_ratios(rows: Iterable[Row], reference: str = "qtrace") -> list[Row]:
     return rows
 
 
+def selected(prepare: dict[str, Callable], systems: str | None) -> dict[str, Callable]:
+    """The entries of ``prepare`` whose name starts with one of the comma-separated,
+    case-insensitive prefixes in ``systems`` (all of them when ``systems`` is empty)."""
+    if not systems:
+        return prepare
+    prefixes = [p.strip().lower() for p in systems.split(",") if p.strip()]
+    return {name: make for name, make in prepare.items()
+            if any(name.lower().startswith(p) for p in prefixes)}
+
+
 def run_systems(benchmark: str, prepare: dict[str, Callable[[], Case | str]], *,
                 repeats: int, warmup: int = 1, reference: str = "qtrace",
-                **row_defaults) -> list[Row]:
+                systems: str | None = None, **row_defaults) -> list[Row]:
     """Prepare, time (interleaved) and finish every system of one benchmark.
 
     ``prepare`` maps a system's name to a function returning its :class:`Case` (whose
     ``system`` must be that name), or a string: the reason it is skipped. A system that
     raises at any stage gets a FAIL row; the others go on. ``row_defaults`` (``unit``,
     ``per``, ``error_kind``) shape those skip and FAIL rows. Returns the rows in
-    ``prepare``'s order with ratios to ``reference`` filled in.
+    ``prepare``'s order with ratios to ``reference`` filled in. ``systems`` restricts
+    the run to some systems (see :func:`selected`).
     """
+    prepare = selected(prepare, systems)
     rows: dict[str, Row] = {}
     cases: list[Case] = []
     for name, make in prepare.items():
@@ -568,6 +580,9 @@ def arg_parser(description: str) -> argparse.ArgumentParser:
                         help="smaller problem and fewer repeats (a smoke run)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="timed samples per system (default depends on --quick)")
+    parser.add_argument("--systems", default=None,
+                        help="comma-separated name prefixes of the systems to run, "
+                             "e.g. 'numpy,qtrace' (default: all)")
     return parser
 
 

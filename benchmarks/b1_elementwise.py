@@ -177,14 +177,14 @@ SYSTEMS = {
 
 
 def run(quick: bool = False, n: int | None = None, repeats: int | None = None,
-        seed: int = 0) -> list[h.Row]:
-    """Benchmark every system; return one :class:`~_harness.Row` per system."""
+        seed: int = 0, systems: str | None = None) -> list[h.Row]:
+    """Benchmark every system (or those ``systems`` names); one :class:`~_harness.Row` each."""
     n = int(n if n is not None else (1_000_000 if quick else 10_000_000))
     p = _Problem(n, seed)
     prepare = {name: (lambda make=make: make(p)) for name, make in SYSTEMS.items()}
-    return h.run_systems(p.title, prepare, repeats=repeats or (5 if quick else 10),
-                         warmup=1 if quick else 2, reference="qtrace jit", unit="ms",
-                         per="eval")
+    return h.run_systems(p.title, prepare, systems=systems,
+                         repeats=repeats or (5 if quick else 10), warmup=1 if quick else 2,
+                         reference="qtrace jit", unit="ms", per="eval")
 
 
 def main(argv=None) -> int:

@@ -195,11 +195,12 @@ SYSTEMS = {
 
 
 def run(quick: bool = False, steps: int | None = None, repeats: int | None = None,
-        seed: int = 0) -> list[h.Row]:
-    """Benchmark every system; return one :class:`~_harness.Row` per system."""
+        seed: int = 0, systems: str | None = None) -> list[h.Row]:
+    """Benchmark every system (or those ``systems`` names); one :class:`~_harness.Row` each."""
     p = _Problem(int(steps if steps is not None else (2_000 if quick else 10_000)), seed)
     prepare = {name: (lambda make=make: make(p)) for name, make in SYSTEMS.items()}
-    return h.run_systems(p.title, prepare, repeats=repeats or (5 if quick else 9), warmup=1,
+    return h.run_systems(p.title, prepare, systems=systems,
+                         repeats=repeats or (5 if quick else 9), warmup=1,
                          reference="qtrace jit", unit="µs", per="call",
                          error_kind="max rel err")
 

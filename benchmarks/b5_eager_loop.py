@@ -169,12 +169,12 @@ SYSTEMS = {"NumPy": numpy_system, "JAX eager": jax_system, "Dr.Jit": drjit_syste
 
 
 def run(quick: bool = False, n: int | None = None, repeats: int | None = None,
-        seed: int = 0) -> list[h.Row]:
-    """Benchmark every system; return one :class:`~_harness.Row` per system."""
+        seed: int = 0, systems: str | None = None) -> list[h.Row]:
+    """Benchmark every system (or those ``systems`` names); one :class:`~_harness.Row` each."""
     p = _Problem(int(n if n is not None else (100_000 if quick else 1_000_000)), seed)
     repeats = repeats or (3 if quick else 5)
     specs: dict[str, _System | str | Exception] = {}
-    for name, make in SYSTEMS.items():
+    for name, make in h.selected(SYSTEMS, systems).items():
         try:
             specs[name] = make()
         except Exception as exc:  # reported as the system's FAIL row below

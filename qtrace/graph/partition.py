@@ -1,19 +1,22 @@
-"""Partition a graph into range tasks, fusing producers into consumers where safe.
+"""Partition a graph into range tasks, fusing wherever fusion provably keeps the result.
 
-Every non-constant node starts as its own task (``QTRACE_FUSION=0`` keeps it that
-way: the reference every fusion test compares against). With fusion on, walking from
-consumers to producers:
+Every non-constant node starts as its own task (``QTRACE_FUSION=0`` keeps it that way:
+the reference every fusion test compares against). With fusion on, walking from
+consumers to producers, each node is either
 
-* a *view* (reshape, transpose, broadcast, slice) is free — an index remapping applied
-  where it is read — unless it is an output or a library task reads it;
-* an elementwise or gather node joins its consumers' task when every consumer is in one
-  task and reads it at its own index (an elementwise consumer of the same shape, or the
-  input of a reduction or scan). Its value then stays in registers; it is stored too
-  only if it is also an output of the graph and the task is a plain map of its shape;
-* everything else (reductions, scans, scatters, concatenations, library calls, nodes
-  read through a view or a broadcast, or by several tasks) is materialized.
+* a free *view* (reshape, transpose, broadcast, slice): an index remapping applied
+  where it is read, costing nothing — unless it is an output or a library reads it;
+* a *member* of its consumers' task, computed in registers where it is read: allowed
+  when all its consumers are in one task and :func:`qtrace.graph.access.classify`
+  proves the reads injective (no recomputation) or cheap enough to recompute. A member
+  that is also an output is stored from the same kernel, at its (injective) read index;
+* the root of a new task (materialized): reductions, scans, scatters, concatenations,
+  library calls, and every node whose fusion was rejected.
 
-Each decision is recorded with its reason: ``QTRACE_FUSION_DIAG=1`` prints them.
+Afterwards, adjacent map tasks with identical launch bounds merge horizontally into
+one multi-output kernel when the buffers they share are accessed at the same index.
+Every decision is recorded with its rule and, for a boundary, the offending index
+expression: ``QTRACE_FUSION_DIAG=1`` prints them and ``qt.explain`` reports them.
 """
 
 from __future__ import annotations
@@ -21,18 +24,38 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from . import index as ix_
+from .access import DATA, classify, input_index
 from .node import Node, toposort
 from .primitives import PRIMITIVES
 
-FREE = "free"
+FREE = "free"  # a view read through, belonging to no task
 
 
 @dataclass
 class Group:
     """One task-producing unit: a root node and the producers fused into it."""
     root: Node
-    members: list = field(default_factory=list)   # nodes computed in this group (root last)
-    stored: list = field(default_factory=list)    # members written to memory
+    ext: dict                                   # loop variable -> extent
+    members: list = field(default_factory=list)  # nodes computed here (topological order)
+    stored: list = field(default_factory=list)   # members written to memory
+    reads: dict = field(default_factory=dict)    # id(node) -> list of index tuples
+
+
+@dataclass
+class Decision:
+    producer: Node
+    consumer: object          # a Node, or the root of the task it was tried against
+    fused: bool
+    rule: str
+    expression: object = None
+
+    def __str__(self) -> str:
+        target = self.consumer
+        what = f"{target.prim}{list(target.shape)}" if isinstance(target, Node) else str(target)
+        verdict = "fused" if self.fused else "boundary"
+        expr = f" at {self.expression}" if self.expression is not None else ""
+        return f"{self.producer.prim}{list(self.producer.shape)} -> {what}: {verdict} ({self.rule}{expr})"
 
 
 @dataclass
@@ -40,31 +63,47 @@ class Schedule:
     outputs: tuple
     order: list                     # groups in execution order
     group_of: dict                  # id(node) -> Group | FREE
+    view_group: dict                # id(free view) -> Group whose task reads it, or None
     stored: dict                    # id(node) -> node, every materialized non-leaf node
     consumers: dict                 # id(node) -> list of (consumer, input position)
-    decisions: list                 # (producer, consumer, fused: bool, reason)
+    decisions: list                 # Decision per candidate pair
 
 
 def kind(node: Node) -> str:
     return PRIMITIVES[node.prim].kind
 
 
-def _reads_at_own_index(producer: Node, consumer: Node, pos: int) -> str | None:
-    """None if ``consumer`` reads ``producer`` at the producer's own index, else the reason."""
-    ck = kind(consumer)
-    if ck == "elementwise":
-        if consumer.shape == producer.shape or producer.size == 1:
-            return None  # same index, or a scalar (loop-invariant: computed once per range)
-        return f"broadcast read: {producer.shape} -> {consumer.shape}"
-    if ck in ("reduce", "scan"):
-        return None
-    if ck == "gather" and pos > 0:
-        return None if consumer.shape == producer.shape else "broadcast index read"
-    if ck == "gather":
-        return "gather source is read at data-dependent indices"
-    if ck == "view":
-        return f"read through {consumer.prim} (different index)"
-    return f"{consumer.prim} reads materialized operands"
+def _vars(n: int, offset: int = 0) -> tuple:
+    return tuple(ix_.var(offset + k) for k in range(n))
+
+
+def _new_group(n: Node) -> Group:
+    k = kind(n)
+    if k == "reduce":
+        src, axes = n.inputs[0], n.params[0]
+        outer = _vars(n.ndim)
+        inner = iter(_vars(len(axes), n.ndim))
+        it = iter(outer)
+        full = tuple(next(inner) if a in axes else next(it) for a in range(src.ndim))
+        ext = dict(enumerate(n.shape))
+        ext.update({n.ndim + j: src.shape[a] for j, a in enumerate(axes)})
+        g = Group(n, ext, [n], [n])
+        g.reads[id(src)] = [full]
+        return g
+    if k == "scan":
+        src, axis = n.inputs[0], n.params[0]
+        outer_shape = tuple(d for a, d in enumerate(src.shape) if a != axis)
+        it = iter(_vars(len(outer_shape)))
+        r = ix_.var(len(outer_shape))
+        full = tuple(r if a == axis else next(it) for a in range(src.ndim))
+        ext = dict(enumerate(outer_shape))
+        ext[len(outer_shape)] = src.shape[axis]
+        g = Group(n, ext, [n], [n])
+        g.reads[id(src)] = [full]
+        return g
+    g = Group(n, dict(enumerate(n.shape)), [n], [n])
+    g.reads[id(n)] = [_vars(n.ndim)]
+    return g
 
 
 def partition(outputs: tuple, fusion: bool) -> Schedule:
@@ -75,15 +114,33 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
             consumers.setdefault(id(inp), []).append((n, pos))
     out_ids = {id(o) for o in outputs}
     group_of: dict[int, object] = {}
+    view_group: dict[int, object] = {}
     groups: list[Group] = []
     stored: dict[int, Node] = {}
-    decisions: list = []
+    decisions: list[Decision] = []
 
-    def new_group(n: Node) -> None:
-        g = Group(n, [n], [n])
+    def root(n: Node) -> None:
+        g = _new_group(n)
         group_of[id(n)] = g
         groups.append(g)
         stored[id(n)] = n
+
+    def reading_group(c: Node):
+        """The task that evaluates consumer ``c`` per element, or None."""
+        g = group_of[id(c)]
+        return view_group.get(id(c)) if g is FREE else g
+
+    def reads_in(g: Group, n: Node):
+        """Indices at which task ``g`` reads ``n`` (through members and free views)."""
+        out = list(g.reads.get(id(n), []))  # seeded by a reduction or scan root
+        for c, pos in consumers.get(id(n), []):
+            if kind(c) in ("scatter", "concat", "library", "reduce", "scan"):
+                continue
+            for ix in g.reads.get(id(c), []):
+                r = input_index(c, pos, ix, g.ext)
+                if r is DATA or r not in out:
+                    out.append(r)
+        return out
 
     for n in reversed(topo):
         k = kind(n)
@@ -91,53 +148,72 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
             continue
         users = consumers.get(id(n), [])
         if not fusion:
-            new_group(n)
+            root(n)
             continue
-        if k == "view":
-            if id(n) in out_ids or any(kind(c) == "library" for c, _ in users):
-                new_group(n)
-            else:
-                group_of[id(n)] = FREE
+        if k == "view" and id(n) not in out_ids and not any(kind(c) == "library" for c, _ in users):
+            group_of[id(n)] = FREE
+            gs = {id(reading_group(c)): reading_group(c) for c, _ in users}
+            g = next(iter(gs.values())) if len(gs) == 1 else None
+            view_group[id(n)] = g
+            if g is not None:
+                g.reads[id(n)] = reads_in(g, n)
             continue
-        target, reason = None, None
+        target, rule, expr = None, None, None
         if k not in ("elementwise", "gather"):
-            reason = f"{n.prim} is a {k} task"
+            rule = f"{n.prim} is a {k} task"
         elif not users:
-            reason = "output"
+            rule = "graph output"
         else:
-            for c, pos in users:
-                g = group_of[id(c)]
-                why = "read through a view" if g is FREE else _reads_at_own_index(n, c, pos)
-                if why is None and target is not None and g is not target:
+            for c, _ in users:
+                ck = kind(c)
+                g = reading_group(c)
+                if ck in ("scatter", "concat", "library"):
+                    why = f"{c.prim} reads materialized operands"
+                elif g is None:
+                    why = "read through a view by several tasks"
+                elif target is not None and g is not target:
                     why = "consumers in several tasks"
-                decisions.append((n, c, why is None, why or "same index"))
+                else:
+                    why = None
                 if why is not None:
-                    reason = why
+                    rule = why
+                    decisions.append(Decision(n, c, False, why))
                     break
                 target = g
-            if reason is None and id(n) in out_ids:
-                if kind(target.root) != "elementwise" and kind(target.root) != "gather" \
-                        or target.root.shape != n.shape:
-                    reason = "output of a different shape than its consumer's task"
-        if reason is None and target is not None:
-            target.members.insert(0, n)
-            group_of[id(n)] = target
-            if id(n) in out_ids:
-                target.stored.append(n)
-                stored[id(n)] = n
-        else:
-            new_group(n)
-    groups.reverse()
+            if rule is None:
+                reads = reads_in(target, n)
+                ok, rule, expr = classify(reads, target.ext, n.shape, n)
+                if ok and id(n) in out_ids:
+                    injective = rule == "injective" and len(reads) == 1 and \
+                        len([1 for comp in reads[0] if comp.terms]) == len(target.ext) and \
+                        kind(target.root) not in ("reduce", "scan")
+                    if not injective or _size(target.ext) != n.size:
+                        ok, rule = False, "output read at another index or in a reduction"
+                decisions.append(Decision(n, target.root, ok, rule, expr))
+                if ok:
+                    target.members.insert(0, n)
+                    target.reads[id(n)] = reads
+                    group_of[id(n)] = target
+                    if id(n) in out_ids:
+                        target.stored.append(n)
+                        stored[id(n)] = n
+                    continue
+        root(n)
     # execution order: by the topological position of each group's root
     position = {id(n): i for i, n in enumerate(topo)}
     groups.sort(key=lambda g: position[id(g.root)])
-    return Schedule(tuple(outputs), groups, group_of, stored, consumers, decisions)
+    return Schedule(tuple(outputs), groups, group_of, view_group, stored, consumers, decisions)
+
+
+def _size(ext: dict) -> int:
+    size = 1
+    for e in ext.values():
+        size *= e
+    return size
 
 
 def report_decisions(schedule: Schedule, out=None) -> None:
     """Print every fusion decision (``QTRACE_FUSION_DIAG=1``)."""
     out = out or sys.stderr
-    for producer, consumer, fused, reason in schedule.decisions:
-        verdict = "fused" if fused else "boundary"
-        print(f"[qtrace fusion] {producer.prim}{producer.shape} -> {consumer.prim}{consumer.shape}: "
-              f"{verdict} ({reason})", file=out)
+    for d in schedule.decisions:
+        print(f"[qtrace fusion] {d}", file=out)

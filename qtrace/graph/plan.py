@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .node import Node, graph_key
 from .partition import Schedule, partition, report_decisions
-from .tasks import Task, build_tasks, coalesce
+from .tasks import Task, build_tasks, coalesce, try_merge
 
 
 @dataclass
@@ -33,6 +33,7 @@ class PlanSpec:
     outputs: list             # per output: ("slot", s) or ("const", node)
     schedule: Schedule
     tasks_fused: int
+    horizontal: list = field(default_factory=list)   # (task, into, None | reason)
 
     @property
     def tasks(self) -> list:
@@ -54,18 +55,38 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
             slot_nodes.append(node)
         return s
 
-    steps: list[Step] = []
+    raw: list = []   # (kind, task or library node) in execution order
     fused = 0
+    producer: dict[int, int] = {}   # id(node) -> index in raw of the step writing it
+    horizontal: list = []
     for group in schedule.order:
         fused += len(group.members) - 1
         if group.root.prim == "matmul":
-            a, b = group.root.inputs
-            steps.append(Step("library", None, group.root, [slot(a), slot(b), slot(group.root)]))
+            producer[id(group.root)] = len(raw)
+            raw.append(("library", group.root))
             continue
         for task in build_tasks(schedule, group):
-            coalesce(task)
-            task.finalize()
-            steps.append(Step("kernel", task, None, [slot(n) for n in task.arg_nodes]))
+            target = _merge_target(raw, producer, task) if fusion else None
+            if target is not None:
+                why = try_merge(raw[target][1], task)
+                horizontal.append((task, raw[target][1], why))
+                if why is None:
+                    fused += 1
+                    for i in task.writes:
+                        producer[id(task.arg_nodes[i])] = target
+                    continue
+            for i in task.writes:
+                producer[id(task.arg_nodes[i])] = len(raw)
+            raw.append(("kernel", task))
+    steps: list[Step] = []
+    for kind, item in raw:
+        if kind == "library":
+            a, b = item.inputs
+            steps.append(Step("library", None, item, [slot(a), slot(b), slot(item)]))
+        else:
+            coalesce(item)
+            item.finalize()
+            steps.append(Step("kernel", item, None, [slot(n) for n in item.arg_nodes]))
     out_specs = []
     for o in outputs:
         if o.prim == "const":
@@ -81,4 +102,20 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
     for s, i in last.items():
         if s not in keep:
             steps[i].frees.append(s)
-    return PlanSpec(key, leaves, slot_nodes, steps, out_specs, schedule, fused)
+    return PlanSpec(key, leaves, slot_nodes, steps, out_specs, schedule, fused, horizontal)
+
+
+def _merge_target(raw: list, producer: dict, task: Task):
+    """The latest earlier map task with the same launch bounds that ``task`` may join.
+
+    ``task`` can only move up to that point if nothing it reads is produced later.
+    """
+    if task.kind != "map":
+        return None
+    latest_input = max((producer.get(id(n), -1) for i, n in enumerate(task.arg_nodes)
+                        if i not in task.writes), default=-1)
+    for j in range(len(raw) - 1, max(latest_input, 0) - 1, -1):
+        kind, other = raw[j]
+        if kind == "kernel" and other.kind == "map" and other.domain == task.domain:
+            return j
+    return None

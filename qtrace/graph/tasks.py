@@ -27,6 +27,7 @@ import numpy as np
 
 from . import index as ix_
 from .node import Node, c_strides, content_hash
+from .access import broadcast_index, view_index
 from .partition import FREE, Schedule, kind
 
 
@@ -58,36 +59,6 @@ class Task:
 
 def buffer_strides(node: Node) -> tuple:
     return node.params[0] if node.is_leaf else c_strides(node.shape)
-
-
-def broadcast_index(ix: tuple, in_shape: tuple) -> tuple:
-    """The index into an operand of shape ``in_shape`` broadcast to ``len(ix)`` dims."""
-    lead = len(ix) - len(in_shape)
-    return tuple(ix_.ZERO if d == 1 else ix[lead + j] for j, d in enumerate(in_shape))
-
-
-def view_index(node: Node, ix: tuple, ext: dict) -> tuple:
-    """Index into ``node.inputs[0]`` that the view ``node`` reads for output index ``ix``."""
-    src = node.inputs[0]
-    if node.prim == "broadcast":
-        return broadcast_index(ix, src.shape)
-    if node.prim == "transpose":
-        out = [None] * len(ix)
-        for k, p in enumerate(node.params[0]):
-            out[p] = ix[k]
-        return tuple(out)
-    if node.prim == "slice":
-        starts, steps = node.params
-        return tuple(ix_.add(ix_.const(s), ix_.scale(i, st)) for i, s, st in zip(ix, starts, steps))
-    if node.prim == "reshape":
-        strides = c_strides(node.shape)
-        linear = ix_.add(*(ix_.scale(i, s) for i, s, d in zip(ix, strides, node.shape) if d != 1))
-        out = []
-        for d in reversed(src.shape):
-            out.append(ix_.mod(linear, d, ext) if d != 1 else ix_.ZERO)
-            linear = ix_.floordiv(linear, d, ext) if d != 1 else linear
-        return tuple(reversed(out))
-    raise NotImplementedError(f"qtrace: no index rule for view primitive {node.prim!r}")
 
 
 class TaskBuilder:
@@ -248,10 +219,11 @@ def build_tasks(schedule: Schedule, group) -> list:
             tasks.append(t)
         return tasks
     # elementwise / gather / view: one map over the root's shape storing every stored member
+    # (a member is stored at the index its consumers read it: injective, checked by partition)
     t = Task("map", root.shape)
     b = TaskBuilder(schedule, group, t, _extents(root.shape))
-    ix = _vars(root.ndim)
     for n in group.stored:
+        ix = group.reads[id(n)][0] if n is not root else _vars(root.ndim)
         t.stores.append((b.arg(n, write=True), b.address(n, ix), b.value(n, ix)))
     return [t]
 
@@ -308,3 +280,81 @@ def coalesce(task: Task) -> Task:
     _rewrite(task, lambda k: ix_.var(renum[k]))
     task.domain, task.inner = tuple(groups[0]), tuple(groups[1])
     return task
+
+
+def _store_index(task: Task) -> dict:
+    """``{arg: (index, ssa)}`` of every buffer a map task stores."""
+    return {a: (ix, v) for a, ix, v in task.stores}
+
+
+def try_merge(a: Task, b: Task) -> str | None:
+    """Merge map task ``b`` into ``a`` (same launch bounds) if provably safe.
+
+    Safe when every buffer ``a`` writes that ``b`` touches is accessed by ``b`` only at
+    the index ``a`` writes it (then ``b`` reads the value ``a`` just computed, in the
+    same thread: the load is replaced by that value). Returns None when merged, else
+    the reason it was not.
+    """
+    if a.kind != "map" or b.kind != "map":
+        return "only elementwise (map) tasks merge"
+    if a.domain != b.domain:
+        return f"launch bounds differ: {a.domain} vs {b.domain}"
+    a_args = {id(n): i for i, n in enumerate(a.arg_nodes)}
+    written = _store_index(a)
+    remap_arg = {}
+    for i, n in enumerate(b.arg_nodes):
+        remap_arg[i] = a_args.get(id(n))
+    for instr in b.instrs:
+        if instr[0] == "load":
+            ai = remap_arg[instr[2]]
+            if ai in written and written[ai][0] != instr[3]:
+                return f"reads a buffer the other task writes, at {instr[3]} instead of {written[ai][0]}"
+    for arg, _, _ in b.stores:
+        if remap_arg[arg] in written:
+            return "both tasks write one buffer"
+    # merge: renumber b's SSA values, arguments and checks into a
+    ssa = {}
+    for j, instr in enumerate(b.instrs):
+        op = instr[0]
+        if op == "load":
+            ai = remap_arg[instr[2]]
+            if ai in written:  # forward the value a computed at this very index
+                ssa[j] = written[ai][1]
+                continue
+            if ai is None:
+                ai = remap_arg[instr[2]] = len(a.args)
+                a.args.append(b.args[instr[2]])
+                a.arg_nodes.append(b.arg_nodes[instr[2]])
+            new = ("load", instr[1], ai, _remap_ssa_in_ix(instr[3], ssa))
+        elif op == "op":
+            new = ("op", instr[1], instr[2], tuple(ssa[x] for x in instr[3]))
+        elif op == "bound":
+            new = ("bound", instr[1], ssa[instr[2]], instr[3], instr[4] + len(a.checks))
+        else:
+            new = instr
+        ssa[j] = len(a.instrs)
+        a.instrs.append(new)
+    for arg, ix, v in b.stores:
+        ai = remap_arg[arg]
+        if ai is None:
+            ai = remap_arg[arg] = len(a.args)
+            a.args.append(b.args[arg])
+            a.arg_nodes.append(b.arg_nodes[arg])
+        a.writes.add(ai)
+        a.stores.append((ai, _remap_ssa_in_ix(ix, ssa), ssa[v]))
+    a.checks.extend(b.checks)
+    a.nodes.extend(b.nodes)
+    return None
+
+
+def _remap_ssa_in_ix(ix, ssa: dict):
+    if not any(atom[0] != "v" for atom, _ in ix.terms):
+        return ix
+    total, acc = ix.const, {}
+    for atom, c in ix.terms:
+        if atom[0] == "s":
+            atom = ("s", ssa[atom[1]])
+        elif atom[0] in ("div", "mod"):
+            atom = (atom[0], _remap_ssa_in_ix(atom[1], ssa), atom[2])
+        acc[atom] = acc.get(atom, 0) + c
+    return ix_._make(total, acc)

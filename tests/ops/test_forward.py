@@ -1,0 +1,472 @@
+"""Forward values, dtypes and shapes of every operation of SPEC §2 against NumPy.
+
+Driven by ``op_table``: each record is checked over its dtypes and shape cases, with
+fusion on and off (``fusion`` fixture), on fresh random inputs (``rng`` fixture; the
+session seed is printed in the pytest header, ``QTRACE_TEST_SEED`` reproduces a run).
+
+A check: compute with qtrace, evaluate with ``.numpy()``, compare with NumPy on the same
+inputs. The result dtype and shape must equal NumPy's exactly; integer and bool values
+must be equal; float values within the record's tolerance, with NaN at the same places
+and infinities equal.
+"""
+
+from __future__ import annotations
+
+import operator
+import zlib
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+
+from op_table import (BINARY_OPERATORS, DTYPES, ELEMENTWISE, ELEMENTWISE_CASES, EPS32, EPS64,
+                       FLOATS, INDEXING, LINALG, OPERATORS, REDUCTIONS, SHAPE_OPS,
+                       SPEC_ELEMENTWISE, SPEC_OTHER, TABLE, UPDATES, Tol,
+                       accumulation_tolerance, layout, make_input, numpy_rejects,
+                       special_values)
+
+
+# --- comparison ----------------------------------------------------------------------
+def _describe(inputs) -> str:
+    lines = []
+    for i, a in enumerate(inputs):
+        if isinstance(a, np.ndarray):
+            lines.append(f"  arg{i}: {a.dtype}{list(a.shape)} strides={a.strides} "
+                         f"{np.array2string(a, threshold=40, precision=9)}")
+        else:
+            lines.append(f"  arg{i}: {a!r}")
+    return "\n".join(lines)
+
+
+def assert_matches(got, want, tol: Tol | None = None, inputs=(), atol_array=None) -> None:
+    """``got`` (a qt.Tensor) equals NumPy's ``want`` in type, dtype, shape and value."""
+    assert isinstance(got, qt.Tensor), f"expected a qt.Tensor, got {type(got).__name__}"
+    want = np.asarray(want)
+    g = got.numpy()
+    assert isinstance(g, np.ndarray), f".numpy() returned {type(g).__name__}"
+    ctx = _describe(inputs)
+    assert g.dtype == want.dtype, f"dtype: qtrace {g.dtype}, NumPy {want.dtype}\n{ctx}"
+    assert got.dtype == want.dtype, f"Tensor.dtype {got.dtype} != NumPy {want.dtype}\n{ctx}"
+    assert g.shape == want.shape, f"shape: qtrace {g.shape}, NumPy {want.shape}\n{ctx}"
+    assert got.shape == want.shape, f"Tensor.shape {got.shape} != NumPy {want.shape}\n{ctx}"
+    if want.dtype.kind != "f":
+        bad = g != want
+        assert not bad.any(), (f"values differ at {np.argwhere(bad)[:8].tolist()}:\n"
+                               f"  qtrace {g[bad][:8]}\n  numpy  {want[bad][:8]}\n{ctx}")
+        return
+    gn, wn = np.isnan(g), np.isnan(want)
+    assert (gn == wn).all(), (f"NaN positions differ at {np.argwhere(gn != wn)[:8].tolist()}:\n"
+                              f"  qtrace {g[gn != wn][:8]}\n  numpy  {want[gn != wn][:8]}\n{ctx}")
+    tol = tol or Tol(0.0, 0.0)
+    with np.errstate(all="ignore"):
+        w64 = want.astype(np.float64)
+        g64 = g.astype(np.float64)
+        err = np.abs(g64 - w64)
+        limit = tol.atol + tol.rtol * np.abs(w64)
+        if atol_array is not None:
+            limit = limit + np.broadcast_to(atol_array, limit.shape)
+        inf = np.isinf(w64) | np.isinf(g64)
+        bad = ~wn & np.where(inf, g64 != w64, ~(err <= limit))
+    if bad.any():
+        idx = np.argwhere(bad)[:8].tolist()
+        rel = err[bad] / np.maximum(np.abs(w64[bad]), np.finfo(want.dtype).tiny)
+        raise AssertionError(
+            f"values differ at {idx} (tol {tol}):\n  qtrace {g[bad][:8]!r}\n  numpy  "
+            f"{want[bad][:8]!r}\n  rel err {rel[:8]}\n{ctx}")
+
+
+def numpy_ref(fn, *args):
+    """NumPy's result, or the exception class it raises."""
+    with np.errstate(all="ignore"):
+        try:
+            return fn(*args), None
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError) as err:
+            return None, type(err)
+
+
+def to_qt(args):
+    return [qt.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+
+
+def _arg_dtype(op, i, dtype):
+    return dict(op.arg_dtypes or ()).get(i, dtype)
+
+
+def _stable_pick(items, n, *key):
+    """``n`` of ``items`` chosen by a stable hash of ``key`` (rotates coverage over records)."""
+    start = zlib.crc32(repr(key).encode()) % len(items)
+    return [items[(start + k) % len(items)] for k in range(min(n, len(items)))]
+
+
+# --- elementwise functions and operators ---------------------------------------------
+def _elementwise_params():
+    """Every record x every dtype; a handful of shape cases per pair.
+
+    Functions: float64 and int32 get every shape case, the other dtypes two rotating cases;
+    every dtype gets the special-values case. Operators share kernels with their
+    functions, so they take the broadcasting case plus one rotating case.
+    """
+    params = []
+    for op in ELEMENTWISE + OPERATORS:
+        cases = list(ELEMENTWISE_CASES[op.arity])
+        for dt in op.dtypes:
+            if op in OPERATORS:
+                chosen = [cases[min(2, len(cases) - 1)]] + _stable_pick(
+                    cases[:2] + cases[3:], 1, op.name, dt)
+            elif dt in ("float64", "int32"):
+                chosen = cases
+            else:
+                chosen = _stable_pick(cases, 2, op.name, dt)
+            if op.special and op.arity <= 2 and op not in OPERATORS:
+                chosen = chosen + ["special"]
+            for case in chosen:
+                params.append(pytest.param(op, dt, case, id=f"{op.name}-{dt}-{case}"))
+    return params
+
+
+def elementwise_inputs(rng, op, dtype, case):
+    if case == "special":
+        vals = [special_values(op.domain[i], _arg_dtype(op, i, dtype)) for i in range(op.arity)]
+        if op.arity == 1:
+            return vals
+        return [vals[0][:, None], vals[1]]  # every pair, by broadcasting
+    out = []
+    for i, (shape, lay) in enumerate(ELEMENTWISE_CASES[op.arity][case]):
+        a = make_input(rng, op.domain[i], _arg_dtype(op, i, dtype), shape)
+        out.append(layout(a, lay))
+    return out
+
+
+@pytest.mark.parametrize("op, dtype, case", _elementwise_params())
+def test_elementwise(op, dtype, case, fusion, rng):
+    args = elementwise_inputs(rng, op, dtype, case)
+    want, err = numpy_ref(op.ref, *args)
+    if err is not None:
+        with pytest.raises(err):
+            op.qt(*to_qt(args)).numpy()
+        return
+    got = op.qt(*to_qt(args))
+    assert_matches(got, want, op.tol.get(dtype), args)
+
+
+@pytest.mark.parametrize("op, dtype", [
+    pytest.param(op, dt, id=f"{op.name}-{dt}")
+    for op in ELEMENTWISE + OPERATORS
+    for dt in numpy_rejects(op.ref, op.arity) if not op.arg_dtypes])
+def test_unsupported_dtype_raises_type_error(op, dtype, fusion):
+    """NumPy rejects the dtype: qtrace raises TypeError naming the dtype, at record time."""
+    x = qt.asarray(np.ones(3, dtype=dtype))
+    with pytest.raises(TypeError, match=np.dtype(dtype).name):
+        op.qt(*[x] * op.arity)
+
+
+# --- Python scalars (NEP 50: weak) ---------------------------------------------------
+_SCALARS = {"int": 3, "float": 1.5, "bool": True}
+
+
+def _scalar_params():
+    params = []
+    for op in OPERATORS:
+        if op.arity != 2:
+            continue
+        for dt in DTYPES:
+            for sname in _SCALARS:
+                for side in ("right", "left"):
+                    params.append(pytest.param(op, dt, sname, side,
+                                               id=f"{op.name}-{dt}-{sname}-{side}"))
+    for op in ELEMENTWISE:  # functions without an operator spelling: scalar on the right
+        if op.arity == 2 and op.name in ("arctan2", "hypot", "minimum", "maximum", "logical_and",
+                                         "logical_or", "logical_xor"):
+            for dt in DTYPES:
+                for sname in _SCALARS:
+                    params.append(pytest.param(op, dt, sname, "right",
+                                               id=f"{op.name}-{dt}-{sname}-right"))
+    return params
+
+
+@pytest.mark.parametrize("op, dtype, scalar, side", _scalar_params())
+def test_python_scalar_operand(op, dtype, scalar, side, fusion, rng):
+    s = _SCALARS[scalar]
+    i = 0 if side == "right" else 1          # which argument is the array
+    a = make_input(rng, op.domain[i], dtype, (3, 4))
+    args = [a, s] if side == "right" else [s, a]
+    want, err = numpy_ref(op.ref, *args)
+    if err is not None:
+        with pytest.raises(err):
+            op.qt(*to_qt(args)).numpy()
+        return
+    assert_matches(op.qt(*to_qt(args)), want, op.tol.get(np.asarray(want).dtype.name), args)
+
+
+def test_nep50_examples(fusion):
+    f32 = qt.asarray(np.array([1.0, 2.0], dtype=np.float32))
+    i32 = qt.asarray(np.array([1, 2], dtype=np.int32))
+    u32 = qt.asarray(np.array([1, 2], dtype=np.uint32))
+    b = qt.asarray(np.array([True, False]))
+    cases = [
+        (f32 * 2.0, np.float32, [2.0, 4.0]),
+        (2.0 * f32, np.float32, [2.0, 4.0]),
+        (f32 + 1, np.float32, [2.0, 3.0]),
+        (i32 + 1, np.int32, [2, 3]),
+        (1 + i32, np.int32, [2, 3]),
+        (i32 + 1.5, np.float64, [2.5, 3.5]),
+        (i32 / 2, np.float64, [0.5, 1.0]),
+        (i32 * True, np.int32, [1, 2]),
+        (u32 + 1, np.uint32, [2, 3]),
+        (b + 1, np.int64, [2, 1]),
+        (b + 1.0, np.float64, [2.0, 1.0]),
+        (b & True, np.bool_, [True, False]),
+        (i32 ** 2, np.int32, [1, 4]),
+        (f32 ** 2, np.float32, [1.0, 4.0]),
+        (2 ** i32, np.int32, [2, 4]),
+        (qt.maximum(f32, 1.5), np.float32, [1.5, 2.0]),
+        (qt.where(b, f32, 0.0), np.float32, [1.0, 0.0]),
+        (qt.where(b, i32, 0.5), np.float64, [1.0, 0.0]),
+        (qt.clip(i32, 0, 1), np.int32, [1, 1]),
+    ]
+    for got, dt, vals in cases:
+        want = np.array(vals, dtype=dt)
+        assert_matches(got, want)
+
+
+def test_nep50_python_int_out_of_range_raises(fusion):
+    """NumPy 2 raises OverflowError for a Python int that does not fit the array's int dtype."""
+    u32 = qt.asarray(np.array([1, 2], dtype=np.uint32))
+    i32 = qt.asarray(np.array([1, 2], dtype=np.int32))
+    for fn in (lambda: u32 + (-1), lambda: i32 + 2**40, lambda: qt.maximum(i32, 2**31)):
+        with pytest.raises(OverflowError):
+            fn().numpy()
+
+
+# --- mixed dtypes --------------------------------------------------------------------
+_MIXED = [("int32", "float32"), ("float32", "float64"), ("uint32", "int32"), ("int64", "uint32"),
+          ("bool", "int32"), ("float32", "int64"), ("bool", "float32"), ("uint32", "float32")]
+
+
+@pytest.mark.parametrize("op, pair", [
+    pytest.param(op, pair, id=f"{op.name}-{pair[0]}+{pair[1]}")
+    for op in ELEMENTWISE if op.arity == 2 and not op.arg_dtypes for pair in _MIXED])
+def test_mixed_dtypes(op, pair, fusion, rng):
+    args = [layout(make_input(rng, op.domain[i], pair[i], shape), lay)
+            for i, (shape, lay) in enumerate(ELEMENTWISE_CASES[2]["bcast"])]
+    want, err = numpy_ref(op.ref, *args)
+    if err is not None:
+        with pytest.raises(err):
+            op.qt(*to_qt(args)).numpy()
+        return
+    assert_matches(op.qt(*to_qt(args)), want, op.tol.get(np.asarray(want).dtype.name), args)
+
+
+# --- NumPy protocols: np.sin(t), ndarray + t -----------------------------------------
+@pytest.mark.parametrize("op", [pytest.param(op, id=op.name) for op in ELEMENTWISE
+                                if isinstance(op.ref, np.ufunc) and "float64" in op.dtypes])
+def test_numpy_ufunc_on_tensor_returns_tensor(op, fusion, rng):
+    """``np.<ufunc>(t)`` and ``np.<ufunc>(ndarray, t)`` dispatch to qtrace (a qt.Tensor)."""
+    cases = ELEMENTWISE_CASES[op.arity]["bcast" if op.arity == 2 else "1d"]
+    args = [make_input(rng, op.domain[i], "float64", shape) for i, (shape, _) in enumerate(cases)]
+    want, _ = numpy_ref(op.ref, *args)
+    assert_matches(op.ref(*to_qt(args)), want, op.tol["float64"], args)
+    if op.arity == 2:  # ndarray on the left, tensor on the right
+        assert_matches(op.ref(args[0], qt.asarray(args[1])), want, op.tol["float64"], args)
+
+
+@pytest.mark.parametrize("op", [pytest.param(op, id=op.name) for op in BINARY_OPERATORS.values()])
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+def test_ndarray_on_the_left_of_operator(op, dtype, fusion, rng):
+    if dtype not in op.dtypes:
+        pytest.skip(f"NumPy has no {op.name} for {dtype}")
+    a = make_input(rng, op.domain[0], dtype, (3, 1))
+    b = make_input(rng, op.domain[1], dtype, (4,))
+    want, _ = numpy_ref(op.ref, a, b)
+    assert_matches(op.ref(a, qt.asarray(b)), want, op.tol.get(dtype), [a, b])
+
+
+@pytest.mark.parametrize("fn", [np.sum, np.mean, np.max, np.transpose, np.ravel, np.cumsum],
+                         ids=lambda f: f.__name__)
+def test_numpy_function_on_tensor_returns_tensor(fn, fusion, rng):
+    a = rng.uniform(-1, 1, (3, 4))
+    assert_matches(fn(qt.asarray(a)), fn(a), Tol(4 * EPS64, 1e-15), [a])
+
+
+# --- in-place operators rebind -------------------------------------------------------
+_INPLACE = {
+    "+=": (operator.iadd, operator.add), "-=": (operator.isub, operator.sub),
+    "*=": (operator.imul, operator.mul), "/=": (operator.itruediv, operator.truediv),
+    "//=": (operator.ifloordiv, operator.floordiv), "%=": (operator.imod, operator.mod),
+    "**=": (operator.ipow, operator.pow), "&=": (operator.iand, operator.and_),
+    "|=": (operator.ior, operator.or_), "^=": (operator.ixor, operator.xor),
+    "<<=": (operator.ilshift, operator.lshift), ">>=": (operator.irshift, operator.rshift),
+}
+
+
+@pytest.mark.parametrize("sym", list(_INPLACE))
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_inplace_operator_rebinds(sym, dtype, fusion, rng):
+    """``x op= y`` rebinds ``x`` to ``x op y`` (dtype may change); other references keep the old value."""
+    iop, op = _INPLACE[sym]
+    rec = BINARY_OPERATORS["op" + sym[:-1]]
+    if dtype not in rec.dtypes:
+        pytest.skip(f"NumPy has no {sym[:-1]} for {dtype}")
+    a = make_input(rng, rec.domain[0], dtype, (3, 4))
+    b = make_input(rng, rec.domain[1], dtype, (4,))
+    x = qt.asarray(a)
+    alias = x
+    before = x * 1  # recorded before the update
+    for rhs in (qt.asarray(b), b, 2):
+        x = alias
+        x = iop(x, rhs)
+        want, err = numpy_ref(op, a, rhs if not isinstance(rhs, qt.Tensor) else b)
+        assert_matches(x, want, rec.tol.get(np.asarray(want).dtype.name), [a, b])
+    assert_matches(alias, a)
+    assert_matches(before, a * 1)
+    assert (np.asarray(a) == a).all()
+
+
+def test_inplace_matmul_rebinds(fusion, rng):
+    a, b = rng.uniform(-1, 1, (3, 3)), rng.uniform(-1, 1, (3, 3))
+    x = qt.asarray(a)
+    alias = x
+    x @= qt.asarray(b)
+    assert_matches(x, a @ b, Tol(8 * EPS64, 1e-15), [a, b])
+    assert_matches(alias, a)
+
+
+# --- reductions, shapes, linear algebra, indexing, updates ---------------------------
+def _record_params(records, max_cases=None):
+    params = []
+    for op in records:
+        cases = list(op.cases)
+        for dt in op.dtypes:
+            chosen = cases if max_cases is None or dt in ("float64", "float32") else \
+                _stable_pick(cases, max_cases, op.name, dt)
+            for case in chosen:
+                params.append(pytest.param(op, dt, case, id=f"{op.name}-{dt}-{case}"))
+    return params
+
+
+def record_inputs(rng, op, dtype, case):
+    out = []
+    for i, spec in enumerate(op.cases[case]):
+        shape, lay = spec if len(spec) == 2 and isinstance(spec[0], tuple) else (spec, "c")
+        a = make_input(rng, op.domain[i], dtype, shape)
+        out.append(layout(a, lay))
+    return out
+
+
+def _accumulation_bound(op, dtype, args):
+    """Per-element absolute bound for sums/products/matmuls computed in another order."""
+    name = op.name.split("[")[0]
+    mags = [np.abs(a.astype(np.float64)) for a in args]
+    n = max(int(np.prod(args[0].shape)), 1)
+    if name in ("sum", "mean", "cumsum") or op.kind == "linalg":
+        with np.errstate(all="ignore"):
+            return accumulation_tolerance(dtype, n) * np.asarray(op.ref(*mags), dtype=np.float64)
+    if name == "prod":
+        with np.errstate(all="ignore"):
+            return accumulation_tolerance(dtype, n) * np.abs(
+                np.asarray(op.ref(*[a.astype(np.float64) for a in args]), dtype=np.float64))
+    return None
+
+
+def _check_record(op, dtype, case, rng):
+    args = record_inputs(rng, op, dtype, case)
+    if op.kind == "update" and args[1].ndim == 0:
+        args[1] = args[1].item()  # a Python scalar value
+    want, err = numpy_ref(op.ref, *args)
+    if err is not None:
+        with pytest.raises(err):
+            op.qt(*to_qt(args)).numpy()
+        return
+    got = op.qt(*to_qt(args))
+    bound = None
+    tol = Tol(0.0, 0.0)
+    if np.asarray(want).dtype.kind == "f":
+        bound = _accumulation_bound(op, dtype if dtype in FLOATS else "float64", args)
+        if op.kind == "update" and op.name.startswith(("add", "multiply")):
+            eps = EPS32 if dtype == "float32" else EPS64
+            tol = Tol(8 * eps, 8 * eps)
+    assert_matches(got, want, tol, args, atol_array=bound)
+
+
+@pytest.mark.parametrize("op, dtype, case", _record_params(REDUCTIONS, max_cases=2))
+def test_reduction(op, dtype, case, fusion, rng):
+    _check_record(op, dtype, case, rng)
+
+
+@pytest.mark.parametrize("op, dtype, case", _record_params(SHAPE_OPS))
+def test_shape_function(op, dtype, case, fusion, rng):
+    _check_record(op, dtype, case, rng)
+
+
+@pytest.mark.parametrize("op, dtype, case", _record_params(LINALG, max_cases=3))
+def test_linalg(op, dtype, case, fusion, rng):
+    _check_record(op, dtype, case, rng)
+
+
+@pytest.mark.parametrize("op, dtype, case", _record_params(INDEXING))
+def test_getitem(op, dtype, case, fusion, rng):
+    _check_record(op, dtype, case, rng)
+
+
+@pytest.mark.parametrize("op, dtype, case", _record_params(UPDATES))
+def test_update(op, dtype, case, fusion, rng):
+    _check_record(op, dtype, case, rng)
+
+
+@pytest.mark.parametrize("pair", [("int32", "float32"), ("float32", "float64"),
+                                  ("bool", "int64"), ("uint32", "int32")], ids=str)
+def test_matmul_mixed_dtypes(pair, fusion, rng):
+    a = make_input(rng, "unit", pair[0], (3, 5))
+    b = make_input(rng, "unit", pair[1], (5, 2))
+    bound = accumulation_tolerance("float32", 5) * (np.abs(a.astype(float)) @ np.abs(b.astype(float)))
+    assert_matches(qt.asarray(a) @ qt.asarray(b), a @ b, inputs=[a, b], atol_array=bound)
+    assert_matches(a @ qt.asarray(b), a @ b, inputs=[a, b], atol_array=bound)
+
+
+# --- update semantics beyond values --------------------------------------------------
+def test_setitem_rebinds_to_a_copy(fusion, rng):
+    a = rng.uniform(-1, 1, (4, 5))
+    keep = a.copy()
+    x = qt.asarray(a)
+    before = x + 0  # recorded before the update
+    x[1, ::2] = 7.0
+    x[qt.asarray(np.array([0, -1])), 0] = qt.asarray(np.array([8.0, 9.0]))
+    want = keep.copy()
+    want[1, ::2] = 7.0
+    want[[0, -1], 0] = [8.0, 9.0]
+    assert_matches(x, want)
+    assert_matches(before, keep)
+    np.testing.assert_array_equal(a, keep)  # the NumPy buffer behind asarray is untouched
+
+
+def test_at_returns_new_tensor_and_keeps_input(fusion, rng):
+    a = rng.uniform(-1, 1, (6,))
+    x = qt.asarray(a)
+    idx = np.array([0, 0, 0, 5])
+    y = x.at[idx].add(1.0)
+    z = x.at[qt.asarray(idx)].multiply(2.0)
+    want_y = a.copy()
+    np.add.at(want_y, idx, 1.0)
+    want_z = a.copy()
+    np.multiply.at(want_z, idx, 2.0)
+    assert_matches(y, want_y, Tol(4 * EPS64, 4 * EPS64))
+    assert_matches(z, want_z, Tol(4 * EPS64, 4 * EPS64))
+    assert_matches(x, a)
+
+
+# --- coverage of SPEC §2 by the table ------------------------------------------------
+def test_table_covers_spec(fusion):
+    names = {op.name.split(":")[0].split("[")[0].split("(")[0] for op in TABLE}
+    missing = [n for n in SPEC_ELEMENTWISE + SPEC_OTHER if n not in names]
+    assert not missing, f"op_table lacks records for {missing}"
+    ops = {op.name for op in OPERATORS}
+    for sym in ["+", "-", "*", "/", "//", "%", "**", "&", "|", "^", "<<", ">>", "==", "!=",
+                "<", "<=", ">", ">="]:
+        assert "op" + sym in ops
+    for unary in ("neg", "pos", "abs", "~"):
+        assert "op:" + unary in ops
+    assert {op.name for op in LINALG} >= {"@", "matmul", "dot"}
+    for name in SPEC_ELEMENTWISE + SPEC_OTHER:
+        assert callable(getattr(qt, name, None)), f"qt.{name} is missing"
+    assert EPS32 > 0
