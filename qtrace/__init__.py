@@ -19,28 +19,78 @@ from .graph.device import Device
 from .stats import reset_stats, stats
 from .tracer import Tensor
 from .tracer.convert import astype
-from .tracer.creation import (arange, array, asarray, copy, empty, empty_like, from_dlpack,
-                              full, full_like, linspace, ones, ones_like, zeros, zeros_like)
-from .tracer.dtypes import (bool_, float32, float64, int8, int16, int32, int64, uint8, uint16,
-                            uint32, uint64)
+from .tracer.creation import (
+                              arange,
+                              array,
+                              asarray,
+                              copy,
+                              empty,
+                              empty_like,
+                              from_dlpack,
+                              full,
+                              full_like,
+                              linspace,
+                              ones,
+                              ones_like,
+                              zeros,
+                              zeros_like,
+)
+from .tracer.dtypes import (
+                              bool_,
+                              float32,
+                              float64,
+                              int8,
+                              int16,
+                              int32,
+                              int64,
+                              uint8,
+                              uint16,
+                              uint32,
+                              uint64,
+)
 from .tracer.elementwise import *  # noqa: F403 - every elementwise function by its NumPy name
 from .tracer.elementwise import FUNCTIONS as _ELEMENTWISE
 from .tracer.elementwise import absolute, around, clip, conjugate, mod, round, true_divide, where
 from .tracer.evaluation import devices, eval, sync
+from .tracer.explain import explain
 from .tracer.jit import jit
 from .tracer.linalg import dot, matmul
-from .tracer.reductions import (all, amax, amin, any, argmax, argmin, cumsum, max, mean, min,
-                                prod, sum)
-from .tracer.shape_ops import (broadcast_arrays, broadcast_to, concatenate, expand_dims, flip,
-                               moveaxis, permute_dims, ravel, reshape, squeeze, stack, swapaxes,
-                               transpose)
+from .tracer.reductions import (
+                              all,
+                              amax,
+                              amin,
+                              any,
+                              argmax,
+                              argmin,
+                              cumsum,
+                              max,
+                              mean,
+                              min,
+                              prod,
+                              sum,
+)
+from .tracer.shape_ops import (
+                              broadcast_arrays,
+                              broadcast_to,
+                              concatenate,
+                              expand_dims,
+                              flip,
+                              moveaxis,
+                              permute_dims,
+                              ravel,
+                              reshape,
+                              squeeze,
+                              stack,
+                              swapaxes,
+                              transpose,
+)
 
 __version__ = "0.1.0"
 
 globals().update(_ELEMENTWISE)
 
 __all__ = sorted(
-    ["Tensor", "TracerError", "grad", "value_and_grad", "vjp", "Device", "config", "stats", "reset_stats", "jit", "eval", "sync",
+    ["Tensor", "TracerError", "grad", "value_and_grad", "vjp", "explain", "Device", "config", "stats", "reset_stats", "jit", "eval", "sync",
      "devices", "astype", "arange", "array", "asarray", "copy", "empty", "empty_like",
      "from_dlpack", "full", "full_like", "linspace", "ones", "ones_like", "zeros", "zeros_like",
      "bool_", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",

@@ -14,10 +14,10 @@ import threading
 
 import numpy as np
 
-from ..stats import bump
 from ..config import config
 from ..graph.plan import PlanSpec, build_plan
 from ..kernels import codegen, llvm_cpu
+from ..stats import bump
 from . import cpu
 
 _lock = threading.RLock()

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import index as ix_
-from .node import Node, c_strides, content_hash
 from .access import broadcast_index, view_index
+from .node import Node, c_strides, content_hash
 from .partition import FREE, Schedule, kind
 
 

@@ -16,8 +16,8 @@ import llvmlite
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..stats import bump
 from ..config import config
+from ..stats import bump
 
 _lock = threading.RLock()
 _state: dict = {}

@@ -9,11 +9,11 @@ import threading
 
 import numpy as np
 
-from ..stats import bump
 from ..config import config
 from ..graph import evaluate as graph_evaluate
 from ..graph import node as graph_node
 from ..graph.device import CPU, Device
+from ..stats import bump
 from . import dtypes, pytree
 from .context import ad_level, is_abstract, trace_scope, tracing
 from .convert import input_node
@@ -155,6 +155,19 @@ class Jitted:
             log.warning("qt.jit(%s): retracing because %s", self.__name__, _why(self._last, sig))
         self._last = sig
         bump("traces")
+        out_leaves, out_tree, placeholders = self._trace_graph(static, tree, descs)
+        entry = _Entry()
+        self._finish_trace(entry, out_leaves, out_tree, placeholders)
+        return entry
+
+    def signature(self, args, kwargs):
+        """``(static, tree, descs)`` of a call: what a trace is keyed by."""
+        static, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        leaves, tree = pytree.flatten((dyn_args, dyn_kwargs))
+        return static, tree, tuple(_describe(leaf) for leaf in leaves)
+
+    def _trace_graph(self, static, tree, descs):
+        """Run the function on placeholders; its output leaves, structure and placeholders."""
         placeholders = []
         for desc in descs:
             if desc[0] == "scalar":
@@ -173,7 +186,9 @@ class Jitted:
         with trace_scope():
             out = self.fn(*full_args, **call_kwargs)
         out_leaves, out_tree = pytree.flatten(out)
-        entry = _Entry()
+        return out_leaves, out_tree, placeholders
+
+    def _finish_trace(self, entry, out_leaves, out_tree, placeholders):
         entry.out_tree = out_tree
         entry.out_kinds, entry.out_meta = [], []
         nodes = []
@@ -190,7 +205,7 @@ class Jitted:
                 entry.out_meta.append(leaf)
         if not nodes:
             entry.plan, entry.bind, entry.captured = None, [], []
-            return entry
+            return
         key, plan_leaves = graph_node.graph_key(tuple(nodes))
         entry.plan = graph_evaluate.plan_for(tuple(nodes), key)
         where = {id(p._node): i for i, p in enumerate(placeholders)}
@@ -203,7 +218,6 @@ class Jitted:
                     raise RuntimeError("qt.jit: a traced value escaped from another trace")
                 entry.captured.append(leaf.buffer)
                 entry.bind.append(-len(entry.captured))
-        return entry
 
     def clear_cache(self) -> None:
         """Forget every traced signature (the next call traces again)."""

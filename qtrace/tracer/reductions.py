@@ -18,7 +18,7 @@ _NUMPY = {"reduce_sum": np.sum, "reduce_prod": np.prod, "reduce_max": np.max,
 _IDENTITY = {"reduce_max": "maximum", "reduce_min": "minimum"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _result_dtype(prim: str, dtype: np.dtype) -> np.dtype:
     return np.dtype(_NUMPY[prim](np.ones((1,), dtype)).dtype)
 

@@ -1,0 +1,192 @@
+"""Eager operations are recorded, not run; evaluation launches fused kernels on demand."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import qtrace as qt
+
+
+def _launches() -> int:
+    return qt.stats()["kernel_launches"]
+
+
+def test_recording_a_thousand_ops_launches_nothing(rng):
+    x = rng.standard_normal(64)
+    t = qt.asarray(x)
+    qt.reset_stats()
+    y = t
+    for i in range(1000):
+        y = y * 0.999 + 0.001 if i % 2 else qt.sin(y)
+    assert _launches() == 0
+    assert qt.stats()["compiles"] == 0
+    assert isinstance(y, qt.Tensor) and y.shape == (64,) and y.dtype == np.float64
+    # metadata of a pending tensor needs no evaluation
+    assert y.ndim == 1 and y.size == 64 and str(y.device) == "cpu"
+    assert _launches() == 0
+    ref = x.copy()
+    for i in range(1000):
+        ref = ref * 0.999 + 0.001 if i % 2 else np.sin(ref)
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-10, atol=1e-12)
+
+
+def test_recording_a_thousand_ops_with_reuse_launches_nothing(rng):
+    """A graph where values are read twice (a DAG, not a chain) is still only ~1000 nodes."""
+    x = rng.uniform(0.5, 1.0, 64)
+    t = qt.asarray(x)
+    qt.reset_stats()
+    y = t
+    for _ in range(250):                 # 4 ops per step, each step reads y twice
+        y = qt.sqrt(y * y + 1.0) - y
+    assert _launches() == 0
+    ref = x.copy()
+    for _ in range(250):
+        ref = np.sqrt(ref * ref + 1.0) - ref
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-9)
+
+
+def test_elementwise_chain_is_one_kernel_when_fused(rng, fusion):
+    x = rng.standard_normal(1000)
+    t = qt.asarray(x)
+    y, ref = t, x.copy()
+    ops = [lambda v: v * 1.5, lambda v: v + 2.0, np.sin, np.cos, lambda v: v - 0.5,
+           np.exp, lambda v: v / 3.0, np.tanh, lambda v: v * v, np.abs]
+    for op in ops:
+        y, ref = op(y), op(ref)
+    assert isinstance(y, qt.Tensor)
+    qt.reset_stats()
+    out = y.numpy()
+    assert _launches() == (1 if fusion else 10)
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+    # evaluating again launches nothing: the tensor holds its value now
+    qt.reset_stats()
+    np.testing.assert_array_equal(y.numpy(), out)
+    assert _launches() == 0
+
+
+def test_eval_two_outputs_sharing_inputs(rng, fusion):
+    x, z = rng.standard_normal(500), rng.standard_normal(500)
+    a, c = qt.asarray(x), qt.asarray(z)
+    u = qt.sin(a) * c
+    v = qt.cos(a) + c
+    qt.reset_stats()
+    qt.eval(u, v)
+    launches = _launches()
+    assert 1 <= launches <= (2 if fusion else 4)
+    qt.reset_stats()
+    np.testing.assert_allclose(u.numpy(), np.sin(x) * z, rtol=1e-12)
+    np.testing.assert_allclose(v.numpy(), np.cos(x) + z, rtol=1e-12)
+    assert _launches() == 0  # both were computed by qt.eval
+
+
+def test_eval_sibling_outputs_are_one_kernel():
+    """qt.eval's own example: two same-shape outputs of one input fuse horizontally."""
+    x = qt.asarray(np.arange(3.0))
+    y = x * 2
+    z = x + 1
+    qt.reset_stats()
+    qt.eval(y, z)
+    assert _launches() == 1
+    assert y.tolist() == [0.0, 2.0, 4.0] and z.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_eval_shares_an_intermediate(rng, fusion):
+    x = rng.standard_normal((30, 40))
+    a = qt.asarray(x)
+    m = qt.exp(a) * 2.0
+    s = m.sum(axis=1)
+    d = m - 1.0
+    qt.eval(s, d, m)
+    np.testing.assert_allclose(s.numpy(), (np.exp(x) * 2).sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(d.numpy(), np.exp(x) * 2 - 1, rtol=1e-12)
+    np.testing.assert_allclose(m.numpy(), np.exp(x) * 2, rtol=1e-12)
+
+
+def test_eval_accepts_computed_and_repeated_tensors(rng):
+    x = rng.standard_normal(10)
+    a = qt.asarray(x)
+    b = a + 1.0
+    qt.eval(b, b, a)
+    qt.reset_stats()
+    qt.eval(b, a)
+    assert _launches() == 0
+    np.testing.assert_allclose(b.numpy(), x + 1.0)
+
+
+def test_eval_rejects_non_tensors():
+    try:
+        qt.eval(np.ones(3))
+    except TypeError as err:
+        assert "qt.eval" in str(err)
+    else:
+        raise AssertionError("qt.eval(ndarray) did not raise TypeError")
+
+
+def test_other_references_keep_their_value_after_evaluation(rng):
+    x = rng.standard_normal(20)
+    a = qt.asarray(x)
+    b = a * 3.0
+    c = b + 1.0          # c references b's pending node
+    b.numpy()            # b becomes a computed leaf
+    np.testing.assert_allclose(c.numpy(), x * 3.0 + 1.0)
+
+
+def test_pending_graph_size_limit_forces_evaluation(rng):
+    qt.config.max_pending_nodes = 50
+    x = rng.standard_normal(16)
+    t = qt.asarray(x)
+    qt.reset_stats()
+    y = t
+    for _ in range(200):
+        y = y * 1.001 + 0.5
+    launched = _launches()
+    assert launched > 0, "the pending graph grew past max_pending_nodes without evaluating"
+    # it stays bounded: no tensor keeps more pending work than the limit allows
+    assert y._node.count <= 2 * 50 + 2
+    ref = x.copy()
+    for _ in range(200):
+        ref = ref * 1.001 + 0.5
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-12)
+
+
+def test_no_evaluation_below_the_size_limit(rng):
+    qt.config.max_pending_nodes = 10_000
+    t = qt.asarray(rng.standard_normal(16))
+    qt.reset_stats()
+    y = t
+    for _ in range(200):
+        y = y * 1.001 + 0.5
+    assert _launches() == 0
+
+
+def test_eager_loop_compiles_once(rng):
+    x = rng.standard_normal(300)
+    v = np.zeros(300)
+    t, tv = qt.asarray(x), qt.asarray(v)
+    compiles = []
+    for _ in range(100):
+        tv = tv - 0.1 * t
+        t = t + 0.1 * tv
+        qt.eval(t, tv)
+        compiles.append(qt.stats()["compiles"])
+    assert len(set(compiles[1:])) == 1, "a repeated eager step compiled again"
+    for _ in range(100):
+        v = v - 0.1 * x
+        x = x + 0.1 * v
+    np.testing.assert_allclose(t.numpy(), x, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(tv.numpy(), v, rtol=1e-10, atol=1e-12)
+
+
+def test_eager_loop_hits_the_plan_cache(rng):
+    x = rng.standard_normal(50)
+    t = qt.asarray(x)
+    t = (t * 0.5 + 1.0)
+    t.numpy()
+    qt.reset_stats()
+    for _ in range(20):
+        t = t * 0.5 + 1.0
+        t.numpy()
+    s = qt.stats()
+    assert s["compiles"] == 0
+    assert s["cache_hits_memory"] >= 20
+    assert s["traces"] == 0
