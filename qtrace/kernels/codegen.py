@@ -179,13 +179,15 @@ class KernelEmitter:
             b.atomic_rmw(op, ptr, b.zext(value, I8), "monotonic")
             return
         if mode == "multiply":
-            self.cas_update(ptr, value, dt, lambda old: b.fmul(old, value) if dt.kind == "f" else b.mul(old, value))
+            mul = b.fmul if dt.kind == "f" else b.mul
+            self.cas_update(ptr, value, dt, lambda old: mul(old, value))
             return
         if dt.kind == "f":
             if mode == "add":
                 b.atomic_rmw("fadd", ptr, value, "monotonic")
             else:
-                self.cas_update(ptr, value, dt, lambda old: scalar.select_minmax(b, mode == "min", old, value, dt))
+                is_min = mode == "min"
+                self.cas_update(ptr, value, dt, lambda old: scalar.select_minmax(b, is_min, old, value, dt))
             return
         op = {"add": "add", "min": "min" if dt.kind == "i" else "umin",
               "max": "max" if dt.kind == "i" else "umax"}[mode]

@@ -145,7 +145,9 @@ def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
     """
     if dtype is not None:
         dtype = dtypes.canonical(dtype, "qt.arange")
-    values = np.arange(start, stop, step, dtype=dtype) if stop is not None else np.arange(start, step=step, dtype=dtype)
+    if stop is None:
+        start, stop = 0, start
+    values = np.arange(start, stop, step, dtype=dtype)
     return wrap(input_node(values, "arange", device=_device(device)))
 
 

@@ -40,7 +40,8 @@ Tensor.__abs__ = lambda self: ew.apply("abs", self)
 Tensor.__invert__ = lambda self: ew.apply("invert", self)
 Tensor.__getitem__ = indexing.getitem
 Tensor.__setitem__ = indexing.setitem
-Tensor.at = property(indexing.AtProperty, doc="Functional updates: ``x.at[idx].set/add/multiply/min/max(v)``.")
+Tensor.at = property(indexing.AtProperty,
+                     doc="Functional updates: ``x.at[idx].set/add/multiply/min/max(v)``.")
 
 Tensor.T = property(lambda self: shape_ops.transpose(self), doc="The transpose (axes reversed).")
 Tensor.mT = property(lambda self: shape_ops.swapaxes(self, -1, -2), doc="Transpose of the last two axes.")

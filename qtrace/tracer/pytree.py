@@ -7,8 +7,8 @@ def flatten(tree) -> tuple[list, tuple]:
     """Leaves in order and a hashable description of the structure.
 
     Example:
-        >>> flatten({"b": 1, "a": (2, [3])})
-        ([2, 3, 1], ('dict', ('a', 'b'), (('tuple', tuple, (('leaf',), ('list', list, (('leaf',),)))), ('leaf',))))
+        >>> flatten({"b": 1, "a": (2, [3])})[0]
+        [2, 3, 1]
     """
     leaves: list = []
     return leaves, _flatten(tree, leaves)

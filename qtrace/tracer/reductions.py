@@ -125,6 +125,9 @@ def cumsum(x, axis=None, dtype=None):
         t, ax = reshape(t, -1), 0
     else:
         ax = normalize_axis(axis, t.ndim, "cumsum")
-    out_dtype = dtypes.canonical(dtype, "qt.cumsum") if dtype is not None else _result_dtype("reduce_sum", t.dtype)
+    if dtype is None:
+        out_dtype = _result_dtype("reduce_sum", t.dtype)
+    else:
+        out_dtype = dtypes.canonical(dtype, "qt.cumsum")
     node = cast(t._node, out_dtype, weak=False)
     return wrap(record("cumsum", (node,), (ax,), t.shape, out_dtype))
