@@ -18,12 +18,16 @@ __all__ = ["MODULES", "Row", "print_table", "run_all"]
 MODULES = ("b1_elementwise", "b2_dispatch", "b5_eager_loop")
 
 
-def run_all(quick: bool = False, only: tuple[str, ...] = ()) -> list[Row]:
-    """Run every benchmark module (or those whose name starts with one of ``only``)."""
+def run_all(quick: bool = False, only: tuple[str, ...] = (),
+            systems: str | None = None) -> list[Row]:
+    """Run every benchmark module (or those whose name starts with one of ``only``).
+
+    ``systems``: comma-separated prefixes of the systems to run (default: all).
+    """
     rows: list[Row] = []
     for name in MODULES:
         if only and not any(name.startswith(prefix) for prefix in only):
             continue
         module = importlib.import_module(f"{__name__}.{name}")
-        rows += module.run(quick=quick)
+        rows += module.run(quick=quick, systems=systems)
     return rows

@@ -50,8 +50,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 QTRACE_API = ("asarray", "eval", "sync", "jit", "stats", "reset_stats", "sin", "cos", "exp",
               "sqrt", "abs", "tanh")
 
-# Peers: name shown in tables -> module to import. Each one is optional.
-PEERS = {"jax": "jax", "drjit": "drjit", "quadrants": "quadrants", "warp": "warp"}
+# Peers: name -> (module to import, what to pip install). Each one is optional.
+PEERS = {"jax": ("jax", "jax[cpu]"), "drjit": ("drjit", "drjit"),
+         "quadrants": ("quadrants", "quadrants"), "warp": ("warp", "warp-lang")}
 
 _UNIT_SCALE = {"s": 1.0, "ms": 1e3, "µs": 1e6, "ns": 1e9}
 
@@ -185,8 +186,12 @@ def _silenced():
     """Send file descriptors 1 and 2 to /dev/null (peers print banners from C++ code)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        saved = [os.dup(1), os.dup(2)]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # no such descriptors (embedded interpreter): leave output alone
+        yield
+        return
     try:
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
@@ -238,13 +243,13 @@ def load_peer(name: str) -> tuple[ModuleType | None, str]:
     """
     if name in _loaded:
         return _loaded[name]
-    module_name = PEERS.get(name, name)
+    module_name, pip_name = PEERS.get(name, (name, name))
     try:
         with _silenced(), contextlib.redirect_stdout(sys.stderr):
             result = (importlib.import_module(module_name), "")
     except ImportError as exc:
         if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
-            result = (None, f'{name} not installed (pip install -e ".[bench]")')
+            result = (None, f"{name} not installed (pip install {pip_name})")
         else:
             result = (None, f"{name} import failed: " + _short(exc))
     except Exception as exc:

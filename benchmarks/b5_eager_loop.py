@@ -180,8 +180,8 @@ def run(quick: bool = False, n: int | None = None, repeats: int | None = None,
         except Exception as exc:  # reported as the system's FAIL row below
             specs[name] = exc
     # Round 1: per-iteration overhead, N=16 (all systems interleaved).
-    systems = [s for s in specs.values() if isinstance(s, _System)]
-    overhead = h.measure_interleaved([p.overhead_case(s) for s in systems], repeats=repeats)
+    ready = [s for s in specs.values() if isinstance(s, _System)]
+    overhead = h.measure_interleaved([p.overhead_case(s) for s in ready], repeats=repeats)
 
     # Round 2: the full-size loop, rows built from both rounds.
     def prepare(spec):

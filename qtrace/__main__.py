@@ -1,4 +1,4 @@
-"""Command line: ``python -m qtrace demo | info``."""
+"""Command line: ``python -m qtrace demo | info | cache info | cache clear``."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def info(args) -> int:
     import llvmlite
 
     import qtrace as qt
-    from qtrace.kernels import llvm_cpu
+    from qtrace.kernels import disk_cache, llvm_cpu
 
     print(f"qtrace     {qt.__version__}")
     print(f"python     {platform.python_version()}")
@@ -75,6 +75,34 @@ def info(args) -> int:
     print(f"threads    {qt.config.num_threads}")
     print(f"fusion     {'on' if qt.config.fusion else 'off'}")
     print(f"cache dir  {qt.config.cache_dir}")
+    c = disk_cache.info()
+    print(f"cache      {c['entries']} entries, {_bytes(c['bytes'])}, {c['state']}")
+    return 0
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def cache(args) -> int:
+    """``cache info``: location, entries and size of the disk kernel cache; ``cache clear``."""
+    from qtrace.kernels import disk_cache
+
+    if args.action == "info":
+        c = disk_cache.info()
+        print(f"location   {c['location']}")
+        print(f"state      {c['state']}")
+        print(f"entries    {c['entries']}")
+        print(f"size       {_bytes(c['bytes'])} ({c['bytes']} bytes)")
+        if c["temporary_files"]:
+            print(f"temporary  {c['temporary_files']} unfinished write(s) (removed by `cache clear`)")
+        return 0
+    removed, freed = disk_cache.clear()
+    print(f"removed {removed} file(s), {_bytes(freed)}, from {disk_cache.kernel_dir()}")
     return 0
 
 
@@ -87,6 +115,9 @@ def main(argv=None) -> int:
     p.set_defaults(fn=demo)
     p = sub.add_parser("info", help="versions, devices, configuration")
     p.set_defaults(fn=info)
+    p = sub.add_parser("cache", help="the disk kernel cache: info (location, entries, size) or clear")
+    p.add_argument("action", choices=("info", "clear"))
+    p.set_defaults(fn=cache)
     args = parser.parse_args(argv)
     return args.fn(args)
 

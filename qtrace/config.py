@@ -17,6 +17,8 @@ variable                    attribute                    meaning
 ``QTRACE_OFFLINE_CACHE``    ``offline_cache``            ``0``: no disk cache
 (no variable)               ``check_bounds``             gather/scatter index checks
 (no variable)               ``max_pending_nodes``        graph size that forces evaluation
+(no variable)               ``adstack_max_depth``        debug cap on loop stacks (provokes
+                                                         the overflow diagnostic)
 ==========================  ===========================  =================================
 """
 
@@ -67,6 +69,7 @@ class Config:
         self.offline_cache: bool = _flag("QTRACE_OFFLINE_CACHE", True)
         self.check_bounds: bool = True
         self.max_pending_nodes: int = 20000
+        self.adstack_max_depth: int | None = None
 
     def codegen_options(self) -> tuple:
         """The settings that change generated code; part of every kernel cache key."""

@@ -117,24 +117,28 @@ class WorkerPool:
 
     def _work(self, q: queue.SimpleQueue) -> None:
         while True:
-            fn, start, end, args, status = q.get()
+            fn, start, end, args, status, scratch = q.get()
             try:
-                fn(start, end, args, status)
+                fn(start, end, args, status, scratch)
                 self._done.put(None)
             except BaseException as err:  # pragma: no cover - kernels do not raise
                 self._done.put(err)
 
-    def run(self, fn, extent: int, args, status) -> None:
-        """Run ``fn`` over ``[0, extent)`` split evenly across the pool (caller included)."""
+    def run(self, fn, extent: int, args, status, scratch=None, stride: int = 0) -> None:
+        """Run ``fn`` over ``[0, extent)`` split evenly across the pool (caller included).
+
+        Part ``i`` gets the scratch block ``scratch + i * stride`` (its own adstack).
+        """
         parts = min(self.n, extent)
         if parts <= 1:
-            fn(0, extent, args, status)
+            fn(0, extent, args, status, scratch)
             return
         bounds = [extent * i // parts for i in range(parts + 1)]
         with self._lock:  # one parallel launch at a time: the workers are shared
             for i in range(1, parts):
-                self._queues[i - 1].put((fn, bounds[i], bounds[i + 1], args, status))
-            fn(bounds[0], bounds[1], args, status)
+                block = scratch + i * stride if scratch is not None else None
+                self._queues[i - 1].put((fn, bounds[i], bounds[i + 1], args, status, block))
+            fn(bounds[0], bounds[1], args, status, scratch)
             errors = [self._done.get() for _ in range(parts - 1)]
         for err in errors:
             if err is not None:  # pragma: no cover

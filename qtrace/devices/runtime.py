@@ -15,10 +15,11 @@ import threading
 import numpy as np
 
 from ..config import config
+from ..errors import AdstackOverflowError
 from ..graph.plan import PlanSpec, build_plan
 from ..kernels import codegen, llvm_cpu
 from ..stats import bump
-from . import cpu
+from . import adstack, cpu
 
 _lock = threading.RLock()
 _plans: dict = {}
@@ -30,7 +31,8 @@ class Plan:
 
     ``run`` is the per-call path of every jitted function and eager evaluation, so it
     does only this: allocate missing slots, pack each kernel's buffer addresses into an
-    immutable bytes block (never shared between threads or calls), launch.
+    immutable bytes block (never shared between threads or calls), size and allocate
+    the stacks of reverse-mode loops, launch.
     """
 
     def __init__(self, spec: PlanSpec, kernels: dict, check_bounds: bool):
@@ -40,8 +42,10 @@ class Plan:
         self.slot_meta = [(n.shape, n.dtype) for n in spec.slot_nodes]
         self.outputs = spec.outputs
         self.check_bounds = check_bounds
-        self.checks = []  # per checking step: its task's check table (status rows follow it)
+        self.checks = []  # per reporting step: (task, its check table); status rows follow it
         self.steps = []
+        slot_of = {id(n): i for i, n in enumerate(spec.slot_nodes)}
+        leaf_slots = {id(leaf): i for i, leaf in enumerate(spec.leaves)}
         for step in spec.steps:
             if step.kind == "library":
                 self.steps.append((None, step.node.prim, step.slots, step.frees, False))
@@ -53,11 +57,15 @@ class Plan:
             parallel = size >= cpu.PARALLEL_MIN_WORK and t.domain[0] > 1
             packer = struct.Struct(f"{len(step.slots)}Q").pack
             row = -1
-            if check_bounds and t.checks:
+            if t.checks and (check_bounds or t.stack is not None):
                 row = len(self.checks)
-                self.checks.append(t.checks)
-            self.steps.append((kernels[t.symbol], (t.domain[0], packer, row), step.slots, step.frees,
-                               parallel))
+                self.checks.append((t, t.checks))
+            stack = None
+            if t.stack is not None:
+                depth, fb, ib = t.stack
+                stack = (adstack.DepthSource(depth, slot_of, leaf_slots), fb, ib)
+            self.steps.append((kernels[t.symbol], (t.domain[0], packer, row, stack), step.slots,
+                               step.frees, parallel))
         self.n_launches = sum(1 for s in self.steps if s[0] is not None)
 
     def run(self, leaf_buffers) -> list:
@@ -79,13 +87,19 @@ class Plan:
                 a, b, out = (bufs[s] for s in slots)
                 np.matmul(a, b, out=out)
             else:
-                extent, pack, row = info
+                extent, pack, row, stack = info
                 args = pack(*[pointer(bufs[s]) for s in slots])
                 st = status_ptr + 16 * row if row >= 0 else None
-                if parallel and threads > 1:
-                    cpu.pool().run(fn, extent, args, st)
+                workers = min(threads, extent) if parallel and threads > 1 else 1
+                block, stride = None, 0
+                if stack is not None:
+                    source, fb, ib = stack
+                    block, stride, _ = adstack.scratch(workers, source.depth(bufs), fb, ib)
+                base = pointer(block) if block is not None else None
+                if workers > 1:
+                    cpu.pool().run(fn, extent, args, st, base, stride)
                 else:
-                    fn(0, extent, args, st)
+                    fn(0, extent, args, st, base)
             for s in frees:
                 buf = bufs[s]
                 bufs[s] = None
@@ -94,7 +108,7 @@ class Plan:
             bump("kernel_launches", self.n_launches)
         if status is not None and status[::2].any():
             row = int(np.flatnonzero(status[::2])[0])
-            self._raise_index_error(row, int(status[2 * row]) - 1, int(status[2 * row + 1]))
+            self._raise(row, int(status[2 * row]) - 1, int(status[2 * row + 1]))
         out = []
         for kind, v in self.outputs:
             if kind == "slot":
@@ -105,9 +119,15 @@ class Plan:
                 out.append(arr)
         return out
 
-    def _raise_index_error(self, row: int, check: int, value: int) -> None:
-        op, axis, size = self.checks[row][check]
-        raise IndexError(f"qtrace {op}: index {value} is out of bounds for axis {axis} with size "
+    def _raise(self, row: int, check: int, value: int) -> None:
+        task, table = self.checks[row]
+        kind, what, axis, size = table[check]
+        if kind == "adstack":
+            raise AdstackOverflowError(
+                f"qtrace adstack overflow in kernel {task.symbol}, {what}: an element needed more "
+                f"than the {value} stack entries sized for it (data changed behind qtrace's back, "
+                "qt.config.adstack_max_depth, or a bug); nothing was written out of bounds")
+        raise IndexError(f"qtrace {what}: index {value} is out of bounds for axis {axis} with size "
                          f"{size}")
 
 
@@ -121,10 +141,18 @@ def compile_plan(outputs: tuple) -> Plan:
             if (t.symbol, check) not in _kernels and t.symbol not in missing:
                 missing[t.symbol] = t
         if missing:
-            module = llvm_cpu.new_module(f"qtrace_{spec.key[:16]}")
-            for sym, t in missing.items():
-                codegen.lower_task(t, module, sym, check)
-            compiled, _ = llvm_cpu.compile_module(module, list(missing))
+            # -- disk (offline) kernel cache (kernels/disk_cache.py): load, else compile + store
+            from ..kernels import disk_cache
+            options = dict(config.codegen_options(), check_bounds=check)  # what is lowered below
+            entry, compiled = disk_cache.lookup(missing, options)
+            if compiled is None:
+                module = llvm_cpu.new_module(f"qtrace_{spec.key[:16]}")
+                for sym, t in missing.items():
+                    codegen.lower_task(t, module, sym, check)
+                compiled, obj = llvm_cpu.compile_module(module, list(missing))
+                if entry is not None:
+                    entry.store(obj)
+            # -- end of the disk cache hook
             for sym, fn in compiled.items():
                 _kernels[(sym, check)] = fn
         kernels = {t.symbol: _kernels[(t.symbol, check)] for t in spec.tasks}

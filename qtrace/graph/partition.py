@@ -25,7 +25,8 @@ import sys
 from dataclasses import dataclass, field
 
 from . import index as ix_
-from .access import DATA, classify, input_index
+from .access import DATA, broadcast_index, classify, input_index
+from .loops import layout, siblings_key
 from .node import Node, toposort
 from .primitives import PRIMITIVES
 
@@ -103,6 +104,11 @@ def _new_group(n: Node) -> Group:
         return g
     g = Group(n, dict(enumerate(n.shape)), [n], [n])
     g.reads[id(n)] = [_vars(n.ndim)]
+    if k == "loop":  # the loop reads its per-element inputs at its own index
+        lay = layout(n)
+        for pos, inp in enumerate(n.inputs):
+            if lay.per_element(pos):
+                g.reads.setdefault(id(inp), []).append(broadcast_index(_vars(n.ndim), inp.shape))
     return g
 
 
@@ -119,11 +125,23 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
     stored: dict[int, Node] = {}
     decisions: list[Decision] = []
 
+    loop_groups: dict = {}
+
     def root(n: Node) -> None:
+        if kind(n) == "loop":  # siblings (other components of the same loop) share one task
+            g = loop_groups.get(siblings_key(n))
+            if g is not None:
+                g.members.append(n)
+                g.stored.append(n)
+                group_of[id(n)] = g
+                stored[id(n)] = n
+                return
         g = _new_group(n)
         group_of[id(n)] = g
         groups.append(g)
         stored[id(n)] = n
+        if kind(n) == "loop":
+            loop_groups[siblings_key(n)] = g
 
     def reading_group(c: Node):
         """The task that evaluates consumer ``c`` per element, or None."""
@@ -134,7 +152,7 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
         """Indices at which task ``g`` reads ``n`` (through members and free views)."""
         out = list(g.reads.get(id(n), []))  # seeded by a reduction or scan root
         for c, pos in consumers.get(id(n), []):
-            if kind(c) in ("scatter", "concat", "library", "reduce", "scan"):
+            if kind(c) in ("scatter", "concat", "library", "reduce", "scan", "loop"):
                 continue
             for ix in g.reads.get(id(c), []):
                 r = input_index(c, pos, ix, g.ext)
@@ -154,6 +172,8 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
             group_of[id(n)] = FREE
             gs = {id(reading_group(c)): reading_group(c) for c, _ in users}
             g = next(iter(gs.values())) if len(gs) == 1 else None
+            if any(kind(c) == "loop" and not layout(c).per_element(p) for c, p in users):
+                g = None  # read inside a loop body (or sized on the host): its source is materialized
             view_group[id(n)] = g
             if g is not None:
                 g.reads[id(n)] = reads_in(g, n)
@@ -164,11 +184,13 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
         elif not users:
             rule = "graph output"
         else:
-            for c, _ in users:
+            for c, _pos in users:
                 ck = kind(c)
                 g = reading_group(c)
                 if ck in ("scatter", "concat", "library"):
                     why = f"{c.prim} reads materialized operands"
+                elif ck == "loop" and not layout(c).per_element(_pos):
+                    why = "a loop body reads it (materialized operand)"
                 elif g is None:
                     why = "read through a view by several tasks"
                 elif target is not None and g is not target:

@@ -14,6 +14,7 @@ Fusion classes:
     ``reduce``       folds axes of its input; ``scan`` prefix-folds one axis;
     ``concat``       writes each input into a region of its output;
     ``library``      computed by a device library (BLAS); a fusion boundary;
+    ``loop``         a per-element loop (and its adstack reverse) over a traced body;
     ``leaf``         inputs and constants.
 """
 
@@ -34,7 +35,8 @@ class Primitive:
 
 
 PRIMITIVES: dict[str, Primitive] = {}
-KINDS = ("elementwise", "view", "gather", "scatter", "reduce", "scan", "concat", "library", "leaf")
+KINDS = ("elementwise", "view", "gather", "scatter", "reduce", "scan", "concat", "library", "leaf",
+         "loop")
 
 
 def define(name: str, kind: str, ufunc: str | None = None, rule: Callable | None = None) -> Primitive:
@@ -129,6 +131,16 @@ for _name in REDUCTIONS:
 define("cumsum", "scan")          # params: (axis,)
 define("concatenate", "concat")   # params: (axis,)
 define("matmul", "library")       # NumPy matmul semantics for 1-D/2-D operands
+
+# --- per-element loops (one output component per node: params end with the component) --
+# loop:     inputs (init..., lower, upper, captured...) for fori, (init..., captured...) for
+#           while; params (kind, n_state, body Subgraph, component). Component n_state of
+#           a while loop is the per-element trip count.
+# loop_vjp: inputs (init..., lower, upper | count, captured..., ct...); params (kind,
+#           n_state, body, reverse body, component): cotangents of init, then per-element
+#           cotangents of captured values.
+define("loop", "loop")
+define("loop_vjp", "loop")
 
 
 def ufunc_of(name: str) -> np.ufunc:

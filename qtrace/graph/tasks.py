@@ -27,6 +27,7 @@ import numpy as np
 
 from . import index as ix_
 from .access import broadcast_index, view_index
+from .loops import layout, siblings_key
 from .node import Node, c_strides, content_hash
 from .partition import FREE, Schedule, kind
 
@@ -45,6 +46,8 @@ class Task:
     writes: set = field(default_factory=set)     # task args written
     checks: list = field(default_factory=list)   # check id -> (op, axis, size)
     nodes: list = field(default_factory=list)    # graph nodes computed here (for reports)
+    has_loops: bool = False
+    stack: tuple | None = None                   # (depth node, float bytes, int bytes) of an adstack
     key: str = ""
 
     def finalize(self) -> None:
@@ -62,21 +65,29 @@ def buffer_strides(node: Node) -> tuple:
 
 
 class TaskBuilder:
-    """Builds the SSA body of one task by evaluating graph nodes at symbolic indices."""
+    """Builds the SSA body of one task by evaluating graph nodes at symbolic indices.
 
-    def __init__(self, schedule: Schedule, group, task: Task, ext: dict):
+    A builder may also build a loop body's program: then ``env`` maps the body's
+    placeholder leaves to their roles (carried state, counter, incoming cotangent) or,
+    for captured values, to the outside node the loop reads.
+    """
+
+    def __init__(self, schedule: Schedule, group, task: Task, ext: dict, instrs=None, env=None,
+                 args=None):
         self.s, self.group, self.t, self.ext = schedule, group, task, ext
+        self.instrs = task.instrs if instrs is None else instrs
+        self.env = env or {}
         self._ids: dict = {}
         self._memo: dict = {}
-        self._args: dict = {}
+        self._args: dict = {} if args is None else args
 
     def emit(self, instr: tuple) -> int:
         # constants compare by repr: 0.0 == -0.0 and 1 == 1.0 == True must stay distinct
         key = (instr, repr(instr[2])) if instr[0] == "const" else instr
         i = self._ids.get(key)
         if i is None:
-            i = self._ids[key] = len(self.t.instrs)
-            self.t.instrs.append(instr)
+            i = self._ids[key] = len(self.instrs)
+            self.instrs.append(instr)
         return i
 
     def arg(self, node: Node, write: bool = False) -> int:
@@ -106,10 +117,17 @@ class TaskBuilder:
     def _value(self, node: Node, ix: tuple) -> int:
         if node.prim == "const":
             return self.emit(("const", node.dtype.str, node.params[0]))
+        role = self.env.get(id(node))
+        if role is not None:
+            if role[0] == "node":  # a captured value: read from outside, inside the body
+                return self.value(role[1], ix)
+            if role[0] == "counter":
+                return self.emit(("counter", "<i8"))
+            return self.emit((role[0], node.dtype.str, role[1]))
         g = self.s.group_of.get(id(node))
-        if node.is_leaf or (g is not self.group and g is not FREE):
+        if node.is_leaf or (g is not None and g is not self.group and g is not FREE):
             return self.load(node, ix)
-        if node not in self.t.nodes:
+        if g is not None and node not in self.t.nodes:
             self.t.nodes.append(node)
         k = kind(node)
         if k == "view":
@@ -124,6 +142,8 @@ class TaskBuilder:
             if not ok:
                 return self.emit(("const", node.dtype.str, 0))
             return self.value(src, src_ix)
+        if k == "loop":
+            return self.emit(("get", node.dtype.str, self.loop(node, ix), node.params[-1]))
         raise AssertionError(f"qtrace: {node.prim} cannot be computed inside another task")
 
     def coordinates(self, src: Node, coords: list, op: str):
@@ -131,10 +151,56 @@ class TaskBuilder:
         out, ok = [], True
         for axis, (c, size) in enumerate(zip(coords, src.shape)):
             check = len(self.t.checks)
-            self.t.checks.append((op, axis, size))
+            self.t.checks.append(("index", op, axis, size))
             out.append(ix_.ssa(self.emit(("bound", "<i8", c, size, check))))
             ok = ok and size > 0
         return tuple(out), ok
+
+    # -- loops ------------------------------------------------------------------------
+    def program(self, outputs, env: dict, ix: tuple) -> tuple:
+        """A loop body's program: ``("prog", instrs, output ssa ids)``."""
+        child = TaskBuilder(self.s, self.group, self.t, self.ext, instrs=[], env=env, args=self._args)
+        outs = tuple(child.value(o, broadcast_index(ix, o.shape)) for o in outputs)
+        return ("prog", tuple(child.instrs), outs)
+
+    def loop(self, node: Node, ix: tuple) -> int:
+        key = ("loop",) + siblings_key(node) + (ix,)
+        ssa = self._memo.get(key)
+        if ssa is not None:
+            return ssa
+        lay = layout(node)
+        self.t.has_loops = True
+        per_element = [self.value(node.inputs[p], broadcast_index(ix, node.inputs[p].shape))
+                       for p in range(len(node.inputs)) if lay.per_element(p)]
+        captured = node.inputs[lay.captured]
+        sub = node.params[2]
+
+        def env_for(graph):
+            env = {}
+            for role, leaf in graph.placeholders.values():
+                env[id(leaf)] = ("node", captured[role[1]]) if role[0] == "captured" else role
+            return env
+
+        env = env_for(sub)
+        outs = sub.outputs
+        cprog = self.program(outs[:1], env, ix) if lay.kind == "while" else None
+        bprog = self.program(outs[1:] if lay.kind == "while" else outs, env, ix)
+        dts = tuple(n.dtype.str for n in node.inputs[lay.init])
+        if not lay.reverse:
+            instr = ("loop", dts, lay.kind, lay.n_state, cprog, bprog, tuple(per_element))
+        else:
+            rsub = node.params[3]
+            rprog = self.program(rsub.outputs, env_for(rsub), ix)
+            pushed = sorted({i[2] for i in rprog[1] if i[0] == "state"})
+            fb = sum(int(dts[k][2:]) for k in pushed if dts[k][1] == "f")
+            ib = sum(int(dts[k][2:]) for k in pushed if dts[k][1] != "f")
+            check = len(self.t.checks)
+            self.t.checks.append(("adstack", f"loop_{sub.key[:12]}", 0, 0))
+            self.t.stack = (node.inputs[lay.depth], fb, ib)
+            instr = ("loop_vjp", dts, lay.kind, lay.n_state, cprog, bprog, rprog,
+                     tuple(per_element), tuple(pushed), check)
+        ssa = self._memo[key] = self.emit(instr)
+        return ssa
 
 
 def _vars(n: int, offset: int = 0) -> tuple:
@@ -218,7 +284,7 @@ def build_tasks(schedule: Schedule, group) -> list:
             offset += inp.shape[axis]
             tasks.append(t)
         return tasks
-    # elementwise / gather / view: one map over the root's shape storing every stored member
+    # elementwise / gather / view / loop: one map over the root's shape storing every stored member
     # (a member is stored at the index its consumers read it: injective, checked by partition)
     t = Task("map", root.shape)
     b = TaskBuilder(schedule, group, t, _extents(root.shape))
@@ -228,17 +294,43 @@ def build_tasks(schedule: Schedule, group) -> list:
     return [t]
 
 
-def _task_forms(task: Task):
-    for instr in task.instrs:
+def _programs(instr):
+    """The nested programs of a loop instruction."""
+    if instr[0] == "loop":
+        return [p for p in (instr[4], instr[5]) if p is not None]
+    if instr[0] == "loop_vjp":
+        return [p for p in (instr[4], instr[5], instr[6]) if p is not None]
+    return []
+
+
+def _instr_forms(instrs):
+    for instr in instrs:
         if instr[0] == "load":
             yield from ix_.affine_forms(instr[3])
+        for prog in _programs(instr):
+            yield from _instr_forms(prog[1])
+
+
+def _task_forms(task: Task):
+    yield from _instr_forms(task.instrs)
     for _, ix, _ in task.stores:
         yield from ix_.affine_forms(ix)
 
 
+def _rewrite_instrs(instrs, fn) -> list:
+    out = []
+    for i in instrs:
+        if i[0] == "load":
+            i = (i[0], i[1], i[2], ix_.substitute(i[3], fn))
+        elif i[0] in ("loop", "loop_vjp"):
+            i = tuple(("prog", tuple(_rewrite_instrs(x[1], fn)), x[2])
+                      if isinstance(x, tuple) and x and x[0] == "prog" else x for x in i)
+        out.append(i)
+    return out
+
+
 def _rewrite(task: Task, fn) -> None:
-    task.instrs = [(i[0], i[1], i[2], ix_.substitute(i[3], fn)) if i[0] == "load" else i
-                   for i in task.instrs]
+    task.instrs = _rewrite_instrs(task.instrs, fn)
     task.stores = [(a, ix_.substitute(ix, fn), v) for a, ix, v in task.stores]
 
 
@@ -297,6 +389,8 @@ def try_merge(a: Task, b: Task) -> str | None:
     """
     if a.kind != "map" or b.kind != "map":
         return "only elementwise (map) tasks merge"
+    if a.has_loops or b.has_loops:
+        return "tasks running loops stay separate"
     if a.domain != b.domain:
         return f"launch bounds differ: {a.domain} vs {b.domain}"
     a_args = {id(n): i for i, n in enumerate(a.arg_nodes)}

@@ -29,9 +29,9 @@ class KernelEmitter:
         self.t = task
         self.check_bounds = check_bounds
         self.dt = [n.dtype for n in task.arg_nodes]
-        fnty = ir.FunctionType(ir.VoidType(), [I64, I64, PTR, PTR])
+        fnty = ir.FunctionType(ir.VoidType(), [I64, I64, PTR, PTR, PTR])
         self.fn = ir.Function(module, fnty, name=name)
-        self.start, self.end, args, self.status = self.fn.args
+        self.start, self.end, args, self.status, self.scratch = self.fn.args
         for a in self.fn.args:
             a.name = ""
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
@@ -97,10 +97,20 @@ class KernelEmitter:
 
     def body(self) -> list:
         """Emit the task's instructions at the current loop indices; their IR values."""
+        return self.run(self.t.instrs, {})
+
+    def run(self, instrs, env: dict) -> list:
+        """Emit ``instrs`` (a task body or a loop body program); their IR values.
+
+        ``env`` gives loop bodies their placeholders: ``state``/``ct`` (lists of values)
+        and ``counter``.
+        """
         b = self.b
         values, dts = [], []
-        for instr in self.t.instrs:
-            op, dt = instr[0], np.dtype(instr[1])
+        top = instrs is self.t.instrs
+        for instr in instrs:
+            op = instr[0]
+            dt = np.dtype(instr[1]) if isinstance(instr[1], str) else None
             if op == "const":
                 v = scalar.const(dt, instr[2])
             elif op == "load":
@@ -111,14 +121,193 @@ class KernelEmitter:
                 args = [values[a] for a in instr[3]]
                 v = scalar.lower(b, instr[2], args, [dts[a] for a in instr[3]], dt)
             elif op == "bound":
-                v = self.bound(values[instr[2]], dts[instr[2]], instr[3], instr[4], len(values))
+                v = self.bound(values[instr[2]], dts[instr[2]], instr[3], instr[4],
+                               len(values) if top else None)
+            elif op in ("state", "ct"):
+                v = env[op][instr[2]]
+            elif op == "counter":
+                v = env["counter"]
+            elif op == "get":
+                v = values[instr[2]][instr[3]]
+            elif op == "loop":
+                v = self.emit_loop(instr, values)
+            elif op == "loop_vjp":
+                v = self.emit_loop_vjp(instr, values)
             else:
                 raise AssertionError(op)
             values.append(v)
             dts.append(dt)
         return values
 
-    def bound(self, raw, raw_dt: np.dtype, size: int, check: int, ssa: int) -> ir.Value:
+    def _state_types(self, dts: tuple) -> list:
+        return [scalar.ir_type(np.dtype(d)) for d in dts]
+
+    def _phis(self, types, incoming, block) -> list:
+        phis = []
+        for ty, v in zip(types, incoming):
+            p = self.b.phi(ty)
+            p.add_incoming(v, block)
+            phis.append(p)
+        return phis
+
+    def emit_loop(self, instr, values) -> tuple:
+        """A per-element loop: state in phi nodes, the body program emitted once inside."""
+        _, dts, kind, m, cprog, bprog, ins = instr
+        b = self.b
+        init = [values[i] for i in ins[:m]]
+        lo, hi = (values[ins[m]], values[ins[m + 1]]) if kind == "fori" else (None, None)
+        pre = b.block
+        head = self.fn.append_basic_block("loop_head")
+        body = self.fn.append_basic_block("loop_body")
+        done = self.fn.append_basic_block("loop_done")
+        b.branch(head)
+        b.position_at_end(head)
+        state = self._phis(self._state_types(dts), init, pre)
+        count = self._phis([I64], [ir.Constant(I64, 0)], pre)[0]
+        env = {"state": state}
+        if kind == "fori":
+            counter = b.add(lo, count)
+            go = b.icmp_signed("<", counter, hi)
+            env["counter"] = counter
+        else:
+            cv = self.run(cprog[1], env)
+            go = cv[cprog[2][0]]
+        b.cbranch(go, body, done)
+        b.position_at_end(body)
+        bv = self.run(bprog[1], env)
+        new = [bv[o] for o in bprog[2]]
+        nxt = b.add(count, ir.Constant(I64, 1))
+        latch = b.block
+        for p, v in zip(state, new):
+            p.add_incoming(v, latch)
+        count.add_incoming(nxt, latch)
+        b.branch(head)
+        b.position_at_end(done)
+        return tuple(state) + (count,)
+
+    def emit_loop_vjp(self, instr, values) -> tuple:
+        """The adjoint of a per-element loop: replay pushing to the adstack, then pop.
+
+        The stack is this worker's scratch block: ``[capacity][floats...][ints...]``. An
+        element that would need more entries than the capacity stops its replay, reports
+        the overflow in ``status`` (the launch then raises) and never writes past it.
+        """
+        _, dts, kind, m, cprog, bprog, rprog, ins, pushed, check = instr
+        b = self.b
+        sdt = [np.dtype(d) for d in dts]
+        types = self._state_types(dts)
+        init = [values[i] for i in ins[:m]]
+        nb = 2 if kind == "fori" else 0
+        lo, hi = (values[ins[m]], values[ins[m + 1]]) if kind == "fori" else (None, None)
+        cts_in = [values[i] for i in ins[m + nb: m + nb + m]]
+        offsets, fb, ib = {}, 0, 0
+        for k in pushed:
+            if sdt[k].kind == "f":
+                offsets[k] = ("f", fb)
+                fb += sdt[k].itemsize
+            else:
+                offsets[k] = ("i", ib)
+                ib += sdt[k].itemsize
+        cap = b.load(self.scratch, typ=I64)
+        fstack = b.gep(self.scratch, [ir.Constant(I64, 64)], source_etype=I8)
+        fbytes = b.and_(b.add(b.mul(cap, ir.Constant(I64, fb)), ir.Constant(I64, 63)), ir.Constant(I64, -64))
+        istack = b.gep(fstack, [fbytes], source_etype=I8)
+
+        def slot(depth, k):
+            where, off = offsets[k]
+            base, size = (fstack, fb) if where == "f" else (istack, ib)
+            pos = b.add(b.mul(depth, ir.Constant(I64, size)), ir.Constant(I64, off))
+            return b.gep(base, [pos], source_etype=I8)
+
+        # forward replay, pushing the state each iteration of the reverse will need
+        pre = b.block
+        head = self.fn.append_basic_block("replay_head")
+        room = self.fn.append_basic_block("replay_room")
+        push = self.fn.append_basic_block("replay_push")
+        overflow = self.fn.append_basic_block("replay_overflow")
+        fdone = self.fn.append_basic_block("replay_done")
+        b.branch(head)
+        b.position_at_end(head)
+        state = self._phis(types, init, pre)
+        depth = self._phis([I64], [ir.Constant(I64, 0)], pre)[0]
+        env = {"state": state}
+        if kind == "fori":
+            counter = b.add(lo, depth)
+            go = b.icmp_signed("<", counter, hi)
+            env["counter"] = counter
+        else:
+            go = self.run(cprog[1], env)[cprog[2][0]]
+        b.cbranch(go, room, fdone)
+        head_exit = b.block
+        b.position_at_end(room)
+        b.cbranch(b.icmp_signed(">=", depth, cap), overflow, push)
+        b.position_at_end(overflow)
+        if self.status is not None:
+            b.store(ir.Constant(I64, check + 1), self.status)
+            b.store(depth, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
+        b.branch(fdone)
+        b.position_at_end(push)
+        for k in pushed:
+            v = state[k]
+            b.store(b.zext(v, I8) if sdt[k].kind == "b" else v, slot(depth, k))
+        bv = self.run(bprog[1], env)
+        latch = b.block
+        for p, o in zip(state, bprog[2]):
+            p.add_incoming(bv[o], latch)
+        depth.add_incoming(b.add(depth, ir.Constant(I64, 1)), latch)
+        b.branch(head)
+        b.position_at_end(fdone)
+        total = b.phi(I64)
+        total.add_incoming(depth, head_exit)
+        total.add_incoming(depth, overflow)
+        # reverse: pop and run the reverse body, accumulating captured cotangents
+        rpre = b.block
+        rhead = self.fn.append_basic_block("reverse_head")
+        rbody = self.fn.append_basic_block("reverse_body")
+        rdone = self.fn.append_basic_block("reverse_done")
+        b.branch(rhead)
+        b.position_at_end(rhead)
+        cts = self._phis(types, cts_in, rpre)
+        j = self._phis([I64], [total], rpre)[0]
+        b.cbranch(b.icmp_signed(">", j, ir.Constant(I64, 0)), rbody, rdone)
+        b.position_at_end(rbody)
+        j1 = b.sub(j, ir.Constant(I64, 1))
+        popped = []
+        for k, ty in enumerate(types):
+            if k in offsets:
+                v = b.load(slot(j1, k), typ=I8 if sdt[k].kind == "b" else ty)
+                popped.append(b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if sdt[k].kind == "b" else v)
+            else:
+                popped.append(ir.Constant(ty, ir.Undefined))
+        renv = {"state": popped, "ct": cts, "counter": b.add(lo, j1) if kind == "fori" else j1}
+        rv = self.run(rprog[1], renv)
+        outs = [rv[o] for o in rprog[2]]
+        cap_vals = outs[m:]
+        rlatch = b.block
+        return self._finish_reverse(rhead, rpre, rlatch, rdone, cts, outs[:m], j, j1, cap_vals)
+
+    def _finish_reverse(self, rhead, rpre, rlatch, rdone, cts, new_cts, j, j1, cap_vals) -> tuple:
+        b = self.b
+        # accumulators for captured cotangents: phis at the head of the reverse loop
+        acc = []
+        first = rhead.instructions[0]
+        for v in cap_vals:
+            b.position_before(first)
+            p = b.phi(v.type)
+            p.add_incoming(ir.Constant(v.type, 0.0), rpre)
+            acc.append(p)
+        b.position_at_end(rlatch)
+        sums = [b.fadd(a, v) for a, v in zip(acc, cap_vals)]
+        for p, v in zip(cts, new_cts):
+            p.add_incoming(v, b.block)
+        for p, v in zip(acc, sums):
+            p.add_incoming(v, b.block)
+        j.add_incoming(j1, b.block)
+        b.branch(rhead)
+        b.position_at_end(rdone)
+        return tuple(cts) + tuple(acc)
+
+    def bound(self, raw, raw_dt: np.dtype, size: int, check: int, ssa) -> ir.Value:
         b = self.b
         i = scalar.convert(b, raw, raw_dt, np.dtype(np.int64)) if raw_dt != np.int64 else raw
         if raw_dt.kind == "u" and raw_dt.itemsize == 8:
@@ -128,7 +317,8 @@ class KernelEmitter:
         ok = b.and_(b.icmp_signed(">=", wrapped, ir.Constant(I64, 0)), b.icmp_signed("<", wrapped, n))
         if raw_dt.kind == "u" and raw_dt.itemsize == 8:
             ok = b.and_(ok, b.icmp_signed(">=", i, ir.Constant(I64, 0)))
-        self.valid[ssa] = ok
+        if ssa is not None:
+            self.valid[ssa] = ok
         if self.check_bounds:
             with b.if_then(b.not_(ok), likely=False):
                 b.store(ir.Constant(I64, check + 1), self.status)

@@ -22,7 +22,9 @@ from ..stats import bump
 _lock = threading.RLock()
 _state: dict = {}
 
-KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+# void kernel(i64 start, i64 end, ptr args, ptr status, ptr scratch)
+KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                          ctypes.c_void_p)
 
 
 def _init():
@@ -42,9 +44,15 @@ def _init():
 
 def target_id() -> str:
     """Triple, CPU and features: the architecture part of a kernel cache key."""
+    t = target_info()
+    return f"{t['triple']}/{t['cpu']}/{t['features']}/llvm{t['llvm']}/llvmlite{t['llvmlite']}"
+
+
+def target_info() -> dict:
+    """:func:`target_id` as named parts (what the disk cache compares to explain a miss)."""
     s = _init()
-    return f"{s['triple']}/{s['cpu']}/{s['features']}/llvm{'.'.join(map(str, llvm.llvm_version_info))}" \
-           f"/llvmlite{llvmlite.__version__}"
+    return {"triple": s["triple"], "cpu": s["cpu"], "features": s["features"],
+            "llvm": ".".join(map(str, llvm.llvm_version_info)), "llvmlite": llvmlite.__version__}
 
 
 def new_module(name: str) -> ir.Module:

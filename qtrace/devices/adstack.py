@@ -1,0 +1,97 @@
+"""Adstack sizing and allocation for reverse-mode loops, on the host, at launch.
+
+The depth a loop's reverse needs is the largest per-element trip count. Three paths,
+each counted in ``qt.stats()``:
+
+1. the count depends only on shapes and scalars (a constant, or a 0-d value): read on
+   the host, no reduction (``adstack_host_sized``);
+2. it depends on tensor data: a max-reduction over the counts
+   (``adstack_device_sized``, ``max_reducer_dispatches``), whose result is cached
+   against the identity and version of every input buffer the counts were computed
+   from — repeated launches on unchanged data dispatch no reducer;
+3. ``while_loop``: the forward pass records each element's trip count; the reverse is
+   sized from those counts (path 2 without caching, since they are fresh each run).
+
+Stacks belong to workers, not elements: ``workers x depth x entry bytes``, floats and
+integers in separate stacks. ``qt.config.adstack_max_depth`` caps the depth (a debug
+setting that provokes the overflow diagnostic).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from ..config import config
+from ..graph import buffers
+from ..graph.node import Node, toposort
+from ..stats import bump
+from . import cpu
+
+HEADER = 64
+_cache: dict = {}
+_lock = threading.Lock()
+
+
+def _strip(node: Node) -> Node:
+    """The node behind broadcasts and reshapes (same maximum, fewer elements)."""
+    while node.prim in ("broadcast", "reshape"):
+        node = node.inputs[0]
+    return node
+
+
+class DepthSource:
+    """How one adstack's depth is found at launch (built once per plan)."""
+
+    def __init__(self, depth: Node, slot_of: dict, leaf_slots: dict):
+        base = _strip(depth)
+        self.const = None
+        self.slot = slot_of.get(id(base))
+        self.scalar = base.size == 1
+        if base.prim == "const":
+            self.const = max(int(base.params[0]), 0)
+        nodes = toposort((base,))
+        self.cacheable = not any(n.prim in ("loop", "loop_vjp") for n in nodes)
+        self.leaf_slots = sorted({leaf_slots[id(leaf)] for leaf in base.leaves if id(leaf) in leaf_slots})
+        self.key = base.key
+
+    def depth(self, bufs: list) -> int:
+        if self.const is not None:
+            bump("adstack_host_sized")
+            return self.const
+        buf = bufs[self.slot]
+        if self.scalar:
+            bump("adstack_host_sized")
+            return max(int(np.asarray(buf).reshape(-1)[0]) if buf.size else 0, 0)
+        bump("adstack_device_sized")
+        if self.cacheable:
+            key = (self.key, tuple(buffers.identity(bufs[s]) for s in self.leaf_slots))
+            with _lock:
+                hit = _cache.get(key)
+            if hit is not None and all(bufs[s] is ref() for s, ref in zip(self.leaf_slots, hit[1])):
+                return hit[0]
+        bump("max_reducer_dispatches")
+        d = max(int(buf.max()), 0) if buf.size else 0
+        if self.cacheable:
+            refs = tuple(weakref.ref(bufs[s]) for s in self.leaf_slots)
+            with _lock:
+                if len(_cache) > 1024:
+                    _cache.clear()
+                _cache[key] = (d, refs)
+        return d
+
+
+def scratch(workers: int, depth: int, fb: int, ib: int):
+    """Per-worker stack blocks ``[capacity][floats][ints]``; returns (array, stride, cap)."""
+    cap = depth
+    if config.adstack_max_depth is not None:
+        cap = min(cap, int(config.adstack_max_depth))
+    fbytes = (cap * fb + 63) // 64 * 64
+    stride = HEADER + fbytes + (cap * ib + 63) // 64 * 64
+    block = cpu.aligned_empty((workers * stride,), np.dtype(np.uint8))
+    for w in range(workers):
+        block[w * stride: w * stride + 8].view(np.int64)[0] = cap
+    bump("adstack_bytes", workers * cap * (fb + ib))
+    return block, stride, cap

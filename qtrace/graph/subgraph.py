@@ -1,0 +1,96 @@
+"""Subgraphs: traced function bodies (loop bodies and their reverse) as graph parameters.
+
+A subgraph is a set of output nodes over *placeholder* leaves, each with a role:
+``("state", k)`` (a loop-carried value), ``("counter",)`` (the iteration index),
+``("captured", j)`` (a value from outside the body, passed to the loop node as an
+input) or ``("ct", k)`` (an incoming cotangent, for reverse bodies). Values a body
+reads from outside are cut off at tracing and replaced by captured placeholders, so a
+subgraph's content key depends only on its structure — it is a graph parameter like
+any other, and the loop node that holds it hashes the same in every process.
+"""
+
+from __future__ import annotations
+
+from .node import Node, content_hash, graph_key, make_input, make_node, toposort
+from .primitives import PRIMITIVES
+
+
+class Subgraph:
+    """Output nodes over role-tagged placeholder leaves; compared and hashed by content."""
+
+    __slots__ = ("outputs", "roles", "key", "placeholders")
+
+    def __init__(self, outputs: tuple, placeholders: dict):
+        """``placeholders`` maps ``id(leaf) -> role`` for every leaf the outputs may use."""
+        self.outputs = tuple(outputs)
+        key, leaves = graph_key(self.outputs)
+        for leaf in leaves:
+            if id(leaf) not in placeholders:
+                raise AssertionError("qtrace: a subgraph reads a leaf that is not a placeholder")
+        self.placeholders = {id(leaf): (placeholders[id(leaf)], leaf) for leaf in leaves}
+        self.roles = tuple(placeholders[id(leaf)] for leaf in leaves)
+        self.key = content_hash(("subgraph", key, self.roles))
+
+    def role_of(self, leaf: Node):
+        entry = self.placeholders.get(id(leaf))
+        return entry[0] if entry else None
+
+    def leaf(self, role):
+        for r, leaf in self.placeholders.values():
+            if r == role:
+                return leaf
+        return None
+
+    def __repr__(self) -> str:
+        return f"Subgraph({self.key})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Subgraph) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+def cut(outputs: tuple, placeholders: dict):
+    """Rebuild the part of ``outputs`` that depends on ``placeholders``.
+
+    Every node the body reads from outside (independent of the placeholders, and not a
+    constant) becomes a new ``("captured", j)`` placeholder; where an elementwise
+    operation reads it broadcast, the broadcast becomes an explicit node, so that a
+    reverse body can ask for the per-element cotangent of a captured value. Returns the
+    rebuilt outputs, the extended placeholder map, and the captured outside nodes.
+    """
+    dependent: set[int] = set(placeholders)
+    order = toposort(outputs)
+    for n in order:
+        if any(id(i) in dependent for i in n.inputs):
+            dependent.add(id(n))
+    mapping: dict[int, Node] = {}
+    roles = dict(placeholders)
+    captured: list[Node] = []
+
+    def get(n: Node) -> Node:
+        if id(n) in mapping:
+            return mapping[id(n)]
+        if id(n) in placeholders or n.prim == "const":
+            return n
+        if id(n) not in dependent:
+            leaf = make_input(n.shape, n.dtype, n.device, buffer=None, weak=n.weak)
+            roles[id(leaf)] = ("captured", len(captured))
+            captured.append(n)
+            mapping[id(n)] = leaf
+            return leaf
+        raise AssertionError("unreachable")
+
+    for n in order:
+        if id(n) not in dependent:
+            continue
+        inputs = tuple(get(i) for i in n.inputs)
+        if PRIMITIVES[n.prim].kind == "elementwise":
+            inputs = tuple(
+                make_node("broadcast", (n.shape,), n.shape, i.dtype, (i,), i.device, i.weak)
+                if i.is_leaf and roles.get(id(i), ("",))[0] == "captured" and i.shape != n.shape
+                else i for i in inputs)
+        mapping[id(n)] = make_node(n.prim, n.params, n.shape, n.dtype, inputs, n.device, n.weak)
+    outs = tuple(mapping.get(id(o), get(o)) if id(o) not in placeholders else o for o in outputs)
+    return outs, roles, captured

@@ -1,0 +1,446 @@
+"""The disk (offline) kernel cache: compiled object code kept between processes.
+
+A new process running the same program loads its kernels from here instead of
+compiling them (``qt.stats()["cache_hits_disk"]`` counts them, ``compiles`` stays 0).
+
+Key. One entry holds the kernels that one :func:`~qtrace.devices.runtime.compile_plan`
+call compiled together (one LLVM module, one object file). Its key is the SHA-256 of a
+canonical JSON document of:
+
+* the content keys of those tasks (sorted; a task's symbol derives from its key);
+* the device (``"cpu"``) and its architecture (:func:`llvm_cpu.target_info`: triple, CPU
+  name, CPU features, LLVM and llvmlite versions);
+* the compile options (``qt.config.codegen_options()``: fusion, check_bounds);
+* the qtrace version, refined by a digest of qtrace's own sources so that a
+  development checkout whose code generator changed never loads stale kernels;
+* the entry format and its version.
+
+Layout. ``<cache_dir>/kernels/<kernels>-<key>.qtk``, where ``<kernels>`` hashes only the
+task keys (so the entries for one set of kernels can be listed, to explain a miss) and
+``<key>`` is the full key. A file is one line of JSON (the header, ASCII, ending in
+``\\n``) followed by the payload, the object code::
+
+    {"format": "qtrace-kernel-cache", "version": 1, "key": ..., "kernels": [...],
+     "symbols": [...], "components": {...}, "payload_bytes": n, "payload_sha256": ...}
+    <n bytes of ELF/Mach-O/COFF object code>
+
+Checks on load, in order: the file is ours (owner), the header parses, the format and
+its version are ours, key/kernels/components equal what was asked for, the payload has
+its length and checksum, and the object loads and defines every symbol. Any failure is
+a :class:`QtraceCacheWarning`; the kernels are then compiled and the entry overwritten.
+Metadata is JSON, never pickle: reading an entry runs no Python code.
+
+Writes go to a temporary file in the same directory and are renamed into place
+(``os.replace``), so readers, threads and concurrent processes only ever see complete
+entries; two writers of one entry both write valid bytes, and the last rename wins.
+No fsync: an entry cut short by a crash fails its checksum and is rebuilt.
+
+Security. The cache holds native code that this process will execute, so its
+directories are created with mode 0700, and a directory that is group- or
+other-writable, or owned by another user, is refused: one warning, then kernels are
+compiled in memory only. ``QTRACE_OFFLINE_CACHE=0`` (``qt.config.offline_cache``)
+turns the cache off; with ``QTRACE_DUMP_IR`` set entries are written but not read, so
+that every kernel's IR gets dumped.
+
+Diagnostics. With ``QTRACE_LOG_RECOMPILES=1`` a miss logs (logger ``"qtrace"``) which
+key component differs from the closest entry for the same kernels, e.g.
+``options differ: check_bounds True -> False`` or ``llvm version differs: 15.0.7 -> 20.1.0``.
+
+``python -m qtrace cache info|clear`` reports and empties the cache (see :func:`info`,
+:func:`clear`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import stat
+import sys
+import tempfile
+import threading
+import time
+import warnings
+
+from ..config import config
+from ..stats import bump
+from . import llvm_cpu
+
+FORMAT = "qtrace-kernel-cache"
+VERSION = 1
+SUFFIX = ".qtk"
+SUBDIR = "kernels"
+DEVICE = "cpu"
+_MAX_HEADER = 1 << 20
+
+log = logging.getLogger("qtrace")
+
+_lock = threading.Lock()
+_warned: set = set()
+_source_digest: list = []
+
+
+class QtraceCacheWarning(UserWarning):
+    """A disk cache entry or directory was unusable: ignored, and the kernels compiled."""
+
+
+# --------------------------------------------------------------------------- key
+
+
+def _qtrace_version() -> str:
+    """``<release>+src.<digest of qtrace's .py files>`` (computed once per process)."""
+    with _lock:
+        if _source_digest:
+            return _source_digest[0]
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        h = hashlib.sha256()
+        for base, dirs, files in os.walk(package):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__")))
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(base, name)
+                    h.update(os.path.relpath(path, package).encode() + b"\0")
+                    with open(path, "rb") as f:
+                        h.update(f.read())
+                    h.update(b"\0")
+        module = sys.modules.get("qtrace")
+        release = getattr(module, "__version__", None) or "unknown"
+        _source_digest.append(f"{release}+src.{h.hexdigest()[:16]}")
+        return _source_digest[0]
+
+
+def components(options: dict | None = None) -> dict:
+    """Everything besides the kernels themselves that a compiled object depends on;
+    ``options`` defaults to ``qt.config.codegen_options()``."""
+    if options is None:
+        options = dict(config.codegen_options())
+    return {"device": DEVICE, **llvm_cpu.target_info(),
+            "options": {str(k): v for k, v in options.items()}, "qtrace": _qtrace_version()}
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def entry_key(kernels: list, comps: dict) -> str:
+    """The cache key of task keys ``kernels`` compiled under ``comps`` (:func:`components`)."""
+    return _digest({"format": FORMAT, "version": VERSION, "kernels": sorted(kernels),
+                    "components": comps})
+
+
+def _kernels_id(kernels: list) -> str:
+    return _digest(sorted(kernels))[:20]
+
+
+# --------------------------------------------------------------------------- directory
+
+
+def cache_root() -> str:
+    return os.path.abspath(os.path.expanduser(config.cache_dir))
+
+
+def kernel_dir() -> str:
+    return os.path.join(cache_root(), SUBDIR)
+
+
+def _warn_once(tag, message: str) -> None:
+    with _lock:
+        if tag in _warned:
+            return
+        _warned.add(tag)
+    warnings.warn(message, QtraceCacheWarning, stacklevel=4)
+
+
+def _insecure(path: str) -> str | None:
+    """Why directory ``path`` must not hold code we execute (None: it may)."""
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _make_private(path: str) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return
+    os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+
+
+def usable_dir(create: bool = True) -> str | None:
+    """The kernel directory, created private to this user; None when the cache is off
+    or the directory is unsafe or unusable (warned once per directory and reason)."""
+    if not config.offline_cache:
+        return None
+    root = cache_root()
+    path = os.path.join(root, SUBDIR)
+    try:
+        if create:
+            parent = os.path.dirname(root)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            _make_private(root)
+            _make_private(path)
+        elif not os.path.isdir(path):
+            return None
+        for d in (root, path):
+            why = _insecure(d)
+            if why is not None:
+                _warn_once(("insecure", d, why),
+                           f"qtrace disk cache: not using {d}: it {why}; kernels are compiled in "
+                           f"memory only (fix with `chmod 700 {d}` or set QTRACE_CACHE_DIR)")
+                return None
+    except OSError as exc:
+        _warn_once(("oserror", root, type(exc).__name__),
+                   f"qtrace disk cache: cannot use {root} ({exc}); kernels are compiled in memory only")
+        return None
+    return path
+
+
+# --------------------------------------------------------------------------- entries
+
+
+class _Corrupt(Exception):
+    pass
+
+
+def _parse(data: bytes) -> tuple[dict, bytes]:
+    """Header and payload of an entry's bytes; raises :class:`_Corrupt` saying why not."""
+    end = data.find(b"\n", 0, _MAX_HEADER)
+    if end < 0:
+        raise _Corrupt("truncated or missing header")
+    try:
+        header = json.loads(data[:end].decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise _Corrupt("unreadable header (not JSON)") from None
+    if not isinstance(header, dict):
+        raise _Corrupt("unreadable header (not a JSON object)")
+    if header.get("format") != FORMAT or header.get("version") != VERSION:
+        raise _Corrupt(f"foreign format {header.get('format')!r} version {header.get('version')!r} "
+                       f"(expected {FORMAT!r} version {VERSION})")
+    return header, data[end + 1:]
+
+
+def _read(path: str) -> bytes:
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as f:
+        if hasattr(os, "getuid") and os.fstat(f.fileno()).st_uid != os.getuid():
+            raise _Corrupt("file owned by another user")
+        return f.read()
+
+
+class Entry:
+    """The disk cache slot of one set of kernels compiled together under the current
+    configuration. ``load`` returns the kernels or None (a miss); ``store`` writes them."""
+
+    def __init__(self, directory: str, kernels: list, symbols: list, options: dict | None = None):
+        self.dir = directory
+        self.kernels = sorted(kernels)
+        self.symbols = list(symbols)
+        self.components = components(options)
+        self.key = entry_key(self.kernels, self.components)
+        self.prefix = _kernels_id(self.kernels)
+        self.path = os.path.join(directory, f"{self.prefix}-{self.key}{SUFFIX}")
+
+    def load(self) -> dict | None:
+        """``{symbol: callable}`` from the entry, or None if it is absent or unusable."""
+        try:
+            data = _read(self.path)
+        except FileNotFoundError:
+            if config.log_recompiles:
+                log.warning("qtrace disk cache: compiling %d kernel(s) %s: %s", len(self.symbols),
+                            _names(self.symbols), self.explain_miss())
+            return None
+        except _Corrupt as exc:
+            return self._bad(str(exc))
+        except OSError as exc:
+            return self._bad(f"unreadable ({exc})")
+        try:
+            header, payload = _parse(data)
+            if header.get("key") != self.key or header.get("kernels") != self.kernels \
+                    or header.get("components") != self.components:
+                raise _Corrupt("its header does not match its key (a foreign or altered entry)")
+            if header.get("payload_bytes") != len(payload):
+                raise _Corrupt(f"truncated payload ({len(payload)} of {header.get('payload_bytes')} "
+                               "bytes)")
+            if header.get("payload_sha256") != hashlib.sha256(payload).hexdigest():
+                raise _Corrupt("payload checksum mismatch")
+            if not set(self.symbols) <= set(header.get("symbols") or ()):
+                raise _Corrupt("it lacks some of the kernels' symbols")
+        except _Corrupt as exc:
+            return self._bad(str(exc))
+        try:
+            kernels = llvm_cpu.load_object(payload, self.symbols)
+        except Exception as exc:  # a valid checksum over bad code: still never a crash
+            return self._bad(f"object code failed to load ({exc})")
+        bump("cache_hits_disk", len(self.symbols))
+        return kernels
+
+    def _bad(self, why: str) -> None:
+        warnings.warn(f"qtrace disk cache: ignoring entry {self.path}: {why}; compiling its "
+                      f"{len(self.symbols)} kernel(s) again and rewriting it", QtraceCacheWarning,
+                      stacklevel=4)
+        return None
+
+    def store(self, obj: bytes) -> None:
+        """Write the entry atomically (temporary file + rename); failures only warn."""
+        header = {"format": FORMAT, "version": VERSION, "key": self.key, "kernels": self.kernels,
+                  "symbols": self.symbols, "components": self.components,
+                  "payload_bytes": len(obj), "payload_sha256": hashlib.sha256(obj).hexdigest(),
+                  "created": time.time()}
+        blob = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("ascii") + b"\n"
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.prefix}-", suffix=".tmp", dir=self.dir)
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+                f.write(obj)
+            os.replace(tmp, self.path)
+            tmp = None
+        except OSError as exc:
+            _warn_once(("write", self.dir, type(exc).__name__),
+                       f"qtrace disk cache: cannot write to {self.dir} ({exc}); kernels stay in "
+                       "memory only")
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+
+    def explain_miss(self) -> str:
+        """Which key component differs from the closest entry for the same kernels."""
+        best = None
+        try:
+            names = [e.name for e in os.scandir(self.dir)
+                     if e.name.startswith(self.prefix + "-") and e.name.endswith(SUFFIX)]
+        except OSError:
+            names = []
+        for name in names:
+            try:
+                with open(os.path.join(self.dir, name), "rb") as f:
+                    header = json.loads(f.readline(_MAX_HEADER).decode("ascii"))
+                if header.get("kernels") != self.kernels:
+                    continue
+                diffs = describe_differences(header.get("components") or {}, self.components)
+                if header.get("format") != FORMAT or header.get("version") != VERSION:
+                    diffs.insert(0, f"entry format differs: {header.get('format')} "
+                                    f"v{header.get('version')} -> {FORMAT} v{VERSION}")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if best is None or len(diffs) < len(best):
+                best = diffs
+        if best is None:
+            return "no cached entry for these kernels"
+        return "; ".join(best) or "the closest entry has the same components (a hash collision?)"
+
+
+def _names(symbols: list) -> str:
+    return ", ".join(symbols[:3]) + (f", ... ({len(symbols)} in all)" if len(symbols) > 3 else "")
+
+
+_WHAT = {"device": "device", "triple": "target triple", "cpu": "host CPU",
+         "features": "CPU features", "llvm": "llvm version", "llvmlite": "llvmlite version",
+         "qtrace": "qtrace version"}
+
+
+def describe_differences(old: dict, new: dict) -> list:
+    """Human-readable differences between two :func:`components` dicts (old -> new)."""
+    out = []
+    for name in sorted(set(old) | set(new), key=lambda n: (n != "options", n)):
+        a, b = old.get(name), new.get(name)
+        if a == b:
+            continue
+        if name == "options" and isinstance(a, dict) and isinstance(b, dict):
+            changed = [f"{k} {a.get(k)} -> {b.get(k)}" for k in sorted(set(a) | set(b))
+                       if a.get(k) != b.get(k)]
+            out.append("options differ: " + ", ".join(changed))
+        elif name == "features":
+            fa, fb = set(str(a).split(",")), set(str(b).split(","))
+            out.append(f"CPU features differ: {_short(sorted(fa - fb))} -> {_short(sorted(fb - fa))}")
+        else:
+            out.append(f"{_WHAT.get(name, name)} differs: {a} -> {b}")
+    return out
+
+
+def _short(items: list) -> str:
+    return ",".join(items[:6]) + (f",... ({len(items)})" if len(items) > 6 else "") or "-"
+
+
+# --------------------------------------------------------------------------- runtime hook
+
+
+def lookup(tasks: dict, options: dict | None = None) -> tuple[Entry | None, dict | None]:
+    """For ``{symbol: task}`` about to be compiled together with codegen ``options``: the
+    disk entry (None when the cache is off or unusable) and the kernels loaded from it
+    (None on a miss: compile them, then ``entry.store(object_code)``)."""
+    directory = usable_dir()
+    if directory is None:
+        return None, None
+    entry = Entry(directory, [t.key for t in tasks.values()], list(tasks), options)
+    if config.dump_ir:
+        return entry, None
+    return entry, entry.load()
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _entries(path: str) -> tuple[list, list]:
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return [], []
+    entries = [os.path.join(path, n) for n in names if n.endswith(SUFFIX) and not n.startswith(".")]
+    temps = [os.path.join(path, n) for n in names if n.startswith(".") and n.endswith(".tmp")]
+    return entries, temps
+
+
+def _size(paths: list) -> int:
+    total = 0
+    for p in paths:
+        try:
+            total += os.lstat(p).st_size
+        except OSError:
+            pass
+    return total
+
+
+def info() -> dict:
+    """Location, state, entry count and total size of the disk cache."""
+    path = kernel_dir()
+    entries, temps = _entries(path)
+    if not config.offline_cache:
+        state = "disabled (QTRACE_OFFLINE_CACHE=0)"
+    elif not os.path.isdir(path):
+        state = "enabled (empty, not created yet)"
+    else:
+        why = next((w for d in (cache_root(), path) if (w := _insecure(d))), None)
+        state = f"REFUSED: {why}" if why else "enabled"
+    return {"location": path, "state": state, "entries": len(entries),
+            "bytes": _size(entries) + _size(temps), "temporary_files": len(temps)}
+
+
+def clear() -> tuple[int, int]:
+    """Delete every entry (and leftover temporary file); returns (files removed, bytes)."""
+    entries, temps = _entries(kernel_dir())
+    removed = freed = 0
+    for p in entries + temps:
+        try:
+            size = os.lstat(p).st_size
+            os.unlink(p)
+        except FileNotFoundError:
+            continue
+        removed += 1
+        freed += size
+    return removed, freed
+
+
+__all__ = ["QtraceCacheWarning", "Entry", "lookup", "components", "entry_key", "describe_differences",
+           "usable_dir", "info", "clear"]

@@ -1,0 +1,388 @@
+"""qt.jit: tracing once per signature, pytrees, static arguments, caching and logging."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+
+
+def _traces() -> int:
+    return qt.stats()["traces"]
+
+
+def _f32(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_traces_once_per_signature_and_matches_numpy(rng, fusion):
+    calls = []
+
+    @qt.jit
+    def step(x, v, dt):
+        calls.append(1)
+        v = v - 4.0 * x * dt
+        return x + dt * v, v
+
+    x, v = rng.standard_normal(100), rng.standard_normal(100)
+    qt.reset_stats()
+    tx, tv = qt.asarray(x), qt.asarray(v)
+    for _ in range(5):
+        tx, tv = step(tx, tv, 0.01)
+        v = v - 4.0 * x * 0.01
+        x = x + 0.01 * v
+    assert _traces() == 1 and len(calls) == 1
+    np.testing.assert_allclose(tx.numpy(), x, rtol=1e-12)
+    np.testing.assert_allclose(tv.numpy(), v, rtol=1e-12)
+
+
+def test_new_python_scalar_value_does_not_retrace(rng, fusion):
+    @qt.jit
+    def f(x, s, n):
+        return x * s + n
+
+    x = _f32(rng, 50)
+    t = qt.asarray(x)
+    qt.reset_stats()
+    outs = [f(t, s, n) for s, n in ((0.5, 1), (2.0, 3), (-1.25, -7), (1e-3, 0))]
+    assert _traces() == 1
+    for out, (s, n) in zip(outs, ((0.5, 1), (2.0, 3), (-1.25, -7), (1e-3, 0))):
+        assert out.dtype == np.float32  # weak Python scalars keep float32
+        np.testing.assert_allclose(out.numpy(), x * np.float32(s) + np.float32(n), rtol=1e-6)
+
+
+def test_python_int_scalar_keeps_int32():
+    f = qt.jit(lambda x, k: x * k + k)
+    out = f(qt.asarray(np.arange(5, dtype=np.int32)), 3)
+    assert out.dtype == np.int32
+    assert out.tolist() == [3, 6, 9, 12, 15]
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype", "ndim", "scalar kind", "numpy vs tensor"])
+def test_retraces_on_signature_change(rng, change):
+    f = qt.jit(lambda x, s: x * s)
+    base = (qt.asarray(rng.standard_normal((4, 3))), 2.0)
+    f(*base)
+    qt.reset_stats()
+    f(*base)
+    assert _traces() == 0
+    if change == "shape":
+        args = (qt.asarray(rng.standard_normal((5, 3))), 2.0)
+    elif change == "dtype":
+        args = (qt.asarray(rng.standard_normal((4, 3)).astype(np.float32)), 2.0)
+    elif change == "ndim":
+        args = (qt.asarray(rng.standard_normal(12)), 2.0)
+    elif change == "scalar kind":
+        args = (base[0], 2)
+    else:  # a NumPy array of the same signature is the same signature
+        args = (rng.standard_normal((4, 3)), 2.0)
+    out = f(*args)
+    assert _traces() == (0 if change == "numpy vs tensor" else 1)
+    np.testing.assert_allclose(out.numpy(), np.asarray(args[0]) * args[1], rtol=1e-6)
+    f(*args)
+    assert _traces() == (0 if change == "numpy vs tensor" else 1)
+
+
+def test_retraces_on_pytree_structure(rng):
+    f = qt.jit(lambda tree: sum(tree["a"]) * tree["b"])
+    a = [qt.asarray(rng.standard_normal(3)) for _ in range(3)]
+    b = qt.asarray(rng.standard_normal(3))
+    qt.reset_stats()
+    r2 = f({"a": a[:2], "b": b})
+    assert _traces() == 1
+    r3 = f({"a": a, "b": b})
+    assert _traces() == 2
+    r3b = f({"a": tuple(a), "b": b})  # a tuple is another structure than a list
+    assert _traces() == 3
+    f({"a": a[:2], "b": b})
+    assert _traces() == 3
+    na = [x.numpy() for x in a]
+    np.testing.assert_allclose(r2.numpy(), (na[0] + na[1]) * b.numpy())
+    np.testing.assert_allclose(r3.numpy(), (na[0] + na[1] + na[2]) * b.numpy())
+    np.testing.assert_allclose(r3b.numpy(), r3.numpy())
+
+
+def test_static_argnums_and_argnames(rng):
+    calls = []
+
+    @qt.jit
+    def plain(x):
+        return x
+
+    def g(x, n, *, mode):
+        calls.append((n, mode))
+        y = x
+        for _ in range(n):  # Python control flow on a static value
+            y = y * 2.0
+        return y + 1.0 if mode == "plus" else y - 1.0
+
+    f = qt.jit(g, static_argnums=(1,), static_argnames=("mode",))
+    x = rng.standard_normal(8)
+    t = qt.asarray(x)
+    qt.reset_stats()
+    np.testing.assert_allclose(f(t, 3, mode="plus").numpy(), x * 8 + 1)
+    np.testing.assert_allclose(f(t, 3, mode="plus").numpy(), x * 8 + 1)
+    assert _traces() == 1
+    np.testing.assert_allclose(f(t, 2, mode="plus").numpy(), x * 4 + 1)
+    assert _traces() == 2
+    np.testing.assert_allclose(f(t, 2, mode="minus").numpy(), x * 4 - 1)
+    assert _traces() == 3
+    np.testing.assert_allclose(f(t, 3, mode="plus").numpy(), x * 8 + 1)
+    assert _traces() == 3
+    assert calls == [(3, "plus"), (2, "plus"), (2, "minus")]
+    del plain
+
+
+def test_static_argnums_as_decorator_and_negative_index(rng):
+    @qt.jit(static_argnums=-1)
+    def f(x, axis):
+        return x.sum(axis=axis)
+
+    x = rng.standard_normal((3, 4))
+    t = qt.asarray(x)
+    qt.reset_stats()
+    np.testing.assert_allclose(f(t, 0).numpy(), x.sum(axis=0))
+    np.testing.assert_allclose(f(t, 1).numpy(), x.sum(axis=1))
+    np.testing.assert_allclose(f(t, 0).numpy(), x.sum(axis=0))
+    assert _traces() == 2
+
+
+def test_unhashable_static_argument_is_a_type_error(rng):
+    f = qt.jit(lambda x, opts: x * opts[0], static_argnums=1)
+    with pytest.raises(TypeError, match="hashable"):
+        f(qt.ones(3), [2.0])
+
+
+def test_pytrees_in_and_out(rng, fusion):
+    @qt.jit
+    def f(params, batch):
+        w, (b, extra) = params["w"], params["rest"]
+        y = batch[0] * w + b
+        return {"y": y, "stats": (y.sum(), [y.max(), extra * 2]), "none": None}
+
+    w, b, e = rng.standard_normal(6), rng.standard_normal(6), rng.standard_normal(2)
+    x0, x1 = rng.standard_normal(6), rng.standard_normal(6)
+    params = {"w": qt.asarray(w), "rest": (qt.asarray(b), qt.asarray(e))}
+    out = f(params, [qt.asarray(x0), x1])
+    assert set(out) == {"y", "stats", "none"} and out["none"] is None
+    assert isinstance(out["stats"], tuple) and isinstance(out["stats"][1], list)
+    y = x0 * w + b
+    np.testing.assert_allclose(out["y"].numpy(), y)
+    np.testing.assert_allclose(out["stats"][0].item(), y.sum())
+    np.testing.assert_allclose(out["stats"][1][0].item(), y.max())
+    np.testing.assert_allclose(out["stats"][1][1].numpy(), e * 2)
+
+
+def test_keyword_arguments(rng):
+    f = qt.jit(lambda x, y=None, scale=1.0: x * scale + (0.0 if y is None else y))
+    x, y = rng.standard_normal(4), rng.standard_normal(4)
+    np.testing.assert_allclose(f(qt.asarray(x), y=qt.asarray(y), scale=3.0).numpy(), x * 3 + y)
+    np.testing.assert_allclose(f(qt.asarray(x), scale=2.0).numpy(), x * 2)
+
+
+def test_side_effects_run_only_while_tracing(rng):
+    log = []
+
+    @qt.jit
+    def f(x):
+        log.append("traced")
+        print("side effect")
+        return x + 1
+
+    t = qt.asarray(rng.standard_normal(3))
+    for _ in range(10):
+        f(t)
+    assert log == ["traced"]
+    f(qt.asarray(rng.standard_normal(4)))
+    assert log == ["traced", "traced"]
+
+
+def test_cache_hit_does_no_tracing(rng, monkeypatch):
+    f = qt.jit(lambda x, y: qt.exp(x) - y)
+    x, y = rng.standard_normal(10), rng.standard_normal(10)
+    f(qt.asarray(x), qt.asarray(y))
+
+    import qtrace.graph.node as node_mod
+    import qtrace.tracer.context as ctx
+
+    def boom(*a, **k):  # noqa: ARG001
+        raise AssertionError("a cached jit call recorded graph nodes")
+    monkeypatch.setattr(node_mod, "make_node", boom)
+    monkeypatch.setattr(ctx, "make_node", boom)
+    qt.reset_stats()
+    for _ in range(3):
+        out = f(qt.asarray(x), qt.asarray(y))
+    s = qt.stats()
+    assert s["traces"] == 0 and s["compiles"] == 0
+    assert s["cache_hits_memory"] >= 3
+    np.testing.assert_allclose(out.numpy(), np.exp(x) - y, rtol=1e-12)
+
+
+def test_kwargs_path_also_hits_the_cache(rng):
+    f = qt.jit(lambda x, *, k: x * k)
+    t = qt.asarray(rng.standard_normal(5))
+    f(t, k=2.0)
+    qt.reset_stats()
+    f(t, k=3.0)
+    assert _traces() == 0
+
+
+def test_jit_of_identity_and_constants(rng):
+    x = rng.standard_normal(7)
+    t = qt.asarray(x)
+    ident = qt.jit(lambda a: a)
+    out = ident(t)
+    assert isinstance(out, qt.Tensor)
+    np.testing.assert_array_equal(out.numpy(), x)
+    np.testing.assert_array_equal(ident(x).numpy(), x)  # NumPy in, tensor out
+
+    const_py = qt.jit(lambda a: 3.5)
+    assert const_py(t) == 3.5
+    const_t = qt.jit(lambda a: qt.full((), 2.0))
+    assert isinstance(const_t(t), qt.Tensor) and const_t(t).item() == 2.0
+    ones = qt.jit(lambda a: qt.ones(3, dtype=qt.int32))
+    assert ones(t).tolist() == [1, 1, 1] and ones(t).dtype == np.int32
+    mixed = qt.jit(lambda a: (a, a * 2, 7, qt.zeros(2)))
+    r = mixed(t)
+    np.testing.assert_array_equal(r[0].numpy(), x)
+    np.testing.assert_array_equal(r[1].numpy(), x * 2)
+    assert r[2] == 7
+    np.testing.assert_array_equal(r[3].numpy(), np.zeros(2))
+
+
+def test_identity_output_is_not_aliased_to_a_later_input(rng):
+    """The returned tensor keeps its value when the caller's array is later overwritten."""
+    ident = qt.jit(lambda a: a)
+    x = rng.standard_normal(5)
+    keep = x.copy()
+    out = ident(qt.array(x))
+    np.testing.assert_array_equal(out.numpy(), keep)
+
+
+def test_closure_captured_tensors(rng, fusion):
+    c_np = rng.standard_normal(6)
+    c = qt.asarray(c_np)           # computed
+    d = qt.sin(qt.asarray(c_np))   # pending when captured
+    f = qt.jit(lambda x: x * c + d)
+    x = rng.standard_normal(6)
+    np.testing.assert_allclose(f(qt.asarray(x)).numpy(), x * c_np + np.sin(c_np), rtol=1e-12)
+    x2 = rng.standard_normal(6)
+    np.testing.assert_allclose(f(x2).numpy(), x2 * c_np + np.sin(c_np), rtol=1e-12)
+
+
+def test_numpy_array_and_scalar_arguments(rng):
+    f = qt.jit(lambda a, b, s: a @ b + s)
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    out = f(a, b, 1.5)
+    np.testing.assert_allclose(out.numpy(), a @ b + 1.5, rtol=1e-12)
+    out2 = f(a, np.ascontiguousarray(b.T).T, 1.5)  # a non-contiguous array
+    np.testing.assert_allclose(out2.numpy(), a @ b + 1.5, rtol=1e-12)
+
+
+def test_unsupported_argument_type_is_a_type_error():
+    f = qt.jit(lambda x: x)
+    with pytest.raises(TypeError, match="qt.jit"):
+        f("a string")
+    with pytest.raises(TypeError):
+        f(np.ones(2, np.complex64))
+
+
+def test_nested_jit_traces_through(rng):
+    inner = qt.jit(lambda x: x * 2.0)
+    outer = qt.jit(lambda x: inner(x) + 1.0)
+    x = rng.standard_normal(4)
+    np.testing.assert_allclose(outer(qt.asarray(x)).numpy(), x * 2 + 1)
+
+
+def test_jitted_results_equal_eager_results(rng, fusion):
+    def model(w, b, x):
+        h = qt.tanh(x @ w + b)
+        return (h * h).mean(axis=0), h.max(axis=1), qt.where(h > 0, h, 0.1 * h)
+
+    w, b, x = rng.standard_normal((5, 4)), rng.standard_normal(4), rng.standard_normal((8, 5))
+    eager = model(qt.asarray(w), qt.asarray(b), qt.asarray(x))
+    jitted = qt.jit(model)(qt.asarray(w), qt.asarray(b), qt.asarray(x))
+    h = np.tanh(x @ w + b)
+    refs = ((h * h).mean(axis=0), h.max(axis=1), np.where(h > 0, h, 0.1 * h))
+    for e, j, r in zip(eager, jitted, refs):
+        np.testing.assert_allclose(e.numpy(), r, rtol=1e-12)
+        np.testing.assert_allclose(j.numpy(), r, rtol=1e-12)
+
+
+def test_jit_over_eager_repeated_steps_compiles_once(rng):
+    step = qt.jit(lambda x: x * 0.9 + qt.sin(x))
+    t = qt.asarray(rng.standard_normal(100))
+    t = step(t)
+    qt.reset_stats()
+    for _ in range(100):
+        t = step(t)
+    s = qt.stats()
+    assert s["compiles"] == 0 and s["traces"] == 0
+
+
+def _retrace_messages(caplog) -> list:
+    """Messages of the "qtrace" logger about jit retraces (kernel-cache messages aside)."""
+    return [r.getMessage() for r in caplog.records
+            if r.name.startswith("qtrace") and "qt.jit" in r.getMessage()]
+
+
+def test_log_recompiles_says_why(rng, caplog):
+    qt.config.log_recompiles = True
+    f = qt.jit(lambda x, s: x * s, static_argnums=())
+    t3 = qt.asarray(rng.standard_normal(3))
+    with caplog.at_level(logging.INFO, logger="qtrace"):
+        f(t3, 1.0)
+        f(t3, 2.0)                       # hit: nothing logged
+        assert not _retrace_messages(caplog)
+        f(qt.asarray(rng.standard_normal(4)), 1.0)
+        f(qt.asarray(rng.standard_normal(4).astype(np.float32)), 1.0)
+        f([t3], 1.0)
+    msgs = _retrace_messages(caplog)
+    assert len(msgs) == 3, msgs
+    assert "shape" in msgs[0] and "(3,)" in msgs[0] and "(4,)" in msgs[0]
+    assert "dtype" in msgs[1] and "float32" in msgs[1]
+    assert "structure" in msgs[2]
+
+
+def test_log_recompiles_static_argument(rng, caplog):
+    qt.config.log_recompiles = True
+    f = qt.jit(lambda x, n: x * n, static_argnums=1)
+    t = qt.asarray(rng.standard_normal(3))
+    with caplog.at_level(logging.INFO, logger="qtrace"):
+        f(t, 2)
+        f(t, 5)
+    msgs = _retrace_messages(caplog)
+    assert len(msgs) == 1 and "static" in msgs[0] and "5" in msgs[0]
+
+
+def test_no_recompile_log_when_disabled(rng, caplog):
+    qt.config.log_recompiles = False
+    f = qt.jit(lambda x: x + 1)
+    with caplog.at_level(logging.DEBUG, logger="qtrace"):
+        f(qt.ones(2))
+        f(qt.ones(3))
+    assert not [r for r in caplog.records if "retrac" in r.getMessage()]
+
+
+def test_log_recompiles_environment_variable():
+    code = textwrap.dedent("""
+        import logging
+        import qtrace as qt
+        logging.basicConfig(level=logging.INFO)
+        f = qt.jit(lambda x: x + 1)
+        f(qt.ones(2))
+        f(qt.ones(5))
+        assert qt.config.log_recompiles
+    """)
+    env = dict(os.environ, QTRACE_LOG_RECOMPILES="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "retrac" in out.stderr and "(2,)" in out.stderr and "(5,)" in out.stderr
