@@ -14,7 +14,7 @@ Example:
 from . import devices as _devices  # noqa: F401 - installs the runtime
 from .ad import grad, value_and_grad, vjp
 from .config import config
-from .errors import TracerError
+from .errors import AdstackOverflowError, TracerError
 from .graph.device import Device
 from .stats import reset_stats, stats
 from .tracer import Tensor
@@ -54,6 +54,7 @@ from .tracer.evaluation import devices, eval, sync
 from .tracer.explain import explain
 from .tracer.jit import jit
 from .tracer.linalg import dot, matmul
+from .tracer.loops import fori_loop, while_loop
 from .tracer.reductions import (
                               all,
                               amax,
@@ -91,6 +92,7 @@ __all__ = [
     "Device",
     "Tensor",
     "TracerError",
+    "AdstackOverflowError",
     "abs",
     "absolute",
     "add",
@@ -140,6 +142,7 @@ __all__ = [
     "explain",
     "expm1",
     "flip",
+    "fori_loop",
     "float32",
     "float64",
     "floor",
@@ -221,6 +224,7 @@ __all__ = [
     "value_and_grad",
     "vjp",
     "where",
+    "while_loop",
     "zeros",
     "zeros_like",
 ]

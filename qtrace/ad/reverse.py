@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from ..graph.loops import siblings_key
 from ..graph.node import Node, toposort
 from ..tracer import elementwise as ew
 from ..tracer.convert import astype, wrap
+from . import loops
 from .rules import rule_for
 
 
@@ -12,14 +14,19 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
     """Cotangents of ``wrt`` given output cotangents (tensors); ``None`` where none flows.
 
     Only nodes on a path from a ``wrt`` node to an output are visited. Each rule records
-    ordinary operations, so the result is a lazy graph like any other.
+    ordinary operations, so the result is a lazy graph like any other. The components
+    of one loop are differentiated together, once all their cotangents are known.
     """
     wrt_ids = {id(w) for w in wrt}
     topo = toposort(outputs)
-    needs: set[int] = set()
+    needs: set[int] = set(wrt_ids)
     for n in topo:
-        if id(n) in wrt_ids or any(id(i) in needs for i in n.inputs):
+        if any(id(i) in needs for i in n.inputs):
             needs.add(id(n))
+    siblings: dict = {}
+    for n in topo:
+        if n.prim == "loop":
+            siblings.setdefault(siblings_key(n), []).append(n)
     cts: dict[int, object] = {}
 
     def accumulate(node: Node, ct) -> None:
@@ -34,14 +41,25 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
     for n in reversed(topo):
         if id(n) in wrt_ids or id(n) not in needs:
             continue
-        ct = cts.pop(id(n), None)
-        if ct is None:
-            continue
-        rule = rule_for(n.prim)
-        if rule is None:
-            continue
-        xs = [wrap(i) for i in n.inputs]
-        for inp, g in zip(n.inputs, rule(n, ct, xs, wrap(n))):
+        if n.prim == "loop":
+            group = siblings[siblings_key(n)]
+            if group[0] is not n:  # wait for the earliest component: all cotangents are in
+                continue
+            by_component = {}
+            for s in group:
+                c = cts.pop(id(s), None)
+                if c is not None:
+                    by_component[s.params[-1]] = c
+            in_cts = loops.loop_vjp(n, by_component) if by_component else []
+        else:
+            ct = cts.pop(id(n), None)
+            if ct is None:
+                continue
+            rule = rule_for(n.prim)
+            if rule is None:
+                continue
+            in_cts = rule(n, ct, [wrap(i) for i in n.inputs], wrap(n))
+        for inp, g in zip(n.inputs, in_cts):
             if g is not None and id(inp) in needs and inp.dtype.kind == "f":
                 accumulate(inp, g)
     return [cts.get(id(w)) for w in wrt]

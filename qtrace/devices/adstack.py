@@ -26,6 +26,7 @@ import numpy as np
 
 from ..config import config
 from ..graph import buffers
+from ..graph.loops import depth_source
 from ..graph.node import Node, toposort
 from ..stats import bump
 from . import cpu
@@ -35,18 +36,11 @@ _cache: dict = {}
 _lock = threading.Lock()
 
 
-def _strip(node: Node) -> Node:
-    """The node behind broadcasts and reshapes (same maximum, fewer elements)."""
-    while node.prim in ("broadcast", "reshape"):
-        node = node.inputs[0]
-    return node
-
-
 class DepthSource:
     """How one adstack's depth is found at launch (built once per plan)."""
 
     def __init__(self, depth: Node, slot_of: dict, leaf_slots: dict):
-        base = _strip(depth)
+        base = depth_source(depth)
         self.const = None
         self.slot = slot_of.get(id(base))
         self.scalar = base.size == 1

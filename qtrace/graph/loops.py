@@ -53,3 +53,10 @@ def layout(node: Node) -> LoopLayout:
 def siblings_key(node: Node) -> tuple:
     """Loop nodes computing the same loop (differing only in the component they return)."""
     return (node.prim, node.params[:-1], tuple(id(i) for i in node.inputs))
+
+
+def depth_source(node: Node) -> Node:
+    """The node behind broadcasts and reshapes of a loop's trip counts (same maximum)."""
+    while node.prim in ("broadcast", "reshape"):
+        node = node.inputs[0]
+    return node

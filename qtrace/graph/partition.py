@@ -133,6 +133,7 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
             if g is not None:
                 g.members.append(n)
                 g.stored.append(n)
+                g.reads[id(n)] = [_vars(n.ndim)]
                 group_of[id(n)] = g
                 stored[id(n)] = n
                 return

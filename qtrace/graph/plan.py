@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .loops import depth_source
 from .node import Node, graph_key
 from .partition import Schedule, partition, report_decisions
 from .tasks import Task, build_tasks, coalesce, try_merge
@@ -22,6 +23,7 @@ class Step:
     node: Node | None         # the library node
     slots: list               # plan slot of each task argument (library: inputs..., output)
     frees: list = field(default_factory=list)
+    reads: list = field(default_factory=list)   # slots the host reads before the launch
 
 
 @dataclass
@@ -86,7 +88,12 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
         else:
             coalesce(item)
             item.finalize()
-            steps.append(Step("kernel", item, None, [slot(n) for n in item.arg_nodes]))
+            step = Step("kernel", item, None, [slot(n) for n in item.arg_nodes])
+            if item.stack is not None:  # the host reads the trip counts to size the adstack
+                base = depth_source(item.stack[0])
+                if base.prim != "const":
+                    step.reads.append(slot(base))
+            steps.append(step)
     out_specs = []
     for o in outputs:
         if o.prim == "const":
@@ -97,7 +104,7 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
     keep = set(range(len(leaves))) | {s for kind, s in out_specs if kind == "slot"}
     last: dict[int, int] = {}
     for i, step in enumerate(steps):
-        for s in step.slots:
+        for s in step.slots + step.reads:
             last[s] = i
     for s, i in last.items():
         if s not in keep:

@@ -527,7 +527,7 @@ def _reduce_pio2(E: _E, ax, e32, mant: int):
         em2 = E.b.select(E.b.icmp_signed("<", em2, E.ki(0, _I32)), E.ki(0, _I32), em2)
         j0 = E.b.udiv(em2, E.ki(53, _I32))
         arr = [E.k(_PH_CHUNKS[m]) if m < len(_PH_CHUNKS) else E.k(0.0)
-               for m in range(nch + (1 << nbits) - 1 + (1 << (nbits - 1)))]
+               for m in range(nch + (1 << nbits) - 1)]
         for st in reversed(range(nbits)):
             sh = 1 << st
             bit = E.b.icmp_unsigned("!=", E.b.and_(j0, E.ki(sh, _I32)), E.ki(0, _I32))
@@ -535,8 +535,12 @@ def _reduce_pio2(E: _E, ax, e32, mant: int):
             arr = [E.sel(bit, arr[i + sh], arr[i]) for i in range(need)]
         vals = [arr[0]] + [E.mul(arr[i], 2.0 ** (-53 * i)) for i in range(1, nch)]
         s53 = E.b.mul(j0, E.ki(53, _I32))
+        # xs = ax 2^(-53 j0) = M 2^ep (exact)
+        xs = E.mul(ax, E.pow2(E.b.sub(E.ki(0, _I32), s53)))
+        ep = E.b.sub(e, s53)
     else:
         vals = [E.k(_PH_CHUNKS[i] * 2.0 ** (-53 * i)) for i in range(nch)]
+        xs, ep = ax, e
     # cut the bits of the first chunk worth >= 2^(2-ep) (they give multiples of 4)
     epc = E.b.select(E.b.icmp_signed("<", ep, E.ki(2, _I32)), E.ki(2, _I32), ep)
     sc = E.pow2(E.b.sub(epc, E.ki(2, _I32)))
