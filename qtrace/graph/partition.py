@@ -224,7 +224,9 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
         root(n)
     # execution order: by the topological position of each group's root
     position = {id(n): i for i, n in enumerate(topo)}
-    groups.sort(key=lambda g: position[id(g.root)])
+    # (a loop's components share inputs: its task may run as early as the earliest one)
+    groups.sort(key=lambda g: min(position[id(n)] for n in g.stored) if kind(g.root) == "loop"
+                else position[id(g.root)])
     return Schedule(tuple(outputs), groups, group_of, view_group, stored, consumers, decisions)
 
 

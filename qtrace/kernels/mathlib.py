@@ -921,7 +921,7 @@ def _f_power(E, x, y):
     ax = E.abs(x)
     L = _log_scaled(E, ax, _INVLN2, _INVLN2_LO, 1.0, 0.0)
     L = E.sel(E.cmp("==", ax, 0.0), -_INF, L)
-    L = E.sel(E.cmp("==", ax, _INF), _INF, L)
+    L = E.sel(E.ucmp("==", ax, _INF), ax, L)  # inf or nan
     w = E.mul(y, L)
     r = _f_exp2(E, w)
     fy = E.floor(y)
