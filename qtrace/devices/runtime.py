@@ -112,6 +112,8 @@ class Plan:
         out = []
         for kind, v in self.outputs:
             if kind == "slot":
+                if bufs[v] is None:  # an empty result: no task ran to allocate it
+                    bufs[v] = cpu.aligned_empty(*self.slot_meta[v])
                 out.append(bufs[v])
             else:
                 arr = cpu.aligned_empty(v.shape, v.dtype)

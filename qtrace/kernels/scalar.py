@@ -213,7 +213,12 @@ def _reciprocal(b, prim, args, dts, out):
     (x,) = args
     if out.kind == "f":
         return b.fdiv(ir.Constant(x.type, 1.0), x)
-    return _int_divmod(b, ir.Constant(x.type, 1), x, out)[0]
+    # C integer division 1 / x (truncating), as NumPy computes it; 1 / 0 gives 0 here
+    zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
+    is_zero = b.icmp_unsigned("==", x, zero)
+    safe = b.select(is_zero, one, x)
+    q = b.sdiv(one, safe) if out.kind == "i" else b.udiv(one, safe)
+    return b.select(is_zero, zero, q)
 
 
 @rule("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",

@@ -1,0 +1,216 @@
+"""Concurrency: Python threads sharing qtrace's caches, and multi-threaded kernels."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+
+N_THREADS = 4
+
+
+def _run_threads(target, n=N_THREADS):
+    """Run ``target(i)`` on ``n`` threads started together; re-raise the first failure."""
+    barrier = threading.Barrier(n)
+    errors: list = []
+
+    def wrapper(i):
+        try:
+            barrier.wait()
+            target(i)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=wrapper, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    if errors:
+        raise errors[0]
+
+
+def test_same_jitted_function_from_many_threads(rng, fusion):
+    @qt.jit
+    def step(x, v, dt):
+        v = v - x * dt
+        return x + v * dt, v
+
+    inputs = [(rng.standard_normal(257), rng.standard_normal(257)) for _ in range(N_THREADS)]
+    results = {}
+
+    def work(i):
+        x, v = qt.asarray(inputs[i][0]), qt.asarray(inputs[i][1])
+        for _ in range(30):
+            x, v = step(x, v, 0.01 * (i + 1))
+        results[i] = (x.numpy(), v.numpy())
+
+    qt.reset_stats()
+    _run_threads(work)
+    assert qt.stats()["traces"] == 1, "concurrent first calls traced more than once"
+    for i, (x, v) in enumerate(inputs):
+        dt = 0.01 * (i + 1)
+        for _ in range(30):
+            v = v - x * dt
+            x = x + v * dt
+        np.testing.assert_allclose(results[i][0], x, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(results[i][1], v, rtol=1e-12, atol=1e-12)
+
+
+def test_eager_graphs_from_many_threads(rng, fusion):
+    data = [rng.standard_normal((64, 33)) for _ in range(N_THREADS)]
+    results = {}
+
+    def work(i):
+        out = []
+        t = qt.asarray(data[i])
+        for k in range(20):  # the same program in every thread: shared plan and kernel caches
+            kt = qt.asarray(np.float64(k))
+            y = qt.tanh(t * 0.5 + kt) - t.sum(axis=1, keepdims=True) / 33.0
+            out.append(y.numpy())
+        results[i] = out
+
+    _run_threads(work)
+    for i in range(N_THREADS):
+        x = data[i]
+        for k in range(20):
+            ref = np.tanh(x * 0.5 + k) - x.sum(axis=1, keepdims=True) / 33.0
+            np.testing.assert_allclose(results[i][k], ref, rtol=1e-12, atol=1e-12)
+
+
+def test_threads_share_one_pending_tensor(rng, fusion):
+    x = rng.standard_normal(1000)
+    shared = qt.sin(qt.asarray(x)) * 2.0     # pending, read by every thread
+    results = {}
+
+    def work(i):
+        results[i] = [(shared + float(i)).numpy() for _ in range(10)] + [shared.numpy()]
+
+    _run_threads(work)
+    for i in range(N_THREADS):
+        for r in results[i][:-1]:
+            np.testing.assert_allclose(r, np.sin(x) * 2 + i, rtol=1e-12)
+        np.testing.assert_allclose(results[i][-1], np.sin(x) * 2, rtol=1e-12)
+
+
+def test_large_kernels_from_many_threads_use_the_worker_pool(rng):
+    qt.config.num_threads = 2
+    data = [rng.standard_normal(200_000).astype(np.float32) for _ in range(N_THREADS)]
+    results = {}
+    f = qt.jit(lambda a: qt.exp(-a * a) + a)
+
+    def work(i):
+        results[i] = [f(data[i]).numpy() for _ in range(5)]
+
+    _run_threads(work)
+    for i in range(N_THREADS):
+        ref = np.exp(-data[i].astype(np.float64) ** 2) + data[i]
+        for r in results[i]:
+            np.testing.assert_allclose(r, ref, rtol=2e-6, atol=2e-6)
+
+
+def test_concurrent_index_errors_stay_in_their_thread(rng):
+    x = qt.asarray(np.arange(10.0))
+    outcome = {}
+
+    def work(i):
+        idx = np.array([1, 2, 50]) if i % 2 else np.array([1, 2, 3])
+        try:
+            outcome[i] = (x[idx] * 1.0).numpy()
+        except IndexError:
+            outcome[i] = "IndexError"
+
+    for _ in range(5):
+        outcome.clear()
+        _run_threads(work)
+        for i in range(N_THREADS):
+            if i % 2:
+                assert outcome[i] == "IndexError"
+            else:
+                np.testing.assert_array_equal(outcome[i], [1.0, 2.0, 3.0])
+
+
+# --- multi-threaded kernels -------------------------------------------------------------
+
+def _with_threads(n, fn):
+    old = qt.config.num_threads
+    qt.config.num_threads = n
+    try:
+        return fn()
+    finally:
+        qt.config.num_threads = old
+
+
+@pytest.mark.parametrize("n", [1_000_000, 1_000_003])
+def test_elementwise_same_result_with_one_or_two_threads(rng, fusion, n):
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+
+    def run():
+        a, b = qt.asarray(x), qt.asarray(y)
+        return (qt.sin(a) * b + a * 0.5).numpy()
+
+    one = _with_threads(1, run)
+    two = _with_threads(2, run)
+    np.testing.assert_array_equal(one, two)
+    ref = np.sin(x.astype(np.float64)) * y + x * 0.5
+    np.testing.assert_allclose(two, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, axis", [((1000, 1000), 1), ((1000, 1001), 0),
+                                         ((2_000_000,), None), ((1000, 1000), None)])
+def test_reduction_same_result_with_one_or_two_threads(rng, fusion, shape, axis):
+    x = rng.standard_normal(shape)
+
+    def run():
+        t = qt.asarray(x)
+        return (t * 2.0).sum(axis=axis).numpy(), t.max(axis=axis).numpy()
+
+    s1, m1 = _with_threads(1, run)
+    s2, m2 = _with_threads(2, run)
+    np.testing.assert_allclose(s1, s2, rtol=1e-10, atol=1e-9)
+    np.testing.assert_array_equal(m1, m2)
+    np.testing.assert_allclose(s2, (x * 2).sum(axis=axis), rtol=1e-10, atol=1e-9)
+    np.testing.assert_array_equal(m2, x.max(axis=axis))
+
+
+def test_float32_reduction_with_threads(rng, fusion):
+    x = rng.standard_normal((512, 2048)).astype(np.float32)
+
+    def run():
+        return qt.asarray(x).sum(axis=1).numpy()
+
+    one, two = _with_threads(1, run), _with_threads(2, run)
+    ref = x.astype(np.float64).sum(axis=1)
+    np.testing.assert_allclose(one, two, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(two, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_scatter_add_with_threads(rng, fusion):
+    n = 1_000_000
+    idx = rng.integers(0, 1000, n)
+    vals = rng.standard_normal(n)
+
+    def run():
+        return qt.zeros(1000).at[qt.asarray(idx)].add(qt.asarray(vals)).numpy()
+
+    one, two = _with_threads(1, run), _with_threads(2, run)
+    ref = np.zeros(1000)
+    np.add.at(ref, idx, vals)
+    np.testing.assert_allclose(one, ref, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(two, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_num_threads_change_takes_effect_for_cached_plans(rng):
+    x = rng.standard_normal(500_000)
+    f = qt.jit(lambda a: a * 3.0 + 1.0)
+    a = _with_threads(2, lambda: f(x).numpy())
+    b = _with_threads(1, lambda: f(x).numpy())
+    c = _with_threads(2, lambda: f(x).numpy())
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(b, c)
+    np.testing.assert_allclose(c, x * 3 + 1)
