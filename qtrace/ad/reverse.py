@@ -6,7 +6,7 @@ from ..graph.loops import siblings_key
 from ..graph.node import Node, toposort
 from ..tracer import elementwise as ew
 from ..tracer.convert import astype, wrap
-from . import loops
+from . import calls, loops
 from .rules import rule_for
 
 
@@ -25,7 +25,7 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
             needs.add(id(n))
     siblings: dict = {}
     for n in topo:
-        if n.prim == "loop":
+        if n.prim in ("loop", "call"):
             siblings.setdefault(siblings_key(n), []).append(n)
     cts: dict[int, object] = {}
 
@@ -41,7 +41,7 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
     for n in reversed(topo):
         if id(n) in wrt_ids or id(n) not in needs:
             continue
-        if n.prim == "loop":
+        if n.prim in ("loop", "call"):
             group = siblings[siblings_key(n)]
             if group[0] is not n:  # wait for the earliest component: all cotangents are in
                 continue
@@ -50,7 +50,8 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
                 c = cts.pop(id(s), None)
                 if c is not None:
                     by_component[s.params[-1]] = c
-            in_cts = loops.loop_vjp(n, by_component) if by_component else []
+            vjp = loops.loop_vjp if n.prim == "loop" else calls.call_vjp
+            in_cts = vjp(n, by_component) if by_component else []
         else:
             ct = cts.pop(id(n), None)
             if ct is None:

@@ -48,7 +48,9 @@ class Plan:
         leaf_slots = {id(leaf): i for i, leaf in enumerate(spec.leaves)}
         for step in spec.steps:
             if step.kind == "library":
-                self.steps.append((None, step.node.prim, step.slots, step.frees, False))
+                n_in = len(step.node.inputs)
+                call = LibraryCall(step) if step.node.prim == "call" else None
+                self.steps.append((None, (step.node.prim, n_in, call), step.slots, step.frees, False))
                 continue
             t = step.task
             size = math.prod(t.domain + t.inner)
@@ -78,14 +80,22 @@ class Plan:
         threads = config.num_threads
         pointer = cpu.pointer
         for fn, info, slots, frees, parallel in self.steps:
-            for s in slots:
-                if bufs[s] is None:
-                    shape, dtype = self.slot_meta[s]
-                    reuse = spare.get((shape, dtype))
-                    bufs[s] = reuse.pop() if reuse else cpu.aligned_empty(shape, dtype)
+            if fn is None and info[0] == "call":
+                prim, n_in, call = info
+                outs = call.run([bufs[s] for s in slots[:n_in]])
+                for s, buf in zip(slots[n_in:], outs):
+                    bufs[s] = buf
+                fn = None
+            else:
+                for s in slots:
+                    if bufs[s] is None:
+                        shape, dtype = self.slot_meta[s]
+                        reuse = spare.get((shape, dtype))
+                        bufs[s] = reuse.pop() if reuse else cpu.aligned_empty(shape, dtype)
             if fn is None:
-                a, b, out = (bufs[s] for s in slots)
-                np.matmul(a, b, out=out)
+                if info[0] == "matmul":
+                    a, b, out = (bufs[s] for s in slots)
+                    np.matmul(a, b, out=out)
             else:
                 extent, pack, row, stack = info
                 args = pack(*[pointer(bufs[s]) for s in slots])
@@ -131,6 +141,23 @@ class Plan:
                 "qt.config.adstack_max_depth, or a bug); nothing was written out of bounds")
         raise IndexError(f"qtrace {what}: index {value} is out of bounds for axis {axis} with size "
                          f"{size}")
+
+
+class LibraryCall:
+    """A ``call`` step: a jitted function's own plan, compiled once and run on the inputs."""
+
+    def __init__(self, step):
+        self.outputs = step.outputs
+        self.sub, self.n_args = step.node.params[0], step.node.params[1]
+        self._plan = None
+
+    def run(self, inputs: list) -> list:
+        sub = self.sub
+        if self._plan is None:
+            self._plan = plan_for(sub.outputs, sub.graph_key)
+            self._bind = [role[1] if role[0] == "arg" else self.n_args + role[1] for role in sub.roles]
+        results = self._plan.run([inputs[i] for i in self._bind])
+        return [results[n.params[-1]] for n in self.outputs]
 
 
 def compile_plan(outputs: tuple) -> Plan:

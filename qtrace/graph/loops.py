@@ -51,7 +51,7 @@ def layout(node: Node) -> LoopLayout:
 
 
 def siblings_key(node: Node) -> tuple:
-    """Loop nodes computing the same loop (differing only in the component they return)."""
+    """Loop or call nodes computing the same thing (differing only in the component returned)."""
     return (node.prim, node.params[:-1], tuple(id(i) for i in node.inputs))
 
 

@@ -82,7 +82,7 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
     leaves: list[Node] = []
     where: dict[int, int] = {}
     specs = []
-    count = 1
+    count = 0
     for inp in inputs:
         positions = []
         for leaf in inp.leaves:
@@ -92,8 +92,7 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
                 leaves.append(leaf)
             positions.append(pos)
         specs.append((inp.key, tuple(positions)))
-        if not inp.is_leaf:
-            count += inp.count
+        count = max(count, inp.count)
     key = hashlib.blake2b(
         f"{prim}|{params!r}|{shape}|{dtype.str}|{weak:d}|{device}|{specs}".encode(),
         digest_size=16).hexdigest()
@@ -105,7 +104,9 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
         node = Node.__new__(Node)
         node.prim, node.params, node.shape, node.dtype = prim, params, shape, dtype
         node.weak, node.device, node.inputs, node.key = weak, device, inputs, key
-        node.leaves, node.count, node.buffer = tuple(leaves), min(count, COUNT_CAP), None
+        # pending-graph size estimate: the longest chain plus this node's fan-in (a sum over
+        # inputs would count shared subgraphs once per path: exponential in a DAG)
+        node.leaves, node.count, node.buffer = tuple(leaves), min(count + len(inputs), COUNT_CAP), None
         _intern[ident] = node
     return node
 

@@ -31,6 +31,7 @@ from .node import Node, toposort
 from .primitives import PRIMITIVES
 
 FREE = "free"  # a view read through, belonging to no task
+MULTI_OUTPUT = frozenset({"loop", "loop_vjp", "call"})  # one node per component, one task
 
 
 @dataclass
@@ -128,7 +129,7 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
     loop_groups: dict = {}
 
     def root(n: Node) -> None:
-        if kind(n) == "loop":  # siblings (other components of the same loop) share one task
+        if n.prim in MULTI_OUTPUT:  # siblings (other components of the same loop) share one task
             g = loop_groups.get(siblings_key(n))
             if g is not None:
                 g.members.append(n)
@@ -141,7 +142,7 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
         group_of[id(n)] = g
         groups.append(g)
         stored[id(n)] = n
-        if kind(n) == "loop":
+        if n.prim in MULTI_OUTPUT:
             loop_groups[siblings_key(n)] = g
 
     def reading_group(c: Node):
@@ -225,7 +226,7 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
     # execution order: by the topological position of each group's root
     position = {id(n): i for i, n in enumerate(topo)}
     # (a loop's components share inputs: its task may run as early as the earliest one)
-    groups.sort(key=lambda g: min(position[id(n)] for n in g.stored) if kind(g.root) == "loop"
+    groups.sort(key=lambda g: min(position[id(n)] for n in g.stored) if g.root.prim in MULTI_OUTPUT
                 else position[id(g.root)])
     return Schedule(tuple(outputs), groups, group_of, view_group, stored, consumers, decisions)
 

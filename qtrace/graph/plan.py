@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from .loops import depth_source
 from .node import Node, graph_key
 from .partition import Schedule, partition, report_decisions
+from .partition import kind as kind_of
 from .tasks import Task, build_tasks, coalesce, try_merge
 
 
@@ -24,6 +25,7 @@ class Step:
     slots: list               # plan slot of each task argument (library: inputs..., output)
     frees: list = field(default_factory=list)
     reads: list = field(default_factory=list)   # slots the host reads before the launch
+    outputs: list = field(default_factory=list)  # library steps: the nodes they produce
 
 
 @dataclass
@@ -63,9 +65,10 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
     horizontal: list = []
     for group in schedule.order:
         fused += len(group.members) - 1
-        if group.root.prim == "matmul":
-            producer[id(group.root)] = len(raw)
-            raw.append(("library", group.root))
+        if kind_of(group.root) == "library":
+            for n in group.stored:
+                producer[id(n)] = len(raw)
+            raw.append(("library", group))
             continue
         for task in build_tasks(schedule, group):
             target = _merge_target(raw, producer, task) if fusion else None
@@ -83,8 +86,11 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
     steps: list[Step] = []
     for kind, item in raw:
         if kind == "library":
-            a, b = item.inputs
-            steps.append(Step("library", None, item, [slot(a), slot(b), slot(item)]))
+            root = item.root
+            outs = list(item.stored)
+            step = Step("library", None, root, [slot(i) for i in root.inputs] + [slot(n) for n in outs])
+            step.outputs = outs
+            steps.append(step)
         else:
             coalesce(item)
             item.finalize()

@@ -141,6 +141,10 @@ define("matmul", "library")       # NumPy matmul semantics for 1-D/2-D operands
 #           cotangents of captured values.
 define("loop", "loop")
 define("loop_vjp", "loop")
+# call: a qt.jit function called inside a derivative, run as its own cached plan; inputs
+#       (args..., captured...); params (body Subgraph with roles ("arg", i) and
+#       ("captured", j), number of args, component). Its VJP calls the reverse body.
+define("call", "library")
 
 
 def ufunc_of(name: str) -> np.ufunc:

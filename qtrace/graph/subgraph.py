@@ -18,12 +18,13 @@ from .primitives import PRIMITIVES
 class Subgraph:
     """Output nodes over role-tagged placeholder leaves; compared and hashed by content."""
 
-    __slots__ = ("outputs", "roles", "key", "placeholders")
+    __slots__ = ("outputs", "roles", "key", "placeholders", "graph_key")
 
     def __init__(self, outputs: tuple, placeholders: dict):
         """``placeholders`` maps ``id(leaf) -> role`` for every leaf the outputs may use."""
         self.outputs = tuple(outputs)
         key, leaves = graph_key(self.outputs)
+        self.graph_key = key
         for leaf in leaves:
             if id(leaf) not in placeholders:
                 raise AssertionError("qtrace: a subgraph reads a leaf that is not a placeholder")

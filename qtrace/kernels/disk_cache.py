@@ -11,8 +11,9 @@ canonical JSON document of:
 * the device (``"cpu"``) and its architecture (:func:`llvm_cpu.target_info`: triple, CPU
   name, CPU features, LLVM and llvmlite versions);
 * the compile options (``qt.config.codegen_options()``: fusion, check_bounds);
-* the qtrace version, refined by a digest of qtrace's own sources so that a
-  development checkout whose code generator changed never loads stale kernels;
+* the qtrace version, refined by a digest of qtrace's own source files (names, sizes,
+  modification times) so that a development checkout whose code generator changed
+  never loads stale kernels;
 * the entry format and its version.
 
 Layout. ``<cache_dir>/kernels/<kernels>-<key>.qtk``, where ``<kernels>`` hashes only the
@@ -89,7 +90,12 @@ class QtraceCacheWarning(UserWarning):
 
 
 def _qtrace_version() -> str:
-    """``<release>+src.<digest of qtrace's .py files>`` (computed once per process)."""
+    """``<release>+src.<digest>`` (computed once per process).
+
+    The digest covers the name, size and modification time of every ``.py`` file of
+    the package: any edit of a development checkout changes it (stat only, no reads:
+    this is on the path of a warm start), while an installed release never changes.
+    """
     with _lock:
         if _source_digest:
             return _source_digest[0]
@@ -100,10 +106,8 @@ def _qtrace_version() -> str:
             for name in sorted(files):
                 if name.endswith(".py"):
                     path = os.path.join(base, name)
-                    h.update(os.path.relpath(path, package).encode() + b"\0")
-                    with open(path, "rb") as f:
-                        h.update(f.read())
-                    h.update(b"\0")
+                    st = os.stat(path)
+                    h.update(f"{os.path.relpath(path, package)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
         module = sys.modules.get("qtrace")
         release = getattr(module, "__version__", None) or "unknown"
         _source_digest.append(f"{release}+src.{h.hexdigest()[:16]}")

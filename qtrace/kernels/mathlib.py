@@ -548,48 +548,46 @@ def _reduce_pio2(E: _E, ax, e32, mant: int):
     c0 = vals[0]
     vals[0] = E.sub(c0, E.mul(E.trunc(E.mul(c0, sc)), isc))
     ph, pl = [], []
-    for c in vals:
+    for c in vals[:-1]:
         h = E.mul(xs, c)
         ph.append(h)
-        pl.append(E.fma(xs, c, E.neg(h)))
+        pl.append(E.fma(xs, c, E.neg(h)))  # xs*c == h + l exactly
+    ph.append(E.mul(xs, vals[-1]))  # last product: rounding error is below 2^-150
 
-    def mod4(t):
-        return E.sub(t, E.mul(E.floor(E.mul(t, 0.25)), 4.0))
+    def cmod4(t):  # t - 4*round(t/4), exact, in [-2, 2]
+        return E.fma(E.rint(E.mul(t, 0.25)), -4.0, t)
 
-    terms1 = [mod4(ph[0]), pl[0], mod4(ph[1]), pl[1], ph[2]]
-    q1 = []
-    rem = []
-    for t in terms1:  # |t| <= 4: split at 2^-49 (sigma = 1.5 * 2^3)
-        q = E.sub(E.add(t, 12.0), 12.0)
-        q1.append(q)
-        rem.append(E.sub(t, q))
-    Q = q1[0]
-    for q in q1[1:]:
-        Q = E.add(Q, q)  # exact: multiples of 2^-49, |Q| < 16
-    Q = mod4(Q)
-    k = E.rint(Q)
-    fh = E.sub(Q, k)  # exact, |fh| <= 1/2
     if nch == 3:
-        fl = pl[2]
-        for t in rem:
-            fl = E.add(fl, t)
-        f = E.add(fh, fl)
-        rh = E.mul(f, _PIO2[0])
+        # float32 argument (24-bit M): needed absolute accuracy ~2^-62.  The exact
+        # sum is a0 + pl0 + a1 + pl1 + ph2; two two-sums keep the large part exact.
+        a, ae = E.two_sum(cmod4(ph[0]), pl[0])
+        s, se = E.two_sum(a, cmod4(ph[1]))
+        k = E.rint(s)
+        fh = E.sub(s, k)  # exact
+        lo = E.add(E.add(ae, se), E.add(pl[1], ph[2]))
+        rh = E.mul(E.add(fh, lo), _PIO2[0])
         rl = None
     else:
-        sig2 = 1.5 * 2.0 ** -47  # split at 2^-99
-        q2 = []
-        rem2 = [pl[3], ph[4], pl[4]]
-        for t in rem + [pl[2], ph[3]]:
+        # float64: needed absolute accuracy ~2^-116 (the closest double to a multiple of
+        # pi/2 is ~2^-61 away).  Error-free extraction into fixed-point levels of 2^-49
+        # and 2^-99; sums of the extracted parts are exact in any order.
+        terms1 = [cmod4(ph[0]), pl[0], cmod4(ph[1]), pl[1], ph[2]]  # each |t| <= 2
+        q1, rem = [], []
+        for t in terms1:  # sigma = 1.5 * 2^3: q = t rounded to a multiple of 2^-49
+            q = E.sub(E.add(t, 12.0), 12.0)
+            q1.append(q)
+            rem.append(E.sub(t, q))  # |rem| <= 2^-50
+        Q = _tree_sum(E, q1)  # exact: multiples of 2^-49, |Q| <= 10
+        k = E.rint(Q)
+        fh = E.sub(Q, k)  # exact, |fh| <= 1/2
+        sig2 = 1.5 * 2.0 ** -47  # multiples of 2^-99
+        q2, rem2 = [], [pl[3], ph[4]]
+        for t in rem + [pl[2], ph[3]]:  # each |t| <= 2^-50
             q = E.sub(E.add(t, sig2), sig2)
             q2.append(q)
             rem2.append(E.sub(t, q))
-        F2 = q2[0]
-        for q in q2[1:]:
-            F2 = E.add(F2, q)  # exact
-        F3 = rem2[0]
-        for t in rem2[1:]:
-            F3 = E.add(F3, t)
+        F2 = _tree_sum(E, q2)  # exact: |F2| < 2^-47
+        F3 = _tree_sum(E, rem2)  # tiny: rounding errors ~2^-150
         s, t = E.two_sum(fh, F2)
         fhi, flo = E.fast_two_sum(s, E.add(t, F3))
         rh = E.mul(fhi, _PIO2[0])
@@ -597,6 +595,13 @@ def _reduce_pio2(E: _E, ax, e32, mant: int):
                    E.mad(fhi, _PIO2[1], E.mul(flo, _PIO2[0])))
     q = E.b.and_(E.to_i32(k), E.ki(3, _I32))
     return q, rh, rl
+
+
+def _tree_sum(E: _E, xs):
+    xs = list(xs)
+    while len(xs) > 1:
+        xs = [E.add(xs[i], xs[i + 1]) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
+    return xs[0]
 
 
 def _exponent_for_reduction(E: _E, ax, lowp: bool):

@@ -13,10 +13,11 @@ from ..config import config
 from ..graph import evaluate as graph_evaluate
 from ..graph import node as graph_node
 from ..graph.device import CPU, Device
+from ..graph.subgraph import Subgraph, cut
 from ..stats import bump
 from . import dtypes, pytree
-from .context import ad_level, is_abstract, trace_scope, tracing
-from .convert import input_node
+from .context import ad_level, is_abstract, record, trace_scope, tracing
+from .convert import const_node, input_node
 from .tensor import Tensor
 
 log = logging.getLogger("qtrace")
@@ -69,6 +70,7 @@ class Jitted:
             self._sig = None
         self._cache: dict = {}
         self._flat: dict = {}
+        self._subs: dict = {}  # signature -> traced body, for calls inside derivatives
         self._last = None
         self._lock = threading.Lock()
 
@@ -89,8 +91,10 @@ class Jitted:
         return tuple(static), tuple(dyn_args), dyn_kwargs
 
     def __call__(self, *args, **kwargs):
-        if tracing() or ad_level():  # inside a trace or a derivative: trace through
+        if tracing():  # inside another trace: trace through
             return self.fn(*args, **kwargs)
+        if ad_level():  # inside a derivative: one call node, its plans compiled once
+            return self._call_node(args, kwargs)
         if not kwargs and not self.static_argnums:
             # fast path: flat positional arguments, the common shape of a step function
             try:
@@ -218,6 +222,42 @@ class Jitted:
                     raise RuntimeError("qt.jit: a traced value escaped from another trace")
                 entry.captured.append(leaf.buffer)
                 entry.bind.append(-len(entry.captured))
+
+    def _call_node(self, args, kwargs):
+        static, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        leaves, tree = pytree.flatten((dyn_args, dyn_kwargs))
+        descs = tuple(_describe(leaf) for leaf in leaves)
+        key = (tree, descs, static)
+        entry = self._subs.get(key)
+        if entry is None:
+            bump("traces")
+            out_leaves, out_tree, placeholders = self._trace_graph(static, tree, descs)
+            roles = {id(p._node): ("arg", i) for i, p in enumerate(placeholders)}
+            outs = [leaf._node if isinstance(leaf, Tensor) else None for leaf in out_leaves]
+            nodes = tuple(n for n in outs if n is not None)
+            cut_outs, all_roles, captured = cut(nodes, roles)
+            entry = (Subgraph(cut_outs, all_roles), captured, out_tree, out_leaves)
+            self._subs[key] = entry
+        sub, captured, out_tree, out_leaves = entry
+        inputs = []
+        for leaf, desc in zip(leaves, descs):
+            if isinstance(leaf, Tensor):
+                inputs.append(leaf._node)
+            elif desc[0] == "scalar":
+                inputs.append(const_node(leaf, desc[1], Device(config.device), weak=True))
+            else:
+                inputs.append(input_node(np.ascontiguousarray(leaf), "jit argument"))
+        inputs = tuple(inputs) + tuple(captured)
+        results, k = [], 0
+        for leaf in out_leaves:
+            if isinstance(leaf, Tensor):
+                o = sub.outputs[k]
+                results.append(Tensor(record("call", inputs, (sub, len(leaves), k), o.shape, o.dtype,
+                                             weak=o.weak)))
+                k += 1
+            else:
+                results.append(leaf)
+        return pytree.unflatten(out_tree, results)
 
     def clear_cache(self) -> None:
         """Forget every traced signature (the next call traces again)."""

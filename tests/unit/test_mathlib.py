@@ -109,7 +109,7 @@ class _Compiled:
         return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled(dtype_name: str) -> _Compiled:
     """All supported functions of one dtype, emitted into a single module."""
     return _Compiled(sorted(SUPPORTED), np.dtype(dtype_name).type)
@@ -263,7 +263,8 @@ def _special_args(name, dtype):
     if name in BINARY:
         vals = S2_POWER if name == "power" else S2
         a, b = np.meshgrid(np.array(vals), np.array(vals), indexing="ij")
-        return (a.ravel().astype(dtype), b.ravel().astype(dtype))
+        with np.errstate(over="ignore"):
+            return (a.ravel().astype(dtype), b.ravel().astype(dtype))
     vals = S1 + EXTRA.get(name, []) + EXTRA.get({"log2": "log", "log10": "log"}.get(name), [])
     with np.errstate(over="ignore"):
         return (np.array(vals, dtype=np.float64).astype(dtype),)
