@@ -108,6 +108,15 @@ class KernelEmitter:
         b = self.b
         values, dts = [], []
         top = instrs is self.t.instrs
+        outer_scalar = getattr(b, "scalar_code", False)
+        b.scalar_code = outer_scalar or bool(env)  # loop bodies run one element at a time
+        try:
+            return self._run(instrs, env, values, dts, top)
+        finally:
+            b.scalar_code = outer_scalar
+
+    def _run(self, instrs, env, values, dts, top) -> list:
+        b = self.b
         for instr in instrs:
             op = instr[0]
             dt = np.dtype(instr[1]) if isinstance(instr[1], str) else None

@@ -27,6 +27,11 @@ C_NAMES = {
 
 
 def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
-    if name in IR_FUNCTIONS:
+    """``name(*args)``: IR where code may vectorize, libm inside scalar code (loop bodies).
+
+    A per-element loop body runs one element at a time, so there is no vector width to
+    win, and the C library's scalar routines are shorter than branch-free IR versions.
+    """
+    if name in IR_FUNCTIONS and not getattr(b, "scalar_code", False):
         return _ir_math.emit_math(b, name, args)
     return libm(b, C_NAMES[name], args)

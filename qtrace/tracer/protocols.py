@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph import buffers
 from ..graph.primitives import ELEMENTWISE_UFUNCS
 from . import creation, elementwise, linalg, reductions, shape_ops
 from .convert import astype
@@ -64,8 +65,13 @@ def _numpy_fallback(func, args, kwargs):
 
 
 def dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-    """Export the (computed) value through DLPack; NumPy's implementation does the work."""
+    """Export the (computed) value through DLPack; NumPy's implementation does the work.
+
+    The consumer may write through the export, so the buffer's version is bumped:
+    caches keyed on its data (adstack depths) are not trusted afterwards.
+    """
     buf = self._materialize()
+    buffers.bump(buf)
     kwargs = {}
     if max_version is not None:
         kwargs["max_version"] = max_version
