@@ -1,35 +1,31 @@
-"""Buffer versions: a counter per buffer, bumped whenever qtrace lets it be written.
+"""Buffer versions: what data-dependent caches (adstack depths) are keyed by.
 
-qtrace's own buffers are immutable once computed, so most versions stay 0. A buffer
-whose memory qtrace hands out for writing (a DLPack export) gets a new version, which
-invalidates caches keyed on data use (the adstack depth of a loop).
+qtrace's own buffers are immutable once computed, so their version never changes. A
+buffer whose memory qtrace hands out for writing (a DLPack export) becomes *volatile*:
+someone else may write it at any time, so caches keyed on it never hit again.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 
 _lock = threading.Lock()
-_versions: dict[int, tuple] = {}
+_volatile: dict[int, weakref.ref] = {}
+_fresh = itertools.count(1)
 
 
-def version(buf) -> int:
-    entry = _versions.get(id(buf))
-    if entry is None or entry[0]() is not buf:
-        return 0
-    return entry[1]
-
-
-def bump(buf) -> None:
-    """Record that ``buf`` may have been written (its consumers must not trust caches)."""
+def mark_written(buf) -> None:
+    """Record that ``buf`` may be written behind qtrace's back from now on."""
+    key = id(buf)
     with _lock:
-        entry = _versions.get(id(buf))
-        n = entry[1] + 1 if entry is not None and entry[0]() is buf else 1
-        key = id(buf)
-        _versions[key] = (weakref.ref(buf, lambda _, key=key: _versions.pop(key, None)), n)
+        _volatile[key] = weakref.ref(buf, lambda _, key=key: _volatile.pop(key, None))
 
 
 def identity(buf) -> tuple:
-    """``(id, version)``: what a data-dependent cache entry is keyed by."""
-    return (id(buf), version(buf))
+    """``(id, version)``; a volatile buffer gets a new version every time it is asked."""
+    ref = _volatile.get(id(buf))
+    if ref is not None and ref() is buf:
+        return (id(buf), -next(_fresh))
+    return (id(buf), 0)

@@ -67,11 +67,11 @@ def _numpy_fallback(func, args, kwargs):
 def dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
     """Export the (computed) value through DLPack; NumPy's implementation does the work.
 
-    The consumer may write through the export, so the buffer's version is bumped:
+    The consumer may write through the export, so the buffer is marked as written:
     caches keyed on its data (adstack depths) are not trusted afterwards.
     """
     buf = self._materialize()
-    buffers.bump(buf)
+    buffers.mark_written(buf)
     kwargs = {}
     if max_version is not None:
         kwargs["max_version"] = max_version

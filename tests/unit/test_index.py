@@ -200,7 +200,7 @@ def div_mod_args_nonnegative(tree, env) -> bool:
 extents = st.fixed_dictionaries({k: st.integers(1, 9) for k in range(N_VARS)})
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=trees(), ext=extents)
 def test_simplified_expressions_keep_python_semantics(tree, ext):
     x = build(tree, ext)
@@ -208,7 +208,7 @@ def test_simplified_expressions_keep_python_semantics(tree, ext):
         assert evaluate(x, env) == python(tree, env), (tree, x, env)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=trees(), ext=extents)
 def test_bounds_contain_every_value(tree, ext):
     x = build(tree, ext)
@@ -217,7 +217,7 @@ def test_bounds_contain_every_value(tree, ext):
         assert lo <= evaluate(x, env) <= hi, (tree, x, env, (lo, hi))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=trees(), ext=extents)
 def test_recombination_holds_for_any_argument(tree, ext):
     x = build(tree, ext)
@@ -281,7 +281,7 @@ def test_truncating_lowering_of_a_reversed_reshape_index():
         assert evaluate(m, env, trunc=True) == (7 - env[0]) % 4, (m, env)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(tree=trees(), ext=extents, flips=st.lists(st.booleans(), min_size=N_VARS, max_size=N_VARS))
 def test_substitute_matches_python(tree, ext, flips):
     """Substituting range-preserving maps (here i -> n-1-i per variable) keeps the meaning."""
