@@ -37,7 +37,7 @@ class Node:
 
     __slots__ = (
         "prim", "params", "shape", "dtype", "weak", "device", "inputs",
-        "key", "leaves", "count", "buffer", "__weakref__",
+        "key", "leaves", "count", "buffer", "sig", "__weakref__",
     )
 
     prim: str
@@ -107,6 +107,7 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
         # pending-graph size estimate: the longest chain plus this node's fan-in (a sum over
         # inputs would count shared subgraphs once per path: exponential in a DAG)
         node.leaves, node.count, node.buffer = tuple(leaves), min(count + len(inputs), COUNT_CAP), None
+        node.sig = None
         _intern[ident] = node
     return node
 
@@ -125,6 +126,7 @@ def make_input(shape: tuple, dtype: np.dtype, device: Device, strides: tuple | N
     node.weak, node.device, node.inputs = weak, device, ()
     node.key = _input_key(strides, shape, dtype, weak, device)
     node.leaves, node.count, node.buffer = (node,), 0, buffer
+    node.sig = None
     return node
 
 

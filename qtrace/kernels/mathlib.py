@@ -143,7 +143,7 @@ _BINARY = ("arctan2", "hypot", "power")
 SUPPORTED: frozenset[str] = frozenset(_UNARY + _BINARY)
 
 # float64 names implemented by a call to the C library (symbol name).
-_LIBM_F64 = {"power": "pow"}
+_LIBM_F64: dict[str, str] = {}
 
 # ---------------------------------------------------------------------------
 # constants
@@ -211,6 +211,11 @@ _LOG_D = (0.6666666666666666, 0.400000000000009, 0.28571428570790364,
           0.132683631262789, 0.13090816417058052)  # 3.7e-17
 _LOG_F = (0.6666666655207923, 0.4000012351769628, 0.2855065086174048,
           0.23334721333847516)  # 1.2e-9
+# float64 pow: 2 atanh(s) = 2 s + (2/3) s^3 + s^3 z Q(z)
+_LOGQ_D = (0.4, 0.28571428571429386, 0.2222222222164419, 0.1818181833793513,
+           0.15384594700434032, 0.13334818513497015, 0.11705876143573736,
+           0.11726856358811658)  # 2.6e-17
+_TWO3 = (0.6666666666666666, 3.700743415417188e-17)
 # sin(r) = r + r^3 S(z), z = r^2, |r| <= 0.786
 _SIN_D = (-0.16666666666666666, 0.008333333333330932, -0.00019841269836733344,
           2.75573160893155e-06, -2.5051129062451172e-08, 1.591792748590735e-10)  # 3.2e-17
@@ -444,10 +449,11 @@ def _expm1_core(E: _E, x):
     return E.sel(E.cmp("==", k, 0.0), em, y)
 
 
-def _log_parts(E: _E, u):
-    """Decompose u > 0 (finite; garbage otherwise) as 2^e (1 + f).
+def _log_parts(E: _E, u, parts_only: bool = False):
+    """Decompose u > 0 (finite; garbage otherwise) as 2^e (1 + f), 1 + f in [sqrt(1/2), sqrt(2)).
 
-    Returns (e as double, f, s, hfsq, R) with log(u) = e ln2 + f - hfsq + s (hfsq + R).
+    Returns (e as double, f, s, hfsq, R) with log(u) = e ln2 + f - hfsq + s (hfsq + R),
+    or only (e, f) if parts_only.
     """
     sub = E.cmp("<", u, 2.2250738585072014e-308)
     u2 = E.sel(sub, E.mul(u, 18014398509481984.0), u)  # * 2^54
@@ -458,6 +464,8 @@ def _log_parts(E: _E, u):
     mb = E.b.add(E.b.and_(t, E.ki(0x000FFFFFFFFFFFFF)), E.ki(bias))
     f = E.sub(E.from_bits(mb), 1.0)
     e = E.add(E.i32_to_f(ei), E.sel(sub, -54.0, 0.0))
+    if parts_only:
+        return e, f
     s = E.div(f, E.add(2.0, f))
     z = E.mul(s, s)
     coeffs = _LOG_F if E.lowp else _LOG_D
@@ -920,15 +928,34 @@ def _f_cbrt(E, x):
     return E.sel(special, x, res)
 
 
-def _f_power(E, x, y):
-    """C99 pow via exp2(y log2|x|) in double (for float32 results)."""
-    E = _E(E.b, lowp=False)  # log2 must be accurate to ~2^-52: |y log2 x| amplifies it
-    ax = E.abs(x)
-    L = _log_scaled(E, ax, _INVLN2, _INVLN2_LO, 1.0, 0.0)
-    L = E.sel(E.cmp("==", ax, 0.0), -_INF, L)
-    L = E.sel(E.ucmp("==", ax, _INF), ax, L)  # inf or nan
-    w = E.mul(y, L)
-    r = _f_exp2(E, w)
+def _log2_dd(E: _E, ax):
+    """log2(ax) as a double-double (relative error ~2^-65) for float64 pow."""
+    e, f = _log_parts(E, ax, parts_only=True)
+    # s = f / (2 + f) as s_h + s_l (one division)
+    dh, dl = E.fast_two_sum(2.0, f)
+    inv = E.div(1.0, dh)
+    sh = E.mul(f, inv)
+    res = E.fma(E.neg(sh), dh, f)  # exact residual
+    sl = E.mul(E.fma(E.neg(sh), dl, res), inv)
+    # log(m) = 2 s + (2/3) s^3 + s^3 z Q(z)
+    s2h = E.mul(sh, sh)
+    s2l = E.fma(sh, sh, E.neg(s2h))
+    s3h = E.mul(s2h, sh)
+    s3l = E.add(E.fma(s2h, sh, E.neg(s3h)), E.mad(s2l, sh, E.mul(3.0, E.mul(s2h, sl))))
+    t1h = E.mul(s3h, _TWO3[0])
+    t1l = E.add(E.fma(s3h, _TWO3[0], E.neg(t1h)), E.mad(s3h, _TWO3[1], E.mul(s3l, _TWO3[0])))
+    t2 = E.mul(E.mul(s3h, s2h), E.poly(s2h, _LOGQ_D))
+    lh, ll = E.fast_two_sum(E.mul(2.0, sh), t1h)
+    lh, ll = E.fast_two_sum(lh, E.add(ll, E.add(E.mad(2.0, sl, t1l), t2)))
+    # times 1/ln2 (double-double), plus the exponent
+    th = E.mul(lh, _INVLN2)
+    tl = E.add(E.fma(lh, _INVLN2, E.neg(th)), E.mad(lh, _INVLN2_LO, E.mul(ll, _INVLN2)))
+    w, wl = E.fast_two_sum(e, th)
+    return E.fast_two_sum(w, E.add(wl, tl))
+
+
+def _pow_finish(E: _E, x, y, r):
+    """C99 pow special cases around r = |x|^y (NaN-propagating)."""
     fy = E.floor(y)
     yint = E.cmp("==", fy, y)
     hy = E.mul(y, 0.5)
@@ -940,6 +967,35 @@ def _f_power(E, x, y):
     r = E.sel(E.and_(E.cmp("==", x, -1.0), E.isinf(y)), 1.0, r)
     one = E.or_(E.cmp("==", y, 0.0), E.cmp("==", x, 1.0))
     return E.sel(one, 1.0, r)
+
+
+def _f_power(E, x, y):
+    """pow(x, y) = 2^(y log2|x|) with C99 special cases."""
+    ax = E.abs(x)
+    zero, infnan = E.cmp("==", ax, 0.0), E.ucmp("==", ax, _INF)
+    if E.lowp:
+        # float32 operands: log2 in double with the low-degree kernel (relative error of
+        # log1p(f) ~3e-11, so |y log2 x| < 150 gives < 0.1 ulp(float)) and a double exp2
+        L = _log_scaled(E, ax, _INVLN2, _INVLN2_LO, 1.0, 0.0)
+        L = E.sel(zero, -_INF, E.sel(infnan, ax, L))
+        r = _f_exp2(E, E.mul(y, L))
+        return _pow_finish(E, x, y, r)
+    wh0, wl0 = _log2_dd(E, ax)
+    wh0 = E.sel(zero, -_INF, E.sel(infnan, ax, wh0))
+    wh = E.mul(y, wh0)
+    wl = E.mad(y, wl0, E.fma(y, wh0, E.neg(wh)))
+    wh, wl = E.fast_two_sum(wh, wl)
+    wl = E.sel(E.cmp("<", E.abs(wh), 1100.0), wl, 0.0)  # clamped below (or inf/nan)
+    # 2^(wh + wl)
+    whc = E.clamp(wh, -1100.0, 1100.0)
+    k = E.rint(whc)
+    rh0, wl = E.fast_two_sum(E.sub(whc, k), wl)  # whc - k is exact
+    rh = E.mul(rh0, _LN2)
+    rl = E.add(E.fma(rh0, _LN2, E.neg(rh)), E.mad(rh0, _LN2_TAIL, E.mul(wl, _LN2)))
+    p = E.add(1.0, E.add(rh, E.mad(E.mul(rh, rh), E.poly(rh, _EXP_D), rl)))
+    r = E.scale2(p, E.to_i32(k))
+    r = E.sel(E.isnan(wh), _NAN, r)
+    return _pow_finish(E, x, y, r)
 
 
 _IMPL = {

@@ -23,26 +23,52 @@ from .tensor import Tensor
 log = logging.getLogger("qtrace")
 
 
-def _describe(leaf):
-    """The signature entry of one argument leaf (what forces a retrace when it changes)."""
-    if isinstance(leaf, Tensor):
+_SIGNATURES: list = []   # id -> ("tensor", shape, dtype, weak, device) | ("scalar", dtype)
+_SIGNATURE_IDS: dict = {}
+_sig_lock = threading.Lock()
+
+
+def _signature_id(desc: tuple) -> int:
+    i = _SIGNATURE_IDS.get(desc)
+    if i is None:
+        with _sig_lock:
+            i = _SIGNATURE_IDS.get(desc)
+            if i is None:
+                i = _SIGNATURE_IDS[desc] = len(_SIGNATURES)
+                _SIGNATURES.append(desc)
+    return i
+
+
+def _describe(leaf) -> int:
+    """The signature entry of one argument leaf (what forces a retrace when it changes).
+
+    Signatures are interned to small ints (cached on the tensor's node), so checking a
+    call's signature hashes a tuple of ints.
+    """
+    if type(leaf) is Tensor or isinstance(leaf, Tensor):
         n = leaf._node
-        return ("tensor", n.shape, n.dtype, n.weak, n.device)
+        s = n.sig
+        if s is None:
+            s = n.sig = _signature_id(("tensor", n.shape, n.dtype, n.weak, n.device))
+        return s
     if isinstance(leaf, (bool, int, float)):
-        return ("scalar", dtypes.weak_dtype(leaf))
+        return _signature_id(("scalar", dtypes.weak_dtype(leaf)))
     if isinstance(leaf, (np.ndarray, np.generic)):
         dt = np.dtype(leaf.dtype)
         dtypes.check("qt.jit argument", dt)
-        return ("tensor", tuple(leaf.shape), dt, False, CPU)
+        return _signature_id(("tensor", tuple(leaf.shape), dt, False, CPU))
     raise TypeError(f"qt.jit: unsupported argument type {type(leaf).__name__}; arguments must be "
                     "pytrees of tensors, NumPy arrays and Python scalars (mark other values static)")
 
 
-def _buffer(leaf, desc) -> np.ndarray:
-    if isinstance(leaf, Tensor):
+def _buffer(leaf, desc: int) -> np.ndarray:
+    if type(leaf) is Tensor:
+        n = leaf._node
+        buf = n.buffer if n.prim == "input" and n.buffer is not None else leaf._materialize()
+    elif _SIGNATURES[desc][0] == "scalar":
+        return np.array(leaf, dtype=_SIGNATURES[desc][1])
+    elif isinstance(leaf, Tensor):
         buf = leaf._materialize()
-    elif desc[0] == "scalar":
-        return np.array(leaf, dtype=desc[1])
     else:
         buf = np.asarray(leaf)
     if not buf.flags.c_contiguous:
@@ -51,7 +77,7 @@ def _buffer(leaf, desc) -> np.ndarray:
 
 
 class _Entry:
-    __slots__ = ("plan", "bind", "captured", "out_tree", "out_kinds", "out_meta")
+    __slots__ = ("plan", "bind", "captured", "out_tree", "out_kinds", "out_meta", "flat_tuple")
 
 
 class Jitted:
@@ -152,6 +178,8 @@ class Jitted:
                 results.append(Tensor(graph_node.make_input(shape, dtype, device, buffer=buf, weak=weak)))
             else:
                 results.append(meta)
+        if entry.flat_tuple:
+            return tuple(results)
         return pytree.unflatten(entry.out_tree, results)
 
     def _trace(self, sig, static, dyn_args, dyn_kwargs, tree, descs) -> _Entry:
@@ -173,7 +201,7 @@ class Jitted:
     def _trace_graph(self, static, tree, descs):
         """Run the function on placeholders; its output leaves, structure and placeholders."""
         placeholders = []
-        for desc in descs:
+        for desc in (_SIGNATURES[d] for d in descs):
             if desc[0] == "scalar":
                 ph = graph_node.make_input((), desc[1], Device(config.device), buffer=None, weak=True)
             else:
@@ -194,6 +222,7 @@ class Jitted:
 
     def _finish_trace(self, entry, out_leaves, out_tree, placeholders):
         entry.out_tree = out_tree
+        entry.flat_tuple = out_tree == ("tuple", tuple, (("leaf",),) * len(out_leaves))
         entry.out_kinds, entry.out_meta = [], []
         nodes = []
         for leaf in out_leaves:
@@ -240,7 +269,7 @@ class Jitted:
             self._subs[key] = entry
         sub, captured, out_tree, out_leaves = entry
         inputs = []
-        for leaf, desc in zip(leaves, descs):
+        for leaf, desc in zip(leaves, (_SIGNATURES[d] for d in descs)):
             if isinstance(leaf, Tensor):
                 inputs.append(leaf._node)
             elif desc[0] == "scalar":
@@ -277,6 +306,7 @@ def _why(old, new) -> str:
     if len(odesc) != len(ndesc):
         return "the number of array arguments changed"
     for i, (a, b) in enumerate(zip(odesc, ndesc)):
+        a, b = _SIGNATURES[a], _SIGNATURES[b]
         if a != b:
             fields = ("kind", "shape", "dtype", "weak type", "device")
             diffs = [f"{f} {x} -> {y}" for f, x, y in zip(fields, a, b) if x != y]

@@ -101,6 +101,24 @@ def assert_valid_entry(path) -> dict:
     return header
 
 
+OPTIONS = {"fusion": True, "check_bounds": True}
+
+
+def _unique_object():
+    """Object code of one fresh kernel (a constant no other test uses), and its task."""
+    from qtrace.graph.plan import build_plan
+    from qtrace.kernels import codegen
+
+    c = float(int.from_bytes(os.urandom(3), "little")) + 0.5
+    node = (qt.asarray(np.arange(16.0)) * c)._node
+    spec = build_plan((node,), True)
+    (task,) = spec.tasks
+    module = llvm_cpu.new_module("race")
+    codegen.lower_task(task, module, task.symbol, True)
+    _, obj = llvm_cpu.compile_module(module, [task.symbol])
+    return {task.symbol: task}, obj
+
+
 def _compiled(report) -> bool:
     s = report["stats"]
     return s["compiles"] > 0 and s["cache_hits_disk"] == 0
@@ -242,7 +260,7 @@ def test_cache_directory_is_created_private(tmp_path):
     assert stat.S_IMODE(os.stat(entry).st_mode) & 0o077 == 0
 
 
-@pytest.mark.parametrize("which,mode", [("root", 0o777), ("root", 0o770), ("kernels", 0o722)])
+@pytest.mark.parametrize("which,mode", [("root", 0o777), ("kernels", 0o770)])
 def test_writable_by_others_is_refused(tmp_path, which, mode):
     first = run_program(tmp_path)
     assert _compiled(first)
@@ -262,6 +280,20 @@ def test_offline_cache_off_writes_nothing(tmp_path):
         report = run_program(cache, QTRACE_OFFLINE_CACHE="0")
         assert _compiled(report) and report["err"] < 1e-5
     assert not cache.exists()
+
+
+def test_dump_ir_reads_no_entry(tmp_path, monkeypatch):
+    """With QTRACE_DUMP_IR set every kernel is compiled (so its IR is dumped), and stored."""
+    monkeypatch.setattr(qt.config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(qt.config, "offline_cache", True)
+    tasks, obj = _unique_object()
+    entry, _ = disk_cache.lookup(tasks, OPTIONS)
+    entry.store(obj)
+    monkeypatch.setattr(qt.config, "dump_ir", str(tmp_path / "ir"))
+    entry, loaded = disk_cache.lookup(tasks, OPTIONS)
+    assert loaded is None and entry is not None
+    monkeypatch.setattr(qt.config, "dump_ir", None)
+    assert disk_cache.lookup(tasks, OPTIONS)[1] is not None
 
 
 def test_unsafe_directory_warns_once_per_process(tmp_path, monkeypatch):
@@ -343,24 +375,6 @@ def test_log_in_process_uses_the_qtrace_logger(tmp_path, monkeypatch, caplog):
 # --------------------------------------------------------------------------- threads
 
 
-OPTIONS = {"fusion": True, "check_bounds": True}
-
-
-def _unique_object():
-    """Object code of one fresh kernel (a constant no other test uses), and its task."""
-    from qtrace.graph.plan import build_plan
-    from qtrace.kernels import codegen
-
-    c = float(int.from_bytes(os.urandom(3), "little")) + 0.5
-    node = (qt.asarray(np.arange(16.0)) * c)._node
-    spec = build_plan((node,), True)
-    (task,) = spec.tasks
-    module = llvm_cpu.new_module("race")
-    codegen.lower_task(task, module, task.symbol, True)
-    _, obj = llvm_cpu.compile_module(module, [task.symbol])
-    return {task.symbol: task}, obj
-
-
 def test_threads_racing_on_one_entry(tmp_path, monkeypatch):
     """Writers and readers of one entry in several threads (bypassing the runtime's
     lock): every read is a miss or the whole valid entry, never a warning."""
@@ -416,7 +430,6 @@ def test_cache_info_and_clear(tmp_path):
     assert "removed 2 file(s)" in out
     assert os.listdir(tmp_path / "kernels") == ["not-ours.txt"]
     assert "entries    0" in _cli(tmp_path, "cache", "info")
-    assert _compiled(run_program(tmp_path))
 
 
 def test_cache_info_reports_a_refused_directory(tmp_path):

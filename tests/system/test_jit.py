@@ -386,3 +386,38 @@ def test_log_recompiles_environment_variable():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "retrac" in out.stderr and "(2,)" in out.stderr and "(5,)" in out.stderr
+
+
+def test_jitted_elementwise_chain_is_one_kernel_when_fused(rng, fusion):
+    def chain(x):
+        for k in range(10):
+            x = qt.sin(x) * 0.9 + 0.01 * k if k % 2 else x * 1.1 - 0.2
+        return x
+
+    f = qt.jit(chain)
+    x = rng.standard_normal(1000)
+    f(x)
+    qt.reset_stats()
+    out = f(x).numpy()
+    assert qt.stats()["kernel_launches"] == (1 if fusion else 25)
+    ref = x.copy()
+    for k in range(10):
+        ref = np.sin(ref) * 0.9 + 0.01 * k if k % 2 else ref * 1.1 - 0.2
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_pending_size_limit_does_not_apply_while_tracing(rng):
+    """Tracing a function longer than ``max_pending_nodes`` must not try to evaluate."""
+    qt.config.max_pending_nodes = 20
+
+    @qt.jit
+    def f(x):
+        for _ in range(100):
+            x = x * 1.01 + 0.1
+        return x
+
+    x = rng.standard_normal(8)
+    ref = x.copy()
+    for _ in range(100):
+        ref = ref * 1.01 + 0.1
+    np.testing.assert_allclose(f(x).numpy(), ref, rtol=1e-12)
