@@ -351,7 +351,28 @@ class KernelEmitter:
             values = self.body()
             for arg, ix, v in self.t.stores:
                 self.store(arg, ix, values[v], values)
-        self.nest(self.t.domain, body, (self.start, self.end))
+        if not _uses_f32_trig(self.t):
+            self.nest(self.t.domain, body, (self.start, self.end))
+            return
+        # optimistic pass with fast trigonometry; the exact pass only if an argument was large
+        b = self.b
+        with b.goto_entry_block():
+            bad = b.alloca(ir.IntType(1))
+        b.store(ir.Constant(ir.IntType(1), 0), bad)
+
+        def fast_body():
+            b.fast_trig_flags = []
+            try:
+                body()
+                ok = b.fast_trig_flags[0]
+                for f in b.fast_trig_flags[1:]:
+                    ok = b.and_(ok, f)
+            finally:
+                b.fast_trig_flags = None
+            b.store(b.or_(b.load(bad, typ=ir.IntType(1)), b.not_(ok)), bad)
+        self.nest(self.t.domain, fast_body, (self.start, self.end))
+        with b.if_then(b.load(bad, typ=ir.IntType(1)), likely=False):
+            self.nest(self.t.domain, body, (self.start, self.end))
 
     def emit_rmw(self) -> None:
         def body():
@@ -473,6 +494,12 @@ class KernelEmitter:
                 self.store(arg, ix, total, values)
             self.nest(t.inner, inner)
         self.nest(t.domain, outer, (self.start, self.end))
+
+
+def _uses_f32_trig(task) -> bool:
+    """A map task (no loops, no read-modify-write) computing float32 sin or cos."""
+    return not task.has_loops and any(
+        i[0] == "op" and i[2] in ("sin", "cos") and i[1] == "<f4" for i in task.instrs)
 
 
 def _identity(prim: str, dt: np.dtype):
