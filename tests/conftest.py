@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import zlib
 
-import numpy as np
-import pytest
+# the disk kernel cache of a test session lives in a private temporary directory (set
+# before qtrace is imported: the setting is read at import), never in the user's cache
+if "QTRACE_CACHE_DIR" not in os.environ:
+    _cache_dir = tempfile.mkdtemp(prefix="qtrace-test-cache-")
+    os.environ["QTRACE_CACHE_DIR"] = _cache_dir
+    atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 
-import qtrace as qt
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import qtrace as qt  # noqa: E402
 
 
 @pytest.fixture(params=[True, False], ids=["fused", "unfused"])

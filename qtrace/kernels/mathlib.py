@@ -722,6 +722,7 @@ def _atan2_core(E: _E, ay, ax, xneg):
     t = E.mul(num, inv)
     res = E.fma(E.neg(t), den, num)
     tl = E.mul(E.fma(E.neg(t), dl, res), inv)
+    tl = E.sel(E.isfinite(den), tl, 0.0)  # den = inf: t = +-0 is exact
     z = E.mul(t, t)
     # atan(t + tl) = atan(t) + tl / (1 + t^2) + ...
     small = E.mad(E.mul(t, z), E.poly(z, _ATAN_D), E.mul(tl, E.mad(z, E.sub(z, 1.0), 1.0)))
@@ -1021,8 +1022,9 @@ def _f_power(E, x, y):
     wh0 = E.sel(zero, -_INF, E.sel(infnan, ax, wh0))
     wh = E.mul(y, wh0)
     wl = E.mad(y, wl0, E.fma(y, wh0, E.neg(wh)))
+    wl = E.sel(E.isfinite(wh), wl, 0.0)
     wh, wl = E.fast_two_sum(wh, wl)
-    wl = E.sel(E.cmp("<", E.abs(wh), 1100.0), wl, 0.0)  # clamped below (or inf/nan)
+    wl = E.sel(E.cmp("<", E.abs(wh), 1100.0), wl, 0.0)  # wh is clamped below
     # 2^(wh + wl)
     whc = E.clamp(wh, -1100.0, 1100.0)
     k = E.rint(whc)
