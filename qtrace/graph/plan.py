@@ -93,6 +93,7 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
             steps.append(step)
         else:
             coalesce(item)
+            _block_lanes(item)
             item.finalize()
             step = Step("kernel", item, None, [slot(n) for n in item.arg_nodes])
             if item.stack is not None:  # the host reads the trip counts to size the adstack
@@ -132,3 +133,23 @@ def _merge_target(raw: list, producer: dict, task: Task):
         if kind == "kernel" and other.kind == "map" and other.domain == task.domain:
             return j
     return None
+
+
+LANES = 64
+
+
+def _block_lanes(task: Task) -> None:
+    """Run a task's single per-element loop in blocks of lanes (vectorizable; see kernels.lanes)."""
+    loops = [i for i in task.instrs if i[0] in ("loop", "loop_vjp")]
+    if task.kind != "map" or len(loops) != 1 or len(task.domain) != 1:
+        return
+    if any(i[0] in ("loop", "loop_vjp") for prog in _nested(loops[0]) for i in prog[1]):
+        return  # nested loops stay scalar
+    task.lanes = LANES
+    if task.stack is not None:
+        depth, fb, ib = task.stack
+        task.stack = (depth, fb * LANES, ib * LANES)  # a stack row holds every lane of a block
+
+
+def _nested(instr) -> list:
+    return [p for p in instr[4:7] if isinstance(p, tuple) and p and p[0] == "prog"]

@@ -47,6 +47,7 @@ class Task:
     checks: list = field(default_factory=list)   # check id -> (op, axis, size)
     nodes: list = field(default_factory=list)    # graph nodes computed here (for reports)
     has_loops: bool = False
+    lanes: int = 0                               # >0: the loop runs in blocks of this many lanes
     stack: tuple | None = None                   # (depth node, float bytes, int bytes) of an adstack
     key: str = ""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from . import scalar
+from . import lanes, scalar
 from .intrinsics import intrinsic
 
 I8, I64 = ir.IntType(8), ir.IntType(64)
@@ -39,6 +39,10 @@ class KernelEmitter:
                      for i in range(len(task.args))]
         self.vars: list = []
         self.valid: dict = {}
+        self.loop_override = None   # blocked loops: the loop's results, given per lane
+        self.lane_active = None     # blocked loops: i1, this lane is running (masks reports)
+        self.lane_acc: list = []
+        self.vector_lanes = bool(getattr(task, "lanes", 0))
 
     # -- structure --------------------------------------------------------------------
     def loop(self, lo, hi, body) -> None:
@@ -109,7 +113,8 @@ class KernelEmitter:
         values, dts = [], []
         top = instrs is self.t.instrs
         outer_scalar = getattr(b, "scalar_code", False)
-        b.scalar_code = outer_scalar or bool(env)  # loop bodies run one element at a time
+        # loop bodies run one element at a time (unless blocked into lanes, which vectorize)
+        b.scalar_code = outer_scalar or (bool(env) and not self.vector_lanes)
         try:
             return self._run(instrs, env, values, dts, top)
         finally:
@@ -138,6 +143,8 @@ class KernelEmitter:
                 v = env["counter"]
             elif op == "get":
                 v = values[instr[2]][instr[3]]
+            elif op in ("loop", "loop_vjp") and top and self.loop_override is not None:
+                v = self.loop_override[len(values)]
             elif op == "loop":
                 v = self.emit_loop(instr, values)
             elif op == "loop_vjp":
@@ -329,7 +336,8 @@ class KernelEmitter:
         if ssa is not None:
             self.valid[ssa] = ok
         if self.check_bounds:
-            with b.if_then(b.not_(ok), likely=False):
+            report = b.not_(ok) if self.lane_active is None else b.and_(b.not_(ok), self.lane_active)
+            with b.if_then(report, likely=False):
                 b.store(ir.Constant(I64, check + 1), self.status)
                 b.store(i, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
         return b.select(ok, wrapped, ir.Constant(I64, 0))
@@ -351,6 +359,9 @@ class KernelEmitter:
             values = self.body()
             for arg, ix, v in self.t.stores:
                 self.store(arg, ix, values[v], values)
+        if self.vector_lanes:
+            lanes.emit_blocked(self)
+            return
         if not _uses_f32_trig(self.t):
             self.nest(self.t.domain, body, (self.start, self.end))
             return

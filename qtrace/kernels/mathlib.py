@@ -722,7 +722,9 @@ def _atan2_core(E: _E, ay, ax, xneg):
     t = E.mul(num, inv)
     res = E.fma(E.neg(t), den, num)
     tl = E.mul(E.fma(E.neg(t), dl, res), inv)
-    tl = E.sel(E.isfinite(den), tl, 0.0)  # den = inf: t = +-0 is exact
+    # no correction where the residual is not exact (t near the denormal range) or
+    # meaningless (den = inf, t = +-0 exactly)
+    tl = E.sel(E.cmp(">", E.abs(t), 2.0 ** -960), tl, 0.0)
     z = E.mul(t, t)
     # atan(t + tl) = atan(t) + tl / (1 + t^2) + ...
     small = E.mad(E.mul(t, z), E.poly(z, _ATAN_D), E.mul(tl, E.mad(z, E.sub(z, 1.0), 1.0)))

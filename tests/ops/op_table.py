@@ -385,15 +385,17 @@ def _reduction_records() -> list:
                     return getattr(x, name)(**kw) if form == "method" else getattr(xp, name)(x, **kw)
                 q, r = _bind(f)
                 domain = "base" if name in ("prod", "mean") else "real"
+                dts = DTYPES if form == "fn" else ("float32", "int64", "bool")
                 recs.append(Op(f"{name}[{vid}]{'.method' if form == 'method' else ''}", q, r, 1,
-                               (domain,), DTYPES, kind="reduction", cases=cases))
+                               (domain,), dts, kind="reduction", cases=cases))
     for vid, kw in (("axis=None", {}), ("axis=0", {"axis": 0}), ("axis=-1", {"axis": -1})):
         for form in ("fn", "method"):
             def f(xp, x, kw=kw, form=form):
                 return x.cumsum(**kw) if form == "method" else xp.cumsum(x, **kw)
             q, r = _bind(f)
             recs.append(Op(f"cumsum[{vid}]{'.method' if form == 'method' else ''}", q, r, 1,
-                           ("real",), DTYPES, kind="reduction",
+                           ("real",), DTYPES if form == "fn" else ("float32", "int32"),
+                           kind="reduction",
                            cases={"2d": [(3, 5)], "2d_T": [((3, 5), "T")], "empty": [(0, 4)]}))
     return recs
 
