@@ -92,7 +92,8 @@ def emit_blocked(em) -> None:
     step = ir.Constant(I64, lanes)
 
     def block(base):
-        n_lanes = b.sub(b.select(b.icmp_signed("<", b.add(base, step), em.end), b.add(base, step), em.end), base)
+        stop = b.add(base, step)
+        n_lanes = b.sub(b.select(b.icmp_signed("<", stop, em.end), stop, em.end), base)
         b.store(ir.Constant(I64, 0), maxn)
 
         # phase 1: initial state and bounds of every lane
@@ -149,7 +150,7 @@ def emit_blocked(em) -> None:
                 result = tuple(_from_mem(b, arrays.load(a, lane, _mem(ty)), ty) for a, ty in zip(cts, types))
                 result += tuple(arrays.load(a, lane, ty) for a, ty in em.lane_acc)
             else:
-                result = tuple(_from_mem(b, arrays.load(a, lane, _mem(ty)), ty) for a, ty in zip(state, types))
+                result = tuple(_lane_state(em, arrays, state, lane, types))
                 result += (arrays.load(count, lane, I64),)
             em.loop_override = {pos: result}
             try:
@@ -249,7 +250,7 @@ def _advance(em, instr, arrays, state, lo_a, hi_a, count, base, n_lanes, types, 
         new = em.run(bprog[1], env)
         em.lane_active = None
         _check_fast_math(em, active)
-        for k, (a, ty) in enumerate(zip(state, types)):
+        for k, a in enumerate(state):
             arrays.store(a, lane, _to_mem(b, b.select(active, new[bprog[2][k]], s[k])))
         cnt = arrays.load(count, lane, I64)
         arrays.store(count, lane, b.select(active, b.add(cnt, ir.Constant(I64, 1)), cnt))
@@ -354,7 +355,7 @@ def _reverse(em, instr, arrays, state, lo_a, hi_a, cts, count, maxn, base, n_lan
             em.lane_active = None
             _check_fast_math(em, active)
             outs = [rv[o] for o in rprog[2]]
-            for k, (a, ty) in enumerate(zip(cts, types)):
+            for k, a in enumerate(cts):
                 arrays.store(a, lane, _to_mem(b, b.select(active, outs[k], ct[k])))
             for (a, ty), v in zip(accs, outs[m:]):
                 cur = arrays.load(a, lane, ty)
