@@ -54,7 +54,7 @@ class Plan:
                 continue
             t = step.task
             size = math.prod(t.domain + t.inner)
-            if size == 0:
+            if math.prod(t.domain) == 0:  # nothing to compute (an empty reduction still stores)
                 continue
             parallel = size >= cpu.PARALLEL_MIN_WORK and t.domain[0] > 1
             packer = struct.Struct(f"{len(step.slots)}Q").pack

@@ -83,6 +83,7 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
             for i in task.writes:
                 producer[id(task.arg_nodes[i])] = len(raw)
             raw.append(("kernel", task))
+    _drop_dead_stores(raw, outputs)
     steps: list[Step] = []
     for kind, item in raw:
         if kind == "library":
@@ -153,3 +154,48 @@ def _block_lanes(task: Task) -> None:
 
 def _nested(instr) -> list:
     return [p for p in instr[4:7] if isinstance(p, tuple) and p and p[0] == "prog"]
+
+
+def _drop_dead_stores(raw: list, outputs: tuple) -> None:
+    """Stop storing values that no later step reads and nobody asked for.
+
+    After horizontal fusion a value shared by two merged tasks is forwarded in
+    registers; its buffer would be written and never read.
+    """
+    needed = {id(o) for o in outputs}
+    for kind, item in raw:
+        if kind == "library":
+            needed |= {id(i) for i in item.root.inputs}
+            continue
+        needed |= {id(n) for j, n in enumerate(item.arg_nodes) if j not in item.writes}
+        if item.stack is not None:
+            needed.add(id(depth_source(item.stack[0])))
+    for kind, item in raw:
+        if kind != "kernel" or item.kind != "map":
+            continue
+        dead = {j for j in item.writes if id(item.arg_nodes[j]) not in needed}
+        if dead and len(dead) < len(item.writes):
+            item.stores = [s for s in item.stores if s[0] not in dead]
+            _renumber_args(item, dead)
+
+
+def _renumber_args(task: Task, drop: set) -> None:
+    keep = [j for j in range(len(task.args)) if j not in drop]
+    new = {old: i for i, old in enumerate(keep)}
+    task.args = [task.args[j] for j in keep]
+    task.arg_nodes = [task.arg_nodes[j] for j in keep]
+    task.writes = {new[j] for j in task.writes if j in new}
+    task.stores = [(new[a], ix, v) for a, ix, v in task.stores]
+    task.instrs = _renumber_loads(task.instrs, new)
+
+
+def _renumber_loads(instrs, new: dict) -> list:
+    out = []
+    for i in instrs:
+        if i[0] == "load":
+            i = (i[0], i[1], new[i[2]], i[3])
+        elif i[0] in ("loop", "loop_vjp"):
+            i = tuple(("prog", tuple(_renumber_loads(x[1], new)), x[2])
+                      if isinstance(x, tuple) and x and x[0] == "prog" else x for x in i)
+        out.append(i)
+    return out

@@ -112,8 +112,38 @@ class TaskBuilder:
         key = (id(node), ix)
         v = self._memo.get(key)
         if v is None:
+            self._prefetch(node, ix)
             v = self._memo[key] = self._value(node, ix)
         return v
+
+    def _prefetch(self, node: Node, ix: tuple) -> None:
+        """Evaluate the elementwise inputs of a deep chain bottom-up, without recursion.
+
+        A fused chain of thousands of elementwise operations would otherwise recurse
+        once per operation; an explicit post-order walk computes them in order first.
+        """
+        stack = [(node, ix, False)]
+        while stack:
+            n, i, expanded = stack.pop()
+            key = (id(n), i)
+            if key in self._memo:
+                continue
+            inline = self._computes_elementwise(n)
+            if not inline:
+                continue
+            if expanded:
+                if n is not node:
+                    self._memo[key] = self._value(n, i)
+                continue
+            stack.append((n, i, True))
+            for inp in n.inputs:
+                stack.append((inp, broadcast_index(i, inp.shape), False))
+
+    def _computes_elementwise(self, n: Node) -> bool:
+        if n.prim == "const" or n.is_leaf or id(n) in self.env or kind(n) != "elementwise":
+            return False
+        g = self.s.group_of.get(id(n))
+        return g is None or g is self.group
 
     def _value(self, node: Node, ix: tuple) -> int:
         if node.prim == "const":

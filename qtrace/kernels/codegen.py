@@ -43,6 +43,7 @@ class KernelEmitter:
         self.lane_active = None     # blocked loops: i1, this lane is running (masks reports)
         self.lane_acc: list = []
         self.vector_lanes = bool(getattr(task, "lanes", 0))
+        self._alias_metadata(module, name)
 
     # -- structure --------------------------------------------------------------------
     def loop(self, lo, hi, body) -> None:
@@ -76,6 +77,26 @@ class KernelEmitter:
             self.loop(lo, hi, inner)
         level(0)
 
+    def _alias_metadata(self, module: ir.Module, name: str) -> None:
+        """Scoped no-alias metadata: what a task writes is never what it reads.
+
+        Outputs are fresh buffers, distinct from every input and from each other, and a
+        task never loads a buffer it writes (read-modify-write scatters use atomics and
+        are left untagged). Telling LLVM so spares the loop vectorizer its run-time
+        overlap checks, which it gives up on beyond a handful of pointers.
+        """
+        self.scope_of, self.noalias_loads, self.noalias_store = {}, None, {}
+        if self.t.kind == "rmw" or not self.t.writes:
+            return
+        domain = module.add_metadata([ir.MetaDataString(module, f"{name}.domain")])
+        scopes = {a: module.add_metadata([ir.MetaDataString(module, f"{name}.out{a}"), domain])
+                  for a in sorted(self.t.writes)}
+        self.scope_of = {a: module.add_metadata([s]) for a, s in scopes.items()}
+        self.noalias_loads = module.add_metadata(list(scopes.values()))
+        for a in scopes:
+            others = [s for b, s in scopes.items() if b != a]
+            self.noalias_store[a] = module.add_metadata(others) if others else None
+
     # -- values -----------------------------------------------------------------------
     def index(self, ix, values) -> ir.Value:
         b = self.b
@@ -86,9 +107,10 @@ class KernelEmitter:
             elif atom[0] == "s":
                 v = values[atom[1]]
             elif atom[0] == "div":
-                v = b.sdiv(self.index(atom[1], values), ir.Constant(I64, atom[2]))
+                v = _floor_div(b, self.index(atom[1], values), atom[2])
             else:
-                v = b.srem(self.index(atom[1], values), ir.Constant(I64, atom[2]))
+                x = self.index(atom[1], values)
+                v = b.sub(x, b.mul(_floor_div(b, x, atom[2]), ir.Constant(I64, atom[2])))
             term = v if coef == 1 else b.mul(v, ir.Constant(I64, coef))
             acc = term if acc is None else b.add(acc, term)
         if acc is None:
@@ -129,6 +151,8 @@ class KernelEmitter:
                 v = scalar.const(dt, instr[2])
             elif op == "load":
                 v = b.load(self.pointer(instr[2], instr[3], values), typ=mem_type(dt))
+                if self.noalias_loads is not None:
+                    v.set_metadata("noalias", self.noalias_loads)
                 if dt.kind == "b":
                     v = b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
             elif op == "op":
@@ -345,7 +369,11 @@ class KernelEmitter:
     def store(self, arg: int, ix, value, values) -> None:
         dt = self.dt[arg]
         v = self.b.zext(value, I8) if dt.kind == "b" else value
-        self.b.store(v, self.pointer(arg, ix, values))
+        st = self.b.store(v, self.pointer(arg, ix, values))
+        if arg in self.scope_of:
+            st.set_metadata("alias.scope", self.scope_of[arg])
+            if self.noalias_store.get(arg) is not None:
+                st.set_metadata("noalias", self.noalias_store[arg])
 
     # -- task kinds -------------------------------------------------------------------
     def emit(self) -> ir.Function:
@@ -505,6 +533,12 @@ class KernelEmitter:
                 self.store(arg, ix, total, values)
             self.nest(t.inner, inner)
         self.nest(t.domain, outer, (self.start, self.end))
+
+
+def _floor_div(b: ir.IRBuilder, x, c: int):
+    """``x // c`` rounding toward -inf (index expressions are Python integers), ``c > 0``."""
+    adjusted = b.select(b.icmp_signed("<", x, ir.Constant(I64, 0)), b.sub(x, ir.Constant(I64, c - 1)), x)
+    return b.sdiv(adjusted, ir.Constant(I64, c))
 
 
 def _uses_f32_trig(task) -> bool:

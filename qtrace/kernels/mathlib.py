@@ -9,7 +9,7 @@ straight-line IR -- arithmetic, ``fcmp``/``icmp``, ``select``, bitcasts,
 ``fptosi``/``sitofp`` and the intrinsics ``llvm.fabs``, ``llvm.floor``,
 ``llvm.trunc``, ``llvm.roundeven``, ``llvm.fma``, ``llvm.fmuladd``,
 ``llvm.copysign``, ``llvm.sqrt`` -- so a loop that uses them vectorizes like
-any other arithmetic loop (``<8 x double>`` / ``<16 x float>`` on AVX-512).
+any other arithmetic loop (e.g. ``<4 x double>`` or ``<8 x double>`` on x86-64).
 There are no branches, no basic blocks, no loads and no global tables: every
 constant is an immediate.  No fast-math flags are set, so NaN/Inf/signed-zero
 behaviour is exact IEEE and denormals are handled (no flush-to-zero assumed).

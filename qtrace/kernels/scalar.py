@@ -300,6 +300,12 @@ def _compare(b, prim, args, dts, out):
     dt = dts[0]
     if dt.kind == "f":
         return b.fcmp_unordered(op, x, y) if prim == "not_equal" else b.fcmp_ordered(op, x, y)
+    if dts[0].kind in "iu" and dts[1].kind in "iu" and dts[0].kind != dts[1].kind:
+        # NumPy compares uint64 with int64 exactly: a negative signed value decides alone
+        signed, neg_means_greater = (y, True) if dts[1].kind == "i" else (x, False)
+        negative = b.icmp_signed("<", signed, ir.Constant(signed.type, 0))
+        truth_if_negative = op in ((">", ">=", "!=") if neg_means_greater else ("<", "<=", "!="))
+        return b.select(negative, ir.Constant(I1, int(truth_if_negative)), b.icmp_unsigned(op, x, y))
     if dt.kind == "i":
         return b.icmp_signed(op, x, y)
     return b.icmp_unsigned(op, x, y)

@@ -25,7 +25,7 @@ def operand(x, op: str) -> Operand:
     if isinstance(x, Tensor):
         n = x._node
         return Operand(n, None, n.dtype, n.weak)
-    if isinstance(x, dtypes.PY_SCALARS):
+    if type(x) in dtypes.PY_SCALARS:  # NumPy scalars (np.float64 subclasses float) are strong
         return Operand(None, x, dtypes.weak_dtype(x), True)
     if isinstance(x, (complex, np.complexfloating)):
         raise TypeError(f"qt.{op}: complex values are not supported")

@@ -74,7 +74,7 @@ def _shape(shape) -> tuple:
     return shape
 
 
-def full(shape, fill_value, dtype=None, device=None) -> Tensor:
+def full(shape, fill_value, dtype=None, device=None, *, _op: str = "full") -> Tensor:
     """A tensor of ``shape`` filled with ``fill_value`` (recorded lazily: no memory until used).
 
     Example:
@@ -84,9 +84,9 @@ def full(shape, fill_value, dtype=None, device=None) -> Tensor:
     """
     shape = _shape(shape)
     if isinstance(fill_value, Tensor):
-        dt = dtypes.canonical(dtype, "qt.full") if dtype is not None else fill_value.dtype
+        dt = dtypes.canonical(dtype, f"qt.{_op}") if dtype is not None else fill_value.dtype
         return broadcast_to(wrap(cast(fill_value._node, dt, weak=False)), shape)
-    dt = dtypes.canonical(dtype if dtype is not None else np.asarray(fill_value).dtype, "qt.full")
+    dt = dtypes.canonical(dtype if dtype is not None else np.asarray(fill_value).dtype, f"qt.{_op}")
     node = const_node(fill_value, dt, _device(device))
     if not shape:
         return wrap(node)
@@ -95,12 +95,12 @@ def full(shape, fill_value, dtype=None, device=None) -> Tensor:
 
 def zeros(shape, dtype=None, device=None) -> Tensor:
     """``numpy.zeros``: float64 unless ``dtype`` says otherwise."""
-    return full(shape, 0, dtype if dtype is not None else dtypes.float64, device)
+    return full(shape, 0, dtype if dtype is not None else dtypes.float64, device, _op="zeros")
 
 
 def ones(shape, dtype=None, device=None) -> Tensor:
     """``numpy.ones``: float64 unless ``dtype`` says otherwise."""
-    return full(shape, 1, dtype if dtype is not None else dtypes.float64, device)
+    return full(shape, 1, dtype if dtype is not None else dtypes.float64, device, _op="ones")
 
 
 def empty(shape, dtype=None, device=None) -> Tensor:

@@ -81,7 +81,7 @@ def _resolve(op: str, ufunc: np.ufunc, operands):
 
 def describe(dtype: np.dtype, weak: bool) -> str:
     spec = resolve_spec(dtype, weak)
-    return f"python {spec.__name__}" if spec in (int, float) else str(dtype)
+    return f"python {spec.__name__}" if isinstance(spec, type) else str(dtype)
 
 
 def check_int_fits(op: str, value, dtype: np.dtype) -> None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.primitives import ELEMENTWISE_UFUNCS, broadcast_shapes, ufunc_of
+from ..graph.primitives import COMPARISONS, ELEMENTWISE_UFUNCS, broadcast_shapes, ufunc_of
 from . import dtypes
 from .context import record
 from .convert import astype, const_node, operand, place, promote, wrap
+from .creation import full
 from .tensor import Tensor
 
 
@@ -26,6 +27,10 @@ def apply(name: str, *args) -> Tensor:
     """Record elementwise primitive ``name`` on ``args`` (tensors, arrays, Python scalars)."""
     ops = [operand(a, name) for a in args]
     loop = dtypes.resolve_ufunc(name, ufunc_of(name), [(o.dtype, o.weak) for o in ops])
+    if name in COMPARISONS:
+        outside = _out_of_range_comparison(name, ops, loop)
+        if outside is not None:
+            return outside
     nodes = place(ops, loop[: len(ops)], name)
     shape = broadcast_shapes(f"qt.{name}", *(n.shape for n in nodes))
     out_dtype = loop[len(ops)]
@@ -33,6 +38,31 @@ def apply(name: str, *args) -> Tensor:
     if all(n.prim == "const" for n in nodes):
         return wrap(fold(name, nodes, out_dtype, weak))
     return wrap(record(name, tuple(nodes), (), shape, out_dtype, weak=weak))
+
+
+_FLIP = {"less": "greater", "less_equal": "greater_equal", "greater": "less",
+         "greater_equal": "less_equal", "equal": "equal", "not_equal": "not_equal"}
+_TRUE_IF_BELOW = {"greater", "greater_equal", "not_equal"}   # x op v, v below x's range
+
+
+def _out_of_range_comparison(name: str, ops, loop):
+    """NumPy 2 compares an integer array with an out-of-range Python int exactly: constant."""
+    if len(ops) != 2:
+        return None
+    for j, (o, other) in enumerate(((ops[1], ops[0]), (ops[0], ops[1]))):
+        if o.node is not None or type(o.value) is not int or other.node is None:
+            continue
+        dt = other.dtype
+        if dt.kind not in "iu":
+            continue
+        info = np.iinfo(dt)
+        if info.min <= o.value <= info.max:
+            continue
+        op = name if j == 0 else _FLIP[name]  # now "array op value"
+        below = o.value < info.min
+        truth = (op in _TRUE_IF_BELOW) if below else (op in {"less", "less_equal", "not_equal"})
+        return full(other.node.shape, truth, dtypes.bool_, other.node.device)
+    return None
 
 
 def fold(name: str, nodes, out_dtype, weak: bool):

@@ -10,7 +10,7 @@ from . import creation, elementwise, linalg, reductions, shape_ops
 from .convert import astype
 from .tensor import Tensor
 
-UFUNC_TO_QT = {ufunc: elementwise.FUNCTIONS[name] for name, ufunc in ELEMENTWISE_UFUNCS.items()}
+UFUNC_TO_QT = {getattr(np, ufunc): elementwise.FUNCTIONS[name] for name, ufunc in ELEMENTWISE_UFUNCS.items()}
 
 FUNCTIONS = {
     np.sum: reductions.sum, np.prod: reductions.prod, np.mean: reductions.mean,
@@ -31,7 +31,7 @@ FUNCTIONS = {
 
 def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     """``np.sin(t)`` and ``ndarray + t`` return tensors; other ufunc uses defer to NumPy."""
-    fn = UFUNC_TO_QT.get(ufunc.__name__)
+    fn = UFUNC_TO_QT.get(ufunc)
     if method != "__call__" or fn is None or kwargs.get("out") is not None:
         return _numpy_fallback(getattr(ufunc, method), inputs, kwargs)
     dtype = kwargs.pop("dtype", None)

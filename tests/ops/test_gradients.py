@@ -115,8 +115,9 @@ def jax_fn(op):
     if op.kind == "index":
         return op.ref  # x[key]: the same spelling for NumPy and JAX
     ref = op.ref
-    if isinstance(ref, np.ufunc):
-        return getattr(jnp, ref.__name__)
+    name = getattr(ref, "__name__", "")
+    if getattr(np, name, None) is ref:  # np.sin, np.clip, ...
+        return getattr(jnp, name)
     if isinstance(ref, types.BuiltinFunctionType) or ref in vars(operator).values():
         return ref  # operator.add, abs, ...: dispatch on the array type
     return _rebind(ref, np=jnp)
