@@ -117,6 +117,23 @@ def cache(args) -> int:
     return 0
 
 
+def bench(args) -> int:
+    """Run ``benchmarks/`` (from a source checkout) and print one table."""
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "benchmarks" / "__init__.py").exists():
+        print("python -m qtrace bench: the benchmarks/ folder of a qtrace source checkout is "
+              f"needed (looked in {root})", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(root))
+    benchmarks = importlib.import_module("benchmarks")
+    rows = benchmarks.run_all(quick=args.quick, only=tuple(args.only))
+    benchmarks.print_table(rows)
+    return 1 if any(r.passed is False for r in rows) else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qtrace", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -124,6 +141,10 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=100_000, help="particles")
     p.add_argument("--iters", type=int, default=20, help="gradient-descent steps")
     p.set_defaults(fn=demo)
+    p = sub.add_parser("bench", help="run the benchmark table (qtrace beside NumPy, JAX, ...)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    p.add_argument("only", nargs="*", help="benchmark name prefixes, e.g. b1 b3")
+    p.set_defaults(fn=bench)
     p = sub.add_parser("info", help="versions, devices, configuration")
     p.set_defaults(fn=info)
     p = sub.add_parser("cache", help="the disk kernel cache: info (location, entries, size) or clear")

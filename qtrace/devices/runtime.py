@@ -69,9 +69,31 @@ class Plan:
             self.steps.append((kernels[t.symbol], (t.domain[0], packer, row, stack), step.slots,
                                step.frees, parallel))
         self.n_launches = sum(1 for s in self.steps if s[0] is not None)
+        self._fast = self._fast_path()
+
+    def _fast_path(self):
+        """The common small case, one kernel and nothing else to do: a shorter path."""
+        if len(self.steps) != 1 or self.checks or any(k != "slot" for k, _ in self.outputs):
+            return None
+        fn, info, slots, frees, parallel = self.steps[0]
+        if fn is None or parallel or info[3] is not None:
+            return None
+        allocs = [(s, *self.slot_meta[s]) for s in dict.fromkeys(slots) if s >= self.n_leaves]
+        return fn, info[0], info[1], slots, allocs, [v for _, v in self.outputs]
 
     def run(self, leaf_buffers) -> list:
         """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers."""
+        fast = self._fast
+        if fast is not None:
+            fn, extent, pack, slots, allocs, outs = fast
+            bufs = list(leaf_buffers)
+            bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
+            for s, shape, dtype in allocs:
+                bufs[s] = cpu.aligned_empty(shape, dtype)
+            pointer = cpu.pointer
+            fn(0, extent, pack(*[pointer(bufs[s]) for s in slots]), None, None)
+            bump("kernel_launches")
+            return [bufs[s] for s in outs]
         bufs = list(leaf_buffers)
         bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
         spare: dict = {}

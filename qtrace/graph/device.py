@@ -14,12 +14,25 @@ class Device:
         'cpu'
     """
 
-    __slots__ = ("kind", "index")
+    __slots__ = ("kind", "index", "__weakref__")
+    _interned: dict = {}
 
-    def __init__(self, spec: str | Device = "cpu") -> None:
+    def __new__(cls, spec: str | Device = "cpu"):
+        # devices are interned: one object per device, hashed by identity (cheap in the
+        # signature checks of every jitted call)
         if isinstance(spec, Device):
-            self.kind, self.index = spec.kind, spec.index
-            return
+            return spec
+        if not isinstance(spec, str):
+            raise TypeError(f"qt.Device: expected a string like 'cpu' or 'cuda:0', got {spec!r}")
+        dev = cls._interned.get(spec)
+        if dev is None:
+            dev = object.__new__(cls)
+            dev._parse(spec)
+            dev = cls._interned.setdefault(str(dev), dev)
+            cls._interned[spec] = dev
+        return dev
+
+    def _parse(self, spec) -> None:
         if not isinstance(spec, str):
             raise TypeError(f"qt.Device: expected a string like 'cpu' or 'cuda:0', got {spec!r}")
         kind, _, index = spec.partition(":")
@@ -44,8 +57,7 @@ class Device:
                 return False
         return isinstance(other, Device) and (self.kind, self.index) == (other.kind, other.index)
 
-    def __hash__(self) -> int:
-        return hash((self.kind, self.index))
+    __hash__ = object.__hash__
 
 
 CPU = Device("cpu")

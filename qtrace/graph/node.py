@@ -130,6 +130,15 @@ def make_input(shape: tuple, dtype: np.dtype, device: Device, strides: tuple | N
     return node
 
 
+def leaf_like(template: Node, buffer) -> Node:
+    """A new input leaf with ``template``'s signature and key, holding ``buffer``."""
+    node = Node.__new__(Node)
+    node.prim, node.params, node.shape, node.dtype = "input", template.params, template.shape, template.dtype
+    node.weak, node.device, node.inputs, node.key = template.weak, template.device, (), template.key
+    node.leaves, node.count, node.buffer, node.sig = (node,), 0, buffer, template.sig
+    return node
+
+
 @functools.lru_cache(maxsize=4096)
 def _input_key(strides: tuple, shape: tuple, dtype: np.dtype, weak: bool, device: Device) -> str:
     return content_hash(("input", (strides,), shape, dtype.str, weak, str(device)))

@@ -20,6 +20,11 @@ def tracing() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
+def special() -> bool:
+    """True while tracing or differentiating on this thread (one check on the fast path)."""
+    return getattr(_state, "special", 0) > 0
+
+
 def ad_level() -> int:
     """How many ``qt.grad``/``qt.vjp`` calls are differentiating on this thread right now."""
     return getattr(_state, "ad", 0)
@@ -30,10 +35,12 @@ class ad_scope:
 
     def __enter__(self):
         _state.ad = getattr(_state, "ad", 0) + 1
+        _state.special = getattr(_state, "special", 0) + 1
         return _state.ad
 
     def __exit__(self, *exc):
         _state.ad -= 1
+        _state.special -= 1
         return False
 
 
@@ -42,10 +49,12 @@ class trace_scope:
 
     def __enter__(self):
         _state.depth = getattr(_state, "depth", 0) + 1
+        _state.special = getattr(_state, "special", 0) + 1
         return self
 
     def __exit__(self, *exc):
         _state.depth -= 1
+        _state.special -= 1
         return False
 
 

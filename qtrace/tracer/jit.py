@@ -16,7 +16,7 @@ from ..graph.device import CPU, Device
 from ..graph.subgraph import Subgraph, cut
 from ..stats import bump
 from . import dtypes, pytree
-from .context import ad_level, is_abstract, record, trace_scope, tracing
+from .context import ad_level, is_abstract, record, special, trace_scope, tracing
 from .convert import const_node, input_node
 from .tensor import Tensor
 
@@ -39,6 +39,9 @@ def _signature_id(desc: tuple) -> int:
     return i
 
 
+_SCALAR_IDS = {t: _signature_id(("scalar", dtypes.weak_dtype(t()))) for t in (bool, int, float)}
+
+
 def _describe(leaf) -> int:
     """The signature entry of one argument leaf (what forces a retrace when it changes).
 
@@ -51,6 +54,9 @@ def _describe(leaf) -> int:
         if s is None:
             s = n.sig = _signature_id(("tensor", n.shape, n.dtype, n.weak, n.device))
         return s
+    scalar = _SCALAR_IDS.get(type(leaf))
+    if scalar is not None:
+        return scalar
     if isinstance(leaf, (bool, int, float)):
         return _signature_id(("scalar", dtypes.weak_dtype(leaf)))
     if isinstance(leaf, (np.ndarray, np.generic)):
@@ -117,10 +123,11 @@ class Jitted:
         return tuple(static), tuple(dyn_args), dyn_kwargs
 
     def __call__(self, *args, **kwargs):
-        if tracing():  # inside another trace: trace through
-            return self.fn(*args, **kwargs)
-        if ad_level():  # inside a derivative: one call node, its plans compiled once
-            return self._call_node(args, kwargs)
+        if special():
+            if tracing():  # inside another trace: trace through
+                return self.fn(*args, **kwargs)
+            if ad_level():  # inside a derivative: one call node, its plans compiled once
+                return self._call_node(args, kwargs)
         if not kwargs and not self.static_argnums:
             # fast path: flat positional arguments, the common shape of a step function
             try:
@@ -173,9 +180,7 @@ class Jitted:
         it = iter(outs)
         for kind, meta in zip(entry.out_kinds, entry.out_meta):
             if kind == "tensor":
-                shape, dtype, weak, device = meta
-                buf = next(it)
-                results.append(Tensor(graph_node.make_input(shape, dtype, device, buffer=buf, weak=weak)))
+                results.append(Tensor(graph_node.leaf_like(meta, next(it))))
             else:
                 results.append(meta)
         if entry.flat_tuple:
@@ -232,7 +237,10 @@ class Jitted:
                 n = leaf._node
                 nodes.append(n)
                 entry.out_kinds.append("tensor")
-                entry.out_meta.append((n.shape, n.dtype, n.weak, n.device))
+                template = graph_node.make_input(n.shape, n.dtype, n.device, buffer=None, weak=n.weak)
+                # so passing the result back in needs no signature lookup
+                template.sig = _signature_id(("tensor", n.shape, n.dtype, n.weak, n.device))
+                entry.out_meta.append(template)
             else:
                 entry.out_kinds.append("python")
                 entry.out_meta.append(leaf)
