@@ -36,10 +36,17 @@ def _init():
     target = llvm.Target.from_triple(triple)
     cpu = llvm.get_host_cpu_name()
     features = llvm.get_host_cpu_features().flatten()
-    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
-                                      codemodel="jitdefault")
-    _state.update(triple=triple, cpu=cpu, features=features, tm=tm, engines=[])
+    _state.update(triple=triple, cpu=cpu, features=features, target=target, engines=[])
+    _state["tm"] = _target_machine()  # for optimising and emitting objects; never given away
     return _state
+
+
+def _target_machine():
+    """A new host target machine. An MCJIT engine takes ownership of the one it is given
+    (and frees it with itself), so every engine gets its own."""
+    s = _state
+    return s["target"].create_target_machine(cpu=s["cpu"], features=s["features"], opt=3,
+                                             reloc="pic", codemodel="jitdefault")
 
 
 def target_id() -> str:
@@ -94,7 +101,7 @@ def load_object(obj: bytes, symbols: list) -> dict:
         s = _init()
         # one engine per object: relocations of a second object added to one MCJIT engine
         # are not applied reliably (constant-pool loads came back as zeros)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), s["tm"])
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         s["engines"].append(engine)

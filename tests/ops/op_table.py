@@ -410,7 +410,7 @@ def _shape(name, f, cases, dtypes=("float32", "int64", "bool"), then=False):
                cases=cases)]
     if then:  # the view followed by arithmetic: views fused into an elementwise consumer
         def g(xp, *xs):
-            return f(xp, *xs) * 2 + xs[0].sum()
+            return f(xp, *xs) * 2 + 1
         q2, r2 = _bind(g)
         recs.append(Op(name + "+arith", q2, r2, recs[0].arity, ("real",) * 3, ("float64", "int32"),
                        kind="shape", cases=cases))
@@ -484,7 +484,7 @@ LINALG = [
     _mm("matmul", lambda xp, a, b: xp.matmul(a, b), _MM_CASES),
     _mm("dot", lambda xp, a, b: xp.dot(a, b), _MM_CASES),
     _mm("x.dot", lambda xp, a, b: a.dot(b), {"2d@2d": [(3, 5), (5, 4)], "1d@1d": [(5,), (5,)]}),
-    _mm("@+arith", lambda xp, a, b: (a @ b) * 2 - 1, {"2d@2d": [(3, 5), (5, 4)]},
+    _mm("@+arith", lambda xp, a, b: (a @ b) * 2, {"2d@2d": [(3, 5), (5, 4)]},
         dtypes=("float64", "int32")),
     _mm("dot(a.T,b)", lambda xp, a, b: xp.dot(a.T, b), {"2d@2d": [(5, 3), (5, 4)]},
         dtypes=("float64", "int64")),

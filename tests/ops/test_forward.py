@@ -240,7 +240,7 @@ def test_nep50_examples(fusion):
         (2 ** i32, np.int32, [2, 4]),
         (qt.maximum(f32, 1.5), np.float32, [1.5, 2.0]),
         (qt.where(b, f32, 0.0), np.float32, [1.0, 0.0]),
-        (qt.where(b, i32, 0.5), np.float64, [1.0, 0.0]),
+        (qt.where(b, i32, 0.5), np.float64, [1.0, 0.5]),
         (qt.clip(i32, 0, 1), np.int32, [1, 1]),
     ]
     for got, dt, vals in cases:

@@ -162,10 +162,24 @@ def qt_grads(fn, args, argnums, w) -> list:
     return [gi.numpy() for gi in g]
 
 
-def jax_grads(fn, args, argnums, w) -> list:
-    def loss(*xs):
-        return jnp.sum(jnp.asarray(fn(*xs)) * w)
-    g = jax.grad(loss, argnums=tuple(argnums))(*[jnp.asarray(a) for a in args])
+_JAX_CACHE: dict = {}
+
+
+def jax_grads(fn, args, argnums, w, key=None) -> list:
+    """``jax.grad`` of the same loss, jitted (one XLA compile beats many eager dispatches).
+
+    With a ``key`` (record and case), the compiled gradient is shared by the fused and
+    unfused runs of the same check; ``w`` is an argument, so new values reuse it.
+    """
+    ck = None if key is None else (key, tuple(np.shape(a) for a in args), tuple(argnums))
+    g_fn = _JAX_CACHE.get(ck) if ck is not None else None
+    if g_fn is None:
+        def loss(w, *xs):
+            return jnp.sum(jnp.asarray(fn(*xs)) * w)
+        g_fn = jax.jit(jax.grad(loss, argnums=tuple(i + 1 for i in argnums)))
+        if ck is not None:
+            _JAX_CACHE[ck] = g_fn
+    g = g_fn(jnp.asarray(w), *[jnp.asarray(a) for a in args])
     return [np.asarray(gi, dtype=np.float64) for gi in g]
 
 
@@ -181,7 +195,7 @@ def _compare(got, want, what: str, rtol: float, atol: float, args) -> None:
                              f"  want   {want[bad][:6]}\n{ctx}")
 
 
-def check_grad(qfn, jfn, npfn, args, rng, fd: bool = True, argnums=None) -> None:
+def check_grad(qfn, jfn, npfn, args, rng, fd: bool = True, argnums=None, key=None) -> None:
     """qtrace's gradient of ``sum(f(*args) * w)`` equals JAX's and finite differences'."""
     args = [np.asarray(a) for a in args]
     if argnums is None:
@@ -190,7 +204,7 @@ def check_grad(qfn, jfn, npfn, args, rng, fd: bool = True, argnums=None) -> None
         out = np.asarray(npfn(*args))
     w = rng.normal(size=out.shape)
     got = qt_grads(qfn, args, argnums, w)
-    for g, want, i in zip(got, jax_grads(jfn, args, argnums, w), argnums):
+    for g, want, i in zip(got, jax_grads(jfn, args, argnums, w, key), argnums):
         _compare(g, want, f"d/darg{i} vs JAX", 1e-9, 1e-12, args)
     if fd:
         for g, want, i in zip(got, finite_differences(npfn, args, argnums, w), argnums):
@@ -241,7 +255,7 @@ def test_elementwise_gradient(op, case, fusion, rng):
             args.append(layout(rng.random(shape) < 0.5, lay))
         else:
             args.append(layout(grad_input(rng, op.domain[i], shape), lay))
-    check_grad(op.qt, jax_fn(op), op.ref, args, rng)
+    check_grad(op.qt, jax_fn(op), op.ref, args, rng, key=(op.name, case))
 
 
 @pytest.mark.parametrize("name", ["minimum", "maximum"])
@@ -305,7 +319,7 @@ def _case_inputs(rng, op, case):
 
 @pytest.mark.parametrize("op,case", _reduction_params())
 def test_reduction_gradient(op, case, fusion, rng):
-    check_grad(op.qt, jax_fn(op), op.ref, _case_inputs(rng, op, case), rng)
+    check_grad(op.qt, jax_fn(op), op.ref, _case_inputs(rng, op, case), rng, key=(op.name, case))
 
 
 @pytest.mark.parametrize("name", ["max", "min"])
@@ -346,7 +360,7 @@ def _shape_params():
 
 @pytest.mark.parametrize("op,case", _shape_params())
 def test_shape_and_linalg_gradient(op, case, fusion, rng):
-    check_grad(op.qt, jax_fn(op), op.ref, _case_inputs(rng, op, case), rng)
+    check_grad(op.qt, jax_fn(op), op.ref, _case_inputs(rng, op, case), rng, key=(op.name, case))
 
 
 @pytest.mark.parametrize("kind", ["empty_k", "empty_m"])
@@ -374,7 +388,7 @@ def _index_params():
 
 @pytest.mark.parametrize("op,case", _index_params())
 def test_indexing_gradient(op, case, fusion, rng):
-    check_grad(op.qt, jax_fn(op), op.ref, _case_inputs(rng, op, case), rng)
+    check_grad(op.qt, jax_fn(op), op.ref, _case_inputs(rng, op, case), rng, key=(op.name, case))
 
 
 def _update_params():
@@ -398,7 +412,7 @@ def test_update_gradient(op, case, fusion, rng):
     args = _case_inputs(rng, op, case)
     mode = op.name.split("[")[0]
     tie = mode in ("min", "max") and case != "array_v"
-    check_grad(op.qt, jax_fn(op), op.ref, args, rng, fd=not tie)
+    check_grad(op.qt, jax_fn(op), op.ref, args, rng, fd=not tie, key=(op.name, case))
 
 
 def test_scatter_add_repeated_indices(fusion, rng):

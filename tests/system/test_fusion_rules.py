@@ -1,0 +1,540 @@
+"""Named regression cases for "fusion by proof": one test per rule of DESIGN.md.
+
+Each case checks the result (against NumPy and against ``qt.config.fusion = False``,
+the one-task-per-op reference) and the decision ``qt.explain`` reports for it: the
+fusion and the rule that allowed it, or the boundary and the reason (and index
+expression) that forced it. Tests whose subject is the decision set ``qt.config.fusion``
+themselves; the others take the ``fusion`` fixture and run both ways.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+
+
+# -- helpers ----------------------------------------------------------------------------
+def _values(fn, *args):
+    """``fn(*args)`` evaluated together, as NumPy arrays (a tuple even for one output)."""
+    outs = fn(*args)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    qt.eval(*outs)
+    return tuple(np.asarray(o.numpy()) for o in outs)
+
+
+def _launches(fn, *args):
+    """``(values, kernel launches)`` of one evaluation of ``fn(*args)``."""
+    qt.reset_stats()
+    values = _values(fn, *args)
+    return values, qt.stats()["kernel_launches"]
+
+
+def _check(fn, ref, arrays, *, exact=True, rtol=1e-12):
+    """Run ``fn`` on tensors of ``arrays`` fused and unfused, compare with ``ref(*arrays)``.
+
+    Returns the fused values. Fused and unfused results must be bitwise equal when
+    ``exact`` (elementwise programs), else close; both must match NumPy.
+    """
+    old = qt.config.fusion
+    try:
+        results = {}
+        for fusion in (True, False):
+            qt.config.fusion = fusion
+            results[fusion] = _values(fn, *[qt.asarray(a) for a in arrays])
+    finally:
+        qt.config.fusion = old
+    expected = ref(*arrays)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(results[True]) == len(results[False]) == len(expected)
+    for k, (f, u, e) in enumerate(zip(results[True], results[False], expected)):
+        assert f.shape == u.shape == np.shape(e), f"output {k}: {f.shape} {u.shape} {np.shape(e)}"
+        if exact:
+            np.testing.assert_array_equal(f.view(np.uint8), u.view(np.uint8),
+                                          err_msg=f"output {k}: fused and unfused differ bitwise")
+        else:
+            np.testing.assert_allclose(f, u, rtol=rtol, atol=0, err_msg=f"output {k}: fused vs unfused")
+        np.testing.assert_allclose(f, e, rtol=rtol, atol=1e-12, err_msg=f"output {k}: vs NumPy")
+    return results[True]
+
+
+def _explain(fn, *arrays):
+    """``qt.explain`` of ``fn`` with fusion on."""
+    old = qt.config.fusion
+    qt.config.fusion = True
+    try:
+        return qt.explain(fn, *[qt.asarray(a) for a in arrays])
+    finally:
+        qt.config.fusion = old
+
+
+def _decision(report, producer: str, consumer: str | None = None):
+    """The one decision about ``producer`` (and ``consumer``) in ``report``."""
+    found = [d for d in report.decisions if d.producer.prim == producer and
+             (consumer is None or d.consumer.prim == consumer)]
+    assert len(found) == 1, f"expected one decision {producer} -> {consumer}, got:\n{report}"
+    return found[0]
+
+
+@pytest.fixture
+def arrays(rng):
+    """Random float64 inputs: vectors of 8, an 8x8 matrix, a 4x8 matrix."""
+    return {"v": rng.uniform(-1, 1, 8), "w": rng.uniform(-1, 1, 8),
+            "m": rng.uniform(-1, 1, (8, 8)), "r": rng.uniform(-1, 1, (4, 8)),
+            "idx": rng.integers(0, 8, 6)}
+
+
+# -- producer -> consumer at the same index -----------------------------------------------
+def _step20(lib):
+    """A 20-operation elementwise update of four arrays of one shape (``lib``: qt or np)."""
+    def step(a, b, c, d):
+        t = a * b + c          # 2
+        t = t - d              # 3
+        t = lib.sin(t) * a     # 5
+        u = lib.tanh(b - c)    # 7
+        u = u * u + 1.0        # 9
+        t = t / u              # 10
+        t = lib.maximum(t, d)  # 11
+        t = lib.where(t > 0.1, t, -t)  # 14 (greater, negative, where)
+        t = lib.exp(t * 0.25)  # 16
+        t = t * c - b          # 18
+        return (t + a) * d     # 20
+    return step
+
+
+def test_same_index_chain_is_one_kernel(rng):
+    shape = (32, 32)
+    ins = [rng.uniform(-1, 1, shape) for _ in range(4)]
+    _check(_step20(qt), _step20(np), ins)
+    report = _explain(_step20(qt), *ins)
+    assert report.n_kernels == 1, str(report)
+    assert report.tasks[0].bounds == shape or list(report.tasks[0].bounds) == [32 * 32], str(report)
+    assert len(report.tasks[0].ops) == 20, str(report)
+    assert report.boundaries() == [], str(report)
+    assert report.decisions and all(d.fused and d.rule == "injective" for d in report.decisions), str(report)
+    for fusion, expected in ((True, 1), (False, 20)):
+        qt.config.fusion = fusion
+        _, launches = _launches(_step20(qt), *[qt.asarray(a) for a in ins])
+        assert launches == expected, f"fusion={fusion}: {launches} launches"
+
+
+def test_same_index_chain_results(fusion, rng):
+    ins = [rng.uniform(-1, 1, (8, 8)) for _ in range(4)]
+    got = _values(_step20(qt), *[qt.asarray(a) for a in ins])[0]
+    np.testing.assert_allclose(got, _step20(np)(*ins), rtol=1e-12, atol=1e-12)
+
+
+def test_transpose_read_fuses_as_injective(arrays):
+    m, r = arrays["m"], arrays["r"]
+
+    def fn(m, r):
+        return qt.exp(m).T + m, qt.sin(r).T * 2.0
+
+    _check(fn, lambda m, r: (np.exp(m).T + m, np.sin(r).T * 2.0), [m, r])
+    report = _explain(fn, m, r)
+    d = _decision(report, "exp")
+    assert d.fused and d.rule == "injective", str(report)
+    d = _decision(report, "sin")
+    assert d.fused and d.rule == "injective", str(report)
+    assert report.n_kernels == 2, str(report)   # bounds [8, 8] and [8, 4]
+
+
+def test_reversed_and_strided_reads_fuse_as_injective(arrays):
+    v, m = arrays["v"], arrays["m"]
+
+    def fn(v, m):
+        return qt.exp(v)[::-1] + v, qt.tanh(m)[::2, ::-1] * 3.0
+
+    _check(fn, lambda v, m: (np.exp(v)[::-1] + v, np.tanh(m)[::2, ::-1] * 3.0), [v, m])
+    report = _explain(fn, v, m)
+    assert _decision(report, "exp").rule == "injective" and _decision(report, "exp").fused, str(report)
+    assert _decision(report, "tanh").rule == "injective" and _decision(report, "tanh").fused, str(report)
+
+
+# -- several reads: recompute within the budget, or a boundary ------------------------------
+def test_shifted_read_of_a_cheap_producer_is_recomputed(arrays):
+    v = arrays["v"]
+
+    def fn(v):
+        x = v * 2.0 - 1.0
+        return x[1:] + x[:-1]
+
+    _check(fn, lambda v: (v * 2.0 - 1.0)[1:] + (v * 2.0 - 1.0)[:-1], [v])
+    report = _explain(fn, v)
+    assert report.n_kernels == 1, str(report)
+    for prim in ("multiply", "subtract"):
+        d = _decision(report, prim)
+        assert d.fused and "recompute" in d.rule and "within budget" in d.rule, str(report)
+
+
+def test_shifted_read_of_exp_fuses_at_two_reads_not_at_three(arrays):
+    v = arrays["v"]
+
+    def two(v):
+        x = qt.exp(v)
+        return x[1:] - x[:-1]
+
+    def three(v):
+        x = qt.exp(v)
+        return x[2:] + x[1:-1] + x[:-2]
+
+    _check(two, lambda v: np.exp(v)[1:] - np.exp(v)[:-1], [v])
+    _check(three, lambda v: np.exp(v)[2:] + np.exp(v)[1:-1] + np.exp(v)[:-2], [v])
+    d = _decision(_explain(two, v), "exp")
+    assert d.fused and "recompute x2" in d.rule, str(d)   # (2 - 1) * cost 4 <= budget 4
+    report = _explain(three, v)
+    d = _decision(report, "exp")
+    assert not d.fused and "read at 3 indices" in d.rule and "exceeds budget" in d.rule, str(report)
+    assert report.n_kernels == 2, str(report)
+
+
+def test_shifted_read_of_a_broadcast_of_exp_is_a_boundary(arrays):
+    """``exp`` feeding a broadcast that is read shifted: x16 recomputation, over budget."""
+    v, w = arrays["v"], arrays["w"]
+
+    def fn(v, w):
+        x = qt.exp(v)[:, None] + w[None, :]
+        return x[1:] + x[:-1]
+
+    def ref(v, w):
+        x = np.exp(v)[:, None] + w[None, :]
+        return x[1:] + x[:-1]
+
+    _check(fn, ref, [v, w])
+    report = _explain(fn, v, w)
+    d = _decision(report, "exp")
+    assert not d.fused and "exceeds budget" in d.rule, str(report)
+    assert ("exp", "add", d.rule, d.expression) in report.boundaries()
+    d = _decision(report, "add", "add")   # the cheap broadcast sum itself is recomputed
+    assert d.fused and "recompute" in d.rule, str(report)
+
+
+def test_broadcast_read_of_an_expensive_producer_is_a_boundary(arrays):
+    v, w = arrays["v"], arrays["w"]
+
+    def fn(v, w):
+        return qt.exp(v)[:, None] * w[None, :]
+
+    _check(fn, lambda v, w: np.exp(v)[:, None] * w[None, :], [v, w])
+    report = _explain(fn, v, w)
+    d = _decision(report, "exp")
+    assert not d.fused and d.rule.startswith("broadcast read"), str(report)
+    assert "i0" in str(d.expression), str(report)
+    assert report.n_kernels == 2, str(report)
+
+
+def test_broadcast_read_of_a_cheap_producer_over_a_short_axis_is_recomputed(arrays):
+    v, w = arrays["v"], arrays["w"][:4]
+
+    def fn(v, w):
+        return (v * 3.0)[:, None] - w[None, :]
+
+    _check(fn, lambda v, w: (v * 3.0)[:, None] - w[None, :], [v, w])
+    report = _explain(fn, v, w)
+    d = _decision(report, "multiply")
+    assert d.fused and "recompute x4" in d.rule, str(report)   # (4 - 1) * 1 <= 4
+    assert report.n_kernels == 1, str(report)
+
+
+# -- index maps that are not injective -----------------------------------------------------
+def test_floor_division_index_through_a_reshape_is_a_boundary(arrays):
+    v = arrays["v"]
+
+    def fn(v):  # y[i] = exp(v)[i // 2]
+        return qt.broadcast_to(qt.exp(v)[:, None], (8, 2)).reshape(-1) + 1.0
+
+    _check(fn, lambda v: np.repeat(np.exp(v), 2) + 1.0, [v])
+    report = _explain(fn, v)
+    d = _decision(report, "exp")
+    assert not d.fused and "floor division" in d.rule, str(report)
+    assert "//" in str(d.expression) and "2" in str(d.expression), str(report)
+    assert "//" in str(report) and "boundary" in str(report)
+
+
+def test_remainder_index_is_a_boundary_and_the_tasks_are_not_merged(arrays):
+    """``y[i] = exp(v)[(i + 3) % 8]``: two map tasks of the same bounds [8], kept apart
+    because the second reads the first's output at another index."""
+    v = arrays["v"]
+
+    def fn(v):
+        return qt.broadcast_to(qt.exp(v)[None, :], (2, 8)).reshape(-1)[3:11] + 1.0
+
+    _check(fn, lambda v: np.roll(np.exp(v), -3) + 1.0, [v])
+    report = _explain(fn, v)
+    d = _decision(report, "exp")
+    assert not d.fused and "remainder" in d.rule and "%" in str(d.expression), str(report)
+    assert report.n_kernels == 2 and [list(t.bounds) for t in report.tasks] == [[8], [8]], str(report)
+    horizontal = [b for b in report.boundaries() if b[0] == "task"]
+    assert len(horizontal) == 1, str(report)
+    assert "reads a buffer the other task writes" in horizontal[0][2], str(report)
+    assert "%" in horizontal[0][2] and "instead of i0" in horizontal[0][2], str(report)
+
+
+def test_min_index_gather_keeps_its_source_apart(arrays):
+    v = arrays["v"]
+
+    def fn(v):  # y[i] = sin(v)[min(i, 5)]
+        return qt.sin(v)[qt.minimum(qt.arange(8), 5)] * 2.0
+
+    _check(fn, lambda v: np.sin(v)[np.minimum(np.arange(8), 5)] * 2.0, [v])
+    report = _explain(fn, v)
+    d = _decision(report, "sin")
+    assert not d.fused and "data-dependent" in d.rule, str(report)
+    d = _decision(report, "minimum")   # the index computation fuses into the gather
+    assert d.fused and d.rule == "injective", str(report)
+
+
+def test_gather_source_is_a_data_dependent_boundary(arrays):
+    v, idx = arrays["v"], arrays["idx"]
+
+    def fn(v, idx):
+        return (v * 2.0 + 1.0)[idx] - 0.5
+
+    _check(fn, lambda v, idx: (v * 2.0 + 1.0)[idx] - 0.5, [v, idx])
+    report = _explain(fn, v, idx)
+    d = _decision(report, "add")   # its consumer is the task the gather joined
+    assert not d.fused and d.rule.startswith("data-dependent"), str(report)
+    assert any("data-dependent" in b[2] for b in report.boundaries()), str(report)
+    d = _decision(report, "gather")   # the gather itself joins its consumer
+    assert d.fused and d.rule == "injective", str(report)
+
+
+def test_gather_with_repeated_indices(fusion, arrays):
+    v = arrays["v"]
+    idx = np.array([3, 3, 3, 0, 7, 7])
+    got = _values(lambda v, i: (qt.exp(v) * 2.0)[i] + qt.exp(v)[i], qt.asarray(v), qt.asarray(idx))[0]
+    np.testing.assert_allclose(got, (np.exp(v) * 2.0)[idx] + np.exp(v)[idx], rtol=1e-13)
+
+
+GATHER_VIEWS = {"shifted": lambda x: x[1:], "strided": lambda x: x[::2], "reversed": lambda x: x[::-1],
+                "transposed": lambda x: x.T, "reshaped": lambda x: x.reshape(16, 4),
+                "transposed-strided": lambda x: x.T[::2]}
+
+
+@pytest.mark.parametrize("view", sorted(GATHER_VIEWS))
+def test_gather_through_a_view_of_a_computed_source(view, arrays):
+    """Regression: with fusion on, a gather whose source is a view (slice, transpose,
+    reshape) of a computed value crashes in partitioning
+    (``AttributeError: 'str' object has no attribute 'const'``: the data-dependent read
+    marker is passed on through the view's index map, ``partition.reads_in`` ->
+    ``access.view_index``)."""
+    m, idx = arrays["m"], np.array([1, 0, 3, 3])
+
+    def fn(m, idx):
+        return GATHER_VIEWS[view](m * 2.0)[idx] + 1.0
+
+    _check(fn, lambda m, idx: GATHER_VIEWS[view](m * 2.0)[idx] + 1.0, [m, idx])
+    report = _explain(fn, m, idx)
+    d = _decision(report, "multiply")
+    assert not d.fused and "data-dependent" in d.rule, str(report)
+
+
+def test_gather_through_two_views_of_an_input(fusion, arrays):
+    """Regression (same cause): ``m.T[::2][idx]`` of an *input* ``m`` crashes with fusion on
+    (one view of an input is fine; a chain of two is not)."""
+    m, idx = arrays["m"], np.array([1, 0, 3])
+    got = _values(lambda m, idx: m.T[::2][idx] + 1.0, qt.asarray(m), qt.asarray(idx))[0]
+    np.testing.assert_array_equal(got, m.T[::2][idx] + 1.0)
+
+
+# -- reductions, scatters ------------------------------------------------------------------
+def test_reduction_fuses_its_producers(arrays):
+    m, v = arrays["m"], arrays["v"]
+
+    def fn(m, v):
+        return qt.sum(qt.exp(m) * v, axis=1), qt.max(qt.sin(m).T - v, axis=0, keepdims=True)
+
+    _check(fn, lambda m, v: (np.sum(np.exp(m) * v, axis=1), np.max(np.sin(m).T - v, axis=0, keepdims=True)),
+           [m, v], exact=False)
+    report = _explain(fn, m, v)
+    for prim in ("exp", "multiply", "sin", "subtract"):
+        d = _decision(report, prim)
+        assert d.fused and d.rule == "injective", str(report)
+        assert d.consumer.prim in ("reduce_sum", "reduce_max"), str(report)
+    kinds = sorted(t.kind for t in report.tasks)
+    assert kinds.count("reduce") == 2, str(report)
+    assert all(t.kind == "reduce" or t.ops in (["reshape"], ["broadcast"]) for t in report.tasks), str(report)
+
+
+def test_reduction_over_all_axes_and_mean(fusion, arrays):
+    m = arrays["m"]
+    got = _values(lambda m: (qt.mean(qt.tanh(m) * 2.0), qt.sum(m * m, axis=(0, 1), keepdims=True),
+                             m - qt.max(m, axis=1, keepdims=True)), qt.asarray(m))
+    ref = (np.mean(np.tanh(m) * 2.0), np.sum(m * m, axis=(0, 1), keepdims=True), m - np.max(m, axis=1, keepdims=True))
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-14)
+
+
+def test_scatter_add_with_repeated_indices(fusion, arrays):
+    v, w = arrays["v"], arrays["w"]
+    idx = np.array([0, 0, 5, 5, 5, 7, 0, 2])
+
+    def fn(v, w, idx):
+        y = qt.exp(v).at[idx].add(w * 2.0)
+        return y, y[1:] + y[:-1]
+
+    got = _values(fn, qt.asarray(v), qt.asarray(w), qt.asarray(idx))
+    y = np.exp(v)
+    np.add.at(y, idx, w * 2.0)
+    np.testing.assert_allclose(got[0], y, rtol=1e-13)
+    np.testing.assert_allclose(got[1], y[1:] + y[:-1], rtol=1e-13)
+
+
+# -- stored members: outputs also read by the task that computes them -----------------------
+def test_output_consumed_at_a_shifted_index_is_stored_correctly(fusion, arrays):
+    v = arrays["v"]
+
+    def fn(v):
+        x = qt.sin(v) * 2.0
+        return x, x[1:] + x[:-1], x[::-1] * 3.0
+
+    def ref(v):
+        x = np.sin(v) * 2.0
+        return x, x[1:] + x[:-1], x[::-1] * 3.0
+
+    got = _values(fn, qt.asarray(v))
+    for g, r in zip(got, ref(v)):
+        np.testing.assert_allclose(g, r, rtol=1e-13, atol=1e-15)
+
+
+def test_output_consumed_at_a_shifted_index_is_materialized(arrays):
+    v = arrays["v"]
+
+    def fn(v):
+        x = v * 2.0
+        return x, x[1:] + x[:-1]
+
+    _check(fn, lambda v: (v * 2.0, (v * 2.0)[1:] + (v * 2.0)[:-1]), [v])
+    report = _explain(fn, v)
+    d = _decision(report, "multiply")
+    assert not d.fused and "output read at another index" in d.rule, str(report)
+    assert report.n_kernels == 2, str(report)
+
+
+@pytest.mark.parametrize("read", ["same", "transposed", "reversed"])
+def test_output_read_at_an_injective_index_is_stored_from_the_same_kernel(read, arrays):
+    m = arrays["m"]
+    views = {"same": lambda x: x, "transposed": lambda x: x.T, "reversed": lambda x: x[::-1, ::-1]}
+
+    def fn(m):
+        x = qt.exp(m) - 1.0
+        return views[read](x) * m, x
+
+    def ref(m):
+        x = np.exp(m) - 1.0
+        return views[read](x) * m, x
+
+    _check(fn, ref, [m])
+    report = _explain(fn, m)
+    assert report.n_kernels == 1, str(report)
+    d = _decision(report, "subtract")
+    assert d.fused and d.rule == "injective", str(report)
+    assert len(report.tasks[0].writes) == 2, str(report)
+    qt.config.fusion = True
+    _, launches = _launches(fn, qt.asarray(m))
+    assert launches == 1
+
+
+# -- horizontal fusion ------------------------------------------------------------------
+def _ten_updates(*xs):
+    return tuple(qt.sin(x) * (k + 1.0) + x * x for k, x in enumerate(xs))
+
+
+def test_horizontal_fusion_of_independent_updates(rng):
+    n = 100_000
+    ins = [rng.uniform(-1, 1, n) for _ in range(10)]
+    results = {}
+    for fusion in (True, False):
+        qt.config.fusion = fusion
+        results[fusion] = _launches(_ten_updates, *[qt.asarray(a) for a in ins])
+    (fused, on), (unfused, off) = results[True], results[False]
+    assert on == 1, f"fusion on: {on} launches"
+    assert off >= 10, f"fusion off: {off} launches"
+    for k, (f, u, a) in enumerate(zip(fused, unfused, ins)):
+        np.testing.assert_array_equal(f.view(np.uint8), u.view(np.uint8), err_msg=f"output {k}")
+        np.testing.assert_allclose(f, np.sin(a) * (k + 1.0) + a * a, rtol=1e-13, atol=1e-15)
+    report = _explain(_ten_updates, *ins)
+    assert report.n_kernels == 1, str(report)
+    assert len(report.horizontal) == 9 and all(why is None for _, _, why in report.horizontal), str(report)
+    assert len(report.tasks[0].writes) == 10, str(report)
+
+
+def test_horizontal_merge_forwards_a_value_read_at_the_same_index(arrays):
+    """Task B reads task A's output at the index A writes it: merged, value forwarded."""
+    v, idx = arrays["v"], np.array([2, 4, 1, 0, 7, 3, 6, 5])
+
+    def fn(v, idx):
+        e = qt.exp(v)            # materialized: a gather reads it
+        return e[idx] * 2.0, e + 1.0
+
+    _check(fn, lambda v, idx: (np.exp(v)[idx] * 2.0, np.exp(v) + 1.0), [v, idx])
+
+
+def test_task_reading_another_tasks_output_through_a_gather_is_not_merged(arrays):
+    v, idx = arrays["v"], np.array([7, 6, 5, 4, 3, 2, 1, 0])
+
+    def fn(v, idx):
+        return qt.exp(v)[idx] + 1.0
+
+    _check(fn, lambda v, idx: np.exp(v)[idx] + 1.0, [v, idx])
+    report = _explain(fn, v, idx)
+    assert report.n_kernels == 2, str(report)
+    (task, into, why), = report.horizontal
+    assert why is not None and "reads a buffer the other task writes" in why, str(report)
+    assert [n.prim for n in into.nodes] == ["exp"], str(report)   # the earlier task: exp
+    assert "gather" in [n.prim for n in task.nodes], str(report)  # the later one reads it at %k
+
+
+# -- diagnostics ------------------------------------------------------------------------
+def test_fusion_diag_prints_decisions(capfd, rng):
+    qt.config.fusion = True
+    qt.config.fusion_diag = True
+    # shapes unique to this test: the plan must be compiled here (decisions print then)
+    v, w = qt.asarray(rng.uniform(-1, 1, 13)), qt.asarray(rng.uniform(-1, 1, 11))
+    out = (qt.exp(v)[:, None] + w[None, :]) * 2.0
+    np.testing.assert_allclose(out.numpy(), (np.exp(v.numpy())[:, None] + w.numpy()[None, :]) * 2.0,
+                               rtol=1e-13)
+    err = capfd.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("[qtrace fusion]")]
+    assert any("fused" in ln and "injective" in ln for ln in lines), err
+    assert any("boundary" in ln and "broadcast read" in ln for ln in lines), err
+
+
+def test_fusion_diag_environment_variable():
+    code = ("import numpy as np, qtrace as qt\n"
+            "v = qt.asarray(np.linspace(0, 1, 9))\n"
+            "x = qt.exp(v)\n"
+            "y = (x[1:] + x[:-1]) * x[::-1][1:] + qt.broadcast_to(x[:, None], (9, 2)).reshape(-1)[:8]\n"
+            "print(float(qt.sum(y)))\n")
+    env = dict(os.environ, QTRACE_FUSION_DIAG="1", QTRACE_FUSION="1")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("[qtrace fusion]")]
+    assert any(" fused (" in ln for ln in lines), proc.stderr
+    assert any(" boundary (" in ln and "floor division" in ln for ln in lines), proc.stderr
+
+
+def test_explain_svg_marks_a_direct_boundary(arrays):
+    v, idx = arrays["v"], arrays["idx"]
+    report = _explain(lambda v, idx: (qt.exp(v) * 2.0)[idx], v, idx)
+    text = str(report)
+    assert "fusion decisions:" in text and "boundary (data-dependent" in text, text
+    svg = report.svg()
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert "#d62728" in svg and "data-dependent" in svg, svg
+
+
+def test_explain_svg_marks_a_boundary_read_through_a_view(arrays):
+    """The diagram draws rejected producer -> consumer edges in red with their rule, also
+    when the consumer reads the producer through a (free) view such as a broadcast."""
+    v, w = arrays["v"], arrays["w"]
+    report = _explain(lambda v, w: qt.exp(v)[:, None] + w[None, :], v, w)
+    assert "boundary (broadcast read" in str(report), str(report)
+    svg = report.svg()
+    assert "#d62728" in svg and "broadcast read" in svg, svg
