@@ -81,21 +81,21 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
     """Create (or find the live equal) node. ``inputs`` must be on ``device``."""
     leaves: list[Node] = []
     where: dict[int, int] = {}
-    specs = []
+    parts = [prim, repr(params) if params else "", str(shape), dtype.str, "w" if weak else "",
+             str(device)]
     count = 0
     for inp in inputs:
-        positions = []
+        parts.append(inp.key)
         for leaf in inp.leaves:
             pos = where.get(id(leaf))
             if pos is None:
                 pos = where[id(leaf)] = len(leaves)
                 leaves.append(leaf)
-            positions.append(pos)
-        specs.append((inp.key, tuple(positions)))
-        count = max(count, inp.count)
-    key = hashlib.blake2b(
-        f"{prim}|{params!r}|{shape}|{dtype.str}|{weak:d}|{device}|{specs}".encode(),
-        digest_size=16).hexdigest()
+            parts.append(str(pos))
+        parts.append(";")
+        if inp.count > count:
+            count = inp.count
+    key = hashlib.blake2b("|".join(parts).encode(), digest_size=16).hexdigest()
     ident = (key, tuple(map(id, leaves)))
     with _intern_lock:
         node = _intern.get(ident)

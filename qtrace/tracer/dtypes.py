@@ -95,4 +95,8 @@ def check_int_fits(op: str, value, dtype: np.dtype) -> None:
 
 def scalar_value(value, dtype: np.dtype):
     """A Python scalar converted to ``dtype``, as a Python value (for graph constants)."""
-    return np.array(value).astype(dtype).item() if dtype != bool_ else bool(value)
+    if dtype == float64 and type(value) in (float, int, bool):
+        return float(value)
+    if dtype == bool_:
+        return bool(value)
+    return np.array(value).astype(dtype).item()
