@@ -13,8 +13,9 @@ from ._harness import Row, print_table
 
 __all__ = ["MODULES", "Row", "print_table", "run_all"]
 
-# In table order. B3 (reverse mode through per-element loops) is not written yet.
-MODULES = ("b1_elementwise", "b2_dispatch", "b4_compile_cache", "b5_eager_loop")
+# In table order.
+MODULES = ("b1_elementwise", "b2_dispatch", "b3_loop_grad", "b4_compile_cache", "b5_eager_loop",
+           "b6_autodiff")
 
 
 def run_all(quick: bool = False, only: tuple[str, ...] = (),

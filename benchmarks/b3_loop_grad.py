@@ -19,10 +19,11 @@ gradient stays bounded), trip counts ``n`` uniform in [0, 64] (int32).
   way: not installed, or no B3 version yet).
 
 Each system runs in its own subprocess (this file with ``--worker SYSTEM``), so the
-peak RSS reported is that system's alone: ``getrusage(RUSAGE_SELF).ru_maxrss`` at the
-end of the worker (interpreter, imports, inputs, compilation and every timed call
-included); column ``setup MB`` is the same figure taken after imports and inputs, before
-any compilation. In a worker the forward and forward+backward samples are interleaved
+peak RSS reported is that system's alone: the worker's peak resident set size at its end
+(interpreter, imports, inputs, compilation and every timed call included; Linux
+``VmHWM``, since ``ru_maxrss`` of a spawned process starts at its parent's peak, see
+:func:`own_peak_rss_mb`); column ``setup MB`` is the same figure taken after imports and
+inputs, before any compilation. In a worker the forward and forward+backward samples are interleaved
 (``_harness.measure_interleaved``); the workers run one after the other, ``--rounds``
 times (the order rotated each round, default 2, ``--quick`` 1), and a system's samples
 from all rounds are pooled into one median. Two tables: forward, and forward+backward.
@@ -74,13 +75,32 @@ class Work:
     Each case's ``system`` is the key of its table (e.g. ``"fwd"``). ``results()``
     returns the arrays the parent checks (called after timing); ``counters`` maps a
     table key to an untimed call returning qtrace counters per call; ``setup_rss_mb`` is
-    the peak RSS after imports and inputs, before any compilation.
+    the peak RSS (:func:`own_peak_rss_mb`) after imports and inputs, before any compilation.
     """
 
     cases: list[h.Case]
     results: Callable[[], dict[str, np.ndarray]]
     counters: dict[str, Callable[[], dict[str, float]]] = field(default_factory=dict)
     setup_rss_mb: float | None = None
+
+
+def own_peak_rss_mb() -> float:
+    """Peak RSS of this process's own address space, in MB (10^6 bytes).
+
+    On Linux ``getrusage(RUSAGE_SELF).ru_maxrss`` of a freshly started worker is at least
+    the peak RSS of the parent that spawned it (the kernel keeps the high-water mark of
+    the address space replaced by ``exec``), so a worker reads ``VmHWM`` from
+    ``/proc/self/status``, the high-water mark of its own address space; elsewhere it
+    falls back to ``_harness.peak_rss_mb()``.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        pass
+    return h.peak_rss_mb()
 
 
 def serve(prepare: dict[str, Callable[[dict], Work | str]], system: str, cfg: dict) -> int:
@@ -98,7 +118,7 @@ def serve(prepare: dict[str, Callable[[dict], Work | str]], system: str, cfg: di
         else:
             timings = h.measure_interleaved(work.cases, repeats=cfg["repeats"],
                                             warmup=cfg["warmup"])
-            report["peak_rss_mb"] = h.peak_rss_mb()
+            report["peak_rss_mb"] = own_peak_rss_mb()
             report["setup_rss_mb"] = work.setup_rss_mb
             report["samples"], report["errors"], report["counters"] = {}, {}, {}
             for key, timing in timings.items():
@@ -310,7 +330,7 @@ def prepare_jax(cfg: dict) -> Work | str:
     fwd_bwd = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
     x, c, n = (jax.device_put(a) for a in (p.x, p.c, p.trips))
     jax.block_until_ready((x, c, n))
-    setup = h.peak_rss_mb()
+    setup = own_peak_rss_mb()
     res = {}
 
     def run_fwd():
@@ -348,7 +368,7 @@ def prepare_qtrace(cfg: dict) -> Work | str:
     x, c, n = (qt.asarray(a) for a in (p.x, p.c, p.trips))
     qt.eval(x, c, n)
     qt.sync()
-    setup = h.peak_rss_mb()
+    setup = own_peak_rss_mb()
     res = {}
 
     def run_fwd():

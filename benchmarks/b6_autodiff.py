@@ -100,7 +100,7 @@ class _Chain:
 
 def chain_numpy(cfg):
     p = _Chain(cfg["n"], cfg["seed"])
-    setup = h.peak_rss_mb()
+    setup = b3.own_peak_rss_mb()
     res = {}
 
     def grad():
@@ -120,7 +120,7 @@ def chain_jax(cfg):
     g = jax.jit(jax.grad(lambda a, b: chain_loss(jnp, a, b), argnums=(0, 1)))
     x, y = jax.device_put(p.x), jax.device_put(p.y)
     jax.block_until_ready((x, y))
-    setup = h.peak_rss_mb()
+    setup = b3.own_peak_rss_mb()
     res = {}
 
     def grad():
@@ -144,7 +144,7 @@ def _chain_qtrace(cfg, use_jit: bool):
     x, y = qt.asarray(p.x), qt.asarray(p.y)
     qt.eval(x, y)
     qt.sync()
-    setup = h.peak_rss_mb()
+    setup = b3.own_peak_rss_mb()
     res = {}
 
     def grad():
@@ -207,7 +207,7 @@ class _Sim:
 
 def sim_numpy(cfg):
     p = _Sim(cfg["n"], cfg["seed"])
-    setup = h.peak_rss_mb()
+    setup = b3.own_peak_rss_mb()
     res = {}
 
     def grad():
@@ -243,7 +243,7 @@ def _sim_jax(cfg, scan: bool):
         g = jax.grad(loss, argnums=(0, 1))
     x0, v0, k = (jax.device_put(a) for a in (p.x0, p.v0, p.k))
     jax.block_until_ready((x0, v0, k))
-    setup = h.peak_rss_mb()
+    setup = b3.own_peak_rss_mb()
     res = {}
 
     def grad():
@@ -274,7 +274,7 @@ def _sim_qtrace(cfg, use_jit: bool):
     x0, v0, k = (qt.asarray(a) for a in (p.x0, p.v0, p.k))
     qt.eval(x0, v0, k)
     qt.sync()
-    setup = h.peak_rss_mb()
+    setup = b3.own_peak_rss_mb()
     res = {}
 
     def grad():

@@ -88,6 +88,8 @@ def emit_blocked(em) -> None:
         maxn = b.alloca(I64)
         em.trig_bad = b.alloca(I1)
     fast = _uses_f32_trig(instr)
+    if reverse:  # per-lane sums of the captured values' cotangents
+        em.lane_acc = [(arrays.new(ty), ty) for ty in _output_types(instr[6])[m:]]
     saved = [arrays.new(_mem(ty)) for ty in types + (types if reverse else [])] if fast else []
     step = ir.Constant(I64, lanes)
 
@@ -326,8 +328,7 @@ def _reverse(em, instr, arrays, state, lo_a, hi_a, cts, count, maxn, base, n_lan
     _counted(em, extent, replay)
 
     # reverse: rows-1 .. 0; lane l is active in row t iff t < count[l]
-    accs = [(arrays.new(ty), ty) for ty in _output_types(rprog)[m:]]
-    em.lane_acc = accs
+    accs = em.lane_acc  # allocated once per kernel: the exact re-run reuses them
 
     def zero(lane):
         for a, ty in accs:

@@ -107,6 +107,15 @@ _INT_SPECIAL = {"abs", "negative", "positive", "add", "subtract", "multiply", "f
                 "less", "greater_equal", "clip", "round:decimals=-1"}
 
 
+_OPERATOR_FUNCTION = {op.name: name for op in OPERATORS for name in [
+    {"op+": "add", "op-": "subtract", "op*": "multiply", "op/": "divide", "op//": "floor_divide",
+     "op%": "remainder", "op**": "power", "op&": "bitwise_and", "op|": "bitwise_or",
+     "op^": "bitwise_xor", "op<<": "left_shift", "op>>": "right_shift", "op==": "equal",
+     "op!=": "not_equal", "op<": "less", "op<=": "less_equal", "op>": "greater",
+     "op>=": "greater_equal", "op:neg": "negative", "op:pos": "positive", "op:abs": "abs",
+     "op:~": "invert"}[op.name]]}
+
+
 def _elementwise_params():
     """Every record x every dtype, with a handful of shape cases per pair.
 
@@ -115,26 +124,30 @@ def _elementwise_params():
     rotating case (a stable hash of record and dtype picks it, so the suite covers every
     combination across records). The special-values case runs for float dtypes, and for
     integer dtypes where integer edge values matter. Operators compile the same kernels
-    as their functions; they take the broadcasting case plus one rotating case.
+    as their functions, and take the same cases.
     """
     params = []
-    for op in ELEMENTWISE + OPERATORS:
+    picked = {}
+    for op in ELEMENTWISE:
         cases = list(ELEMENTWISE_CASES[op.arity])
         noncontig = [c for c in cases if c in ("T", "neg", "views")]
         rest = [c for c in cases if c not in noncontig]
         for dt in op.dtypes:
-            if op in OPERATORS:
-                first = "bcast" if op.arity == 2 else "T"
-                chosen = [first] + _stable_pick([c for c in cases if c != first], 1, op.name, dt)
-            elif dt == "float64":
+            if dt == "float64":
                 chosen = cases
             else:
                 chosen = (_stable_pick(noncontig, 1, op.name, dt, "nc")
                           + _stable_pick(rest, 1, op.name, dt))
-            if op.special and op.arity <= 2 and op not in OPERATORS and (
+            picked[op.name, dt] = chosen
+            if op.special and op.arity <= 2 and (
                     dt in FLOATS or (dt in INTS and op.name in _INT_SPECIAL) or dt == "bool"):
                 chosen = chosen + ["special"]
             for case in chosen:
+                params.append(pytest.param(op, dt, case, id=f"{op.name}-{dt}-{case}"))
+    for op in OPERATORS:  # the function's cases: same graphs, so the kernels are cached
+        fn = _OPERATOR_FUNCTION[op.name]
+        for dt in op.dtypes:
+            for case in picked[fn, dt]:
                 params.append(pytest.param(op, dt, case, id=f"{op.name}-{dt}-{case}"))
     return params
 

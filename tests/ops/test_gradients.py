@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 import qtrace as qt
 
 from op_table import (DOMAINS, ELEMENTWISE, ELEMENTWISE_CASES, INDEXING, LINALG, OPERATORS,
-                      REDUCTIONS, SHAPE_OPS, UPDATES, layout)
+                      REDUCTIONS, SHAPE_OPS, UPDATE_KEYS, UPDATES, layout)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -81,17 +81,39 @@ def grad_input(rng, domain: str, shape: tuple) -> np.ndarray:
 
 # --- the JAX version of a record's callable ------------------------------------------
 class _Mutable:
-    """A JAX array that accepts ``x[key] = v`` (the table's ``setitem`` spelling)."""
+    """A JAX array that accepts the table's update spellings: ``x[key] = v`` and ``x.at``.
 
-    def __init__(self, value):
-        self.value = value
+    ``unique``: the key has no repeated index, which JAX's scatter-multiply needs to be
+    told (``unique_indices=True``) before it differentiates.
+    """
+
+    def __init__(self, value, unique: bool):
+        self.value, self.unique = value, unique
 
     def __setitem__(self, key, v):
         self.value = self.value.at[key].set(v)
 
     @property
     def at(self):
-        return self.value.at
+        return _At(self.value, self.unique)
+
+
+class _At:
+    def __init__(self, value, unique):
+        self.value, self.unique = value, unique
+
+    def __getitem__(self, key):
+        ref = self.value.at[key]
+        if not self.unique:
+            return ref
+        return types.SimpleNamespace(
+            set=ref.set, add=ref.add, min=ref.min, max=ref.max,
+            multiply=lambda v: ref.multiply(v, unique_indices=True))
+
+
+def _update_key(op) -> tuple:
+    """``(key, region shape, repeats an index)`` of an update record (``mode[key id]``)."""
+    return UPDATE_KEYS[op.name.split("[", 1)[1][:-1]]
 
 
 def _rebind(fn, **names):
@@ -108,8 +130,10 @@ def jax_fn(op):
     if isinstance(q, functools.partial) and q.args and q.args[0] is qt:
         return functools.partial(q.func, jnp, *q.args[1:])  # records written as f(xp, ...)
     if op.kind == "update":
+        unique = not _update_key(op)[2]
+
         def f(x, v):
-            out = q(_Mutable(x), v)
+            out = q(_Mutable(x, unique), v)
             return out.value if isinstance(out, _Mutable) else out
         return f
     if op.kind == "index":
@@ -196,16 +220,21 @@ def _compare(got, want, what: str, rtol: float, atol: float, args) -> None:
 
 
 def check_grad(qfn, jfn, npfn, args, rng, fd: bool = True, argnums=None, key=None) -> None:
-    """qtrace's gradient of ``sum(f(*args) * w)`` equals JAX's and finite differences'."""
+    """qtrace's gradient of ``sum(f(*args) * w)`` equals JAX's and finite differences'.
+
+    ``jfn=None``: no JAX reference (JAX cannot differentiate it); ``fd=False``: no finite
+    differences (ties, where the derivative is a convention).
+    """
     args = [np.asarray(a) for a in args]
     if argnums is None:
         argnums = [i for i, a in enumerate(args) if a.dtype.kind == "f"]
     with np.errstate(all="ignore"):
-        out = np.asarray(npfn(*args))
+        out = np.asarray(npfn(*args) if npfn is not None else jfn(*map(jnp.asarray, args)))
     w = rng.normal(size=out.shape)
     got = qt_grads(qfn, args, argnums, w)
-    for g, want, i in zip(got, jax_grads(jfn, args, argnums, w, key), argnums):
-        _compare(g, want, f"d/darg{i} vs JAX", 1e-9, 1e-12, args)
+    if jfn is not None:
+        for g, want, i in zip(got, jax_grads(jfn, args, argnums, w, key), argnums):
+            _compare(g, want, f"d/darg{i} vs JAX", 1e-9, 1e-12, args)
     if fd:
         for g, want, i in zip(got, finite_differences(npfn, args, argnums, w), argnums):
             _compare(g, want, f"d/darg{i} vs finite differences", 1e-5, 1e-6, args)
@@ -344,6 +373,24 @@ def test_prod_with_a_zero_like_jax(fusion, rng):
     check_grad(f(qt), f(jnp), f(np), [x], rng)
 
 
+def test_scatter_multiply_of_a_zero_like_jax(fusion, rng):
+    """``x.at[i].multiply(v)`` where ``x[i] == 0``: d/dx[i] is ``v``, not 0/0."""
+    x = grad_input(rng, "real", (5,))
+    x[1] = 0.0
+    idx = np.array([1, 3])
+
+    def f(xp):
+        if xp is qt:
+            return lambda x, v: x.at[qt.asarray(idx)].multiply(v)
+        return lambda x, v: x.at[idx].multiply(v, unique_indices=True)
+
+    def ref(x, v):
+        y = x.copy()
+        y[idx] *= v
+        return y
+    check_grad(f(qt), f(jnp), ref, [x, grad_input(rng, "unit", (2,))], rng)
+
+
 # --- shapes, linear algebra ----------------------------------------------------------
 def _shape_params():
     params = []
@@ -392,12 +439,21 @@ def test_indexing_gradient(op, case, fusion, rng):
 
 
 def _update_params():
+    """Each update record with an array ``v`` and one rotating other case.
+
+    ``min``/``max`` with a repeated index and a broadcast ``v`` tie updates with each
+    other: those cases are in ``test_scatter_min_max_ties_split_like_jax``.
+    """
     params = []
     for op in UPDATES:
         if "mask" in op.name:
             continue
+        mode = op.name.split("[")[0]
         cases = list(op.cases)
-        for case in [cases[0]] + _pick(cases[1:], 1, op.name):
+        chosen = [cases[0]]
+        if not (mode in ("min", "max") and _update_key(op)[2]):
+            chosen += _pick(cases[1:], 1, op.name)
+        for case in chosen:
             params.append(pytest.param(op, case, id=f"{op.name}-{case}"))
     return params
 
@@ -406,13 +462,28 @@ def _update_params():
 def test_update_gradient(op, case, fusion, rng):
     """``x.at[key].<mode>(v)`` and ``x[key] = v``: gradients w.r.t. ``x`` and ``v``.
 
-    With repeated indices and a broadcast ``v``, ``min``/``max`` see ties between updates:
-    JAX shares the gradient among them (finite differences are undefined there).
+    JAX differentiates scatter-multiply only with unique indices: with a repeated index
+    the check is against finite differences alone.
     """
     args = _case_inputs(rng, op, case)
     mode = op.name.split("[")[0]
-    tie = mode in ("min", "max") and case != "array_v"
-    check_grad(op.qt, jax_fn(op), op.ref, args, rng, fd=not tie, key=(op.name, case))
+    jfn = None if mode == "multiply" and _update_key(op)[2] else jax_fn(op)
+    check_grad(op.qt, jfn, op.ref, args, rng, key=(op.name, case))
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_scatter_min_max_ties_split_like_jax(mode, fusion, rng):
+    """Tied operands of scatter-min/max share the cotangent equally, as in JAX.
+
+    Index 0 receives the same update twice and equals ``x[0]`` (three-way tie); index 2
+    receives one update equal to ``x[2]`` (two-way tie).
+    """
+    x = np.array([0.5, 2.0, 0.5, -1.0])
+    idx = np.array([0, 0, 2])
+
+    def f(xp):
+        return lambda x, v: getattr(x.at[qt.asarray(idx) if xp is qt else idx], mode)(v)
+    check_grad(f(qt), f(jnp), None, [x, np.array(0.5)], rng, fd=False)
 
 
 def test_scatter_add_repeated_indices(fusion, rng):
