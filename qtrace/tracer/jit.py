@@ -124,10 +124,10 @@ class Jitted:
 
     def __call__(self, *args, **kwargs):
         if special():
-            if tracing():  # inside another trace: trace through
-                return self.fn(*args, **kwargs)
             if ad_level():  # inside a derivative: one call node, its plans compiled once
                 return self._call_node(args, kwargs)
+            if tracing():  # inside another trace: trace through (and fuse across)
+                return self.fn(*args, **kwargs)
         if not kwargs and not self.static_argnums:
             # fast path: flat positional arguments, the common shape of a step function
             try:
