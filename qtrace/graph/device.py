@@ -14,7 +14,7 @@ class Device:
         'cpu'
     """
 
-    __slots__ = ("kind", "index", "__weakref__")
+    __slots__ = ("kind", "index", "name", "__weakref__")
     _interned: dict = {}
 
     def __new__(cls, spec: str | Device = "cpu"):
@@ -42,9 +42,10 @@ class Device:
             raise ValueError(f"qt.Device: there is one CPU device, got {spec!r}")
         self.kind = kind
         self.index = int(index) if index else 0
+        self.name = "cpu" if kind == "cpu" else f"cuda:{self.index}"
 
     def __str__(self) -> str:
-        return "cpu" if self.kind == "cpu" else f"cuda:{self.index}"
+        return self.name
 
     def __repr__(self) -> str:
         return f"Device('{self}')"

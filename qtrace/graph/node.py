@@ -71,8 +71,17 @@ class Node:
         return f"Node({self.prim}{list(self.params) if self.params else ''}, {self.shape}, {self.dtype})"
 
 
-_intern: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_intern: dict = {}  # identity -> weakref to the live node (the ref's callback removes it)
 _intern_lock = threading.Lock()
+
+
+def _forget(ident):
+    def drop(_ref, ident=ident):
+        with _intern_lock:
+            ref = _intern.get(ident)
+            if ref is not None and ref() is None:
+                del _intern[ident]
+    return drop
 COUNT_CAP = 1 << 30
 
 
@@ -81,26 +90,34 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
     """Create (or find the live equal) node. ``inputs`` must be on ``device``."""
     leaves: list[Node] = []
     where: dict[int, int] = {}
-    parts = [prim, repr(params) if params else "", str(shape), dtype.str, "w" if weak else "",
-             str(device)]
+    parts = [prim, repr(params) if params else "", repr(shape), dtype.str, "w" if weak else "",
+             device.name]
     count = 0
     for inp in inputs:
         parts.append(inp.key)
-        for leaf in inp.leaves:
-            pos = where.get(id(leaf))
-            if pos is None:
-                pos = where[id(leaf)] = len(leaves)
-                leaves.append(leaf)
-            parts.append(str(pos))
+        if len(inp.leaves) == 1 and not leaves:  # the common case: one leaf, first seen
+            leaf = inp.leaves[0]
+            where[id(leaf)] = 0
+            leaves.append(leaf)
+            parts.append("0")
+        else:
+            for leaf in inp.leaves:
+                pos = where.get(id(leaf))
+                if pos is None:
+                    pos = where[id(leaf)] = len(leaves)
+                    leaves.append(leaf)
+                parts.append(str(pos))
         parts.append(";")
         if inp.count > count:
             count = inp.count
     key = hashlib.blake2b("|".join(parts).encode(), digest_size=16).hexdigest()
     ident = (key, tuple(map(id, leaves)))
-    with _intern_lock:
-        node = _intern.get(ident)
+    ref = _intern.get(ident)
+    if ref is not None:
+        node = ref()
         if node is not None:
             return node
+    with _intern_lock:
         node = Node.__new__(Node)
         node.prim, node.params, node.shape, node.dtype = prim, params, shape, dtype
         node.weak, node.device, node.inputs, node.key = weak, device, inputs, key
@@ -108,7 +125,7 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
         # inputs would count shared subgraphs once per path: exponential in a DAG)
         node.leaves, node.count, node.buffer = tuple(leaves), min(count + len(inputs), COUNT_CAP), None
         node.sig = None
-        _intern[ident] = node
+        _intern[ident] = weakref.ref(node, _forget(ident))
     return node
 
 

@@ -111,6 +111,9 @@ class NumpyLib:
         np.add.at(mag, idx, np.abs(b.v))
         return Ref(v, e + 2 * self.u * mag)
 
+    def concat(self, a, b):
+        return Ref(np.concatenate([a.v, b.v]), np.concatenate([a.e, b.e]))
+
     def reduce(self, how, a, axis, keepdims):
         count = a.v.size if axis is None else a.v.shape[axis]
         if how == "max":
@@ -172,6 +175,10 @@ class QtLib:
         return a.at[idx].add(b)
 
     @staticmethod
+    def concat(a, b):
+        return qt.concatenate([a, b])
+
+    @staticmethod
     def reduce(how, a, axis, keepdims):
         return {"sum": qt.sum, "max": qt.max, "mean": qt.mean}[how](a, axis=axis, keepdims=keepdims)
 
@@ -195,8 +202,10 @@ STEPS = {
     "outer": "v", "div2_view": "v", "mod2_view": "v", "roll_view": "v",
     "div2_gather": "v", "mod2_gather": "v", "min_gather": "v", "rand_gather": "v",
     "rep_gather": "v", "row_gather": "m", "scatter_add": "v",
-    "reduce": "any",
+    "reduce": "any", "reshape": "any", "concat": "v",
 }
+# what a gather or scatter-add reads: the value itself or a view of it
+SOURCES = ["value", "value", "reversed", "shifted"]
 
 
 def _fits(shape, want):
@@ -225,7 +234,7 @@ def programs(draw):
     bound = [1.0, 1.0, 1.0]             # magnitude bound of every value (keeps exp finite)
     has_reduction = False
     steps = []
-    for _ in range(draw(st.integers(1, 4))):
+    for _ in range(draw(st.integers(1, 5))):
         kind = draw(st.sampled_from(sorted(STEPS)))
         cands = [i for i, s in enumerate(shapes) if _fits(s, STEPS[kind])]
         if not cands:
@@ -256,7 +265,7 @@ def programs(draw):
             step, bnd = (kind, op, axis, a), 2 * ba
         elif kind in ("stride", "reverse"):
             axis = draw(st.integers(0, len(sa) - 1))
-            start = draw(st.integers(0, 1)) if kind == "stride" else 0
+            start = draw(st.integers(0, 1)) if kind == "stride" else None
             st_ = 2 if kind == "stride" else -1
             key = tuple(slice(start, None, st_) if k == axis else slice(None) for k in range(len(sa)))
             shape = np.empty(sa)[key].shape
@@ -282,16 +291,31 @@ def programs(draw):
             step, shape, bnd = (kind, k, a), sa, ba
         elif kind in ("rand_gather", "rep_gather"):
             m = draw(st.sampled_from([N, 5]))
-            step, shape, bnd = (kind, m, a), (m,), ba
+            src = draw(st.sampled_from(SOURCES))
+            step, shape, bnd = (kind, m, src, a), (m,), ba
         elif kind == "row_gather":
             m = draw(st.sampled_from([N, 3]))
-            step, shape, bnd = (kind, m, a), (m,) + sa[1:], ba
+            src = draw(st.sampled_from(SOURCES + ["transposed"]))
+            sv = _source_shape(sa, src)
+            step, shape, bnd = (kind, m, src, a), (m,) + sv[1:], ba
         elif kind == "scatter_add":
             vals = [i for i, s in enumerate(shapes) if len(s) == 1]
             b = vals[draw(st.integers(0, len(vals) - 1))]
-            step, shape = (kind, a, b), sa
+            src = draw(st.sampled_from(SOURCES))
+            step, shape = (kind, src, a, b), sa
             bnd = ba + shapes[b][0] * bound[b]
             has_reduction = True
+        elif kind == "reshape":
+            size = int(np.prod(sa))
+            new = draw(st.sampled_from([(size,), (2, size // 2), (size // 2, 2)] if size % 2 == 0 else [(size,)]))
+            if len(sa) == 2:
+                new = draw(st.sampled_from([new, (sa[1], sa[0])]))
+            then = draw(st.sampled_from(["sin", "none"]))
+            step, shape, bnd = (kind, new, then, a), new, ba
+        elif kind == "concat":
+            vals = [i for i, s in enumerate(shapes) if len(s) == 1 and s[0] >= 2]
+            b = vals[draw(st.integers(0, len(vals) - 1))]
+            step, shape, bnd = (kind, a, b), (sa[0] + shapes[b][0],), max(ba, bound[b])
         else:  # reduce
             how = draw(st.sampled_from(["sum", "max", "mean"]))
             axis = draw(st.sampled_from([None] + list(range(len(sa))) + [-1]))
@@ -381,23 +405,48 @@ def run(lib, steps, outputs, inputs, idx_rng_seed):
                                                        else qt.minimum(i, step[1])))
             r = lib.add(lib.gather(x, i), lib.const(0.25))
         elif kind in ("rand_gather", "rep_gather"):
-            _, m, a = step
-            x = vals[a]
-            hi = x.shape[0] if kind == "rand_gather" else 2
+            _, m, src, a = step
+            x = _source(lib, vals[a], src)
+            hi = x.shape[0] if kind == "rand_gather" else min(2, x.shape[0])
             r = lib.mul(lib.gather(x, lib.index(irng.integers(0, hi, m))), lib.const(0.5))
         elif kind == "row_gather":
-            _, m, a = step
-            x = vals[a]
+            _, m, src, a = step
+            x = _source(lib, vals[a], src)
             r = lib.gather(x, lib.index(irng.integers(0, x.shape[0], m)))
         elif kind == "scatter_add":
-            _, a, b = step
-            x, y = vals[a], vals[b]
+            _, src, a, b = step
+            x, y = vals[a], _source(lib, vals[b], src)
             r = lib.scatter_add(x, lib.index(irng.integers(0, x.shape[0], y.shape[0])), y)
+        elif kind == "reshape":
+            _, new, then, a = step
+            r = lib.view(vals[a], lambda t, new=new: t.reshape(new))
+            if then != "none":
+                r = getattr(lib, then)(r)
+        elif kind == "concat":
+            _, a, b = step
+            r = lib.concat(vals[a], vals[b])
         else:
             _, how, axis, keepdims, a = step
             r = lib.reduce(how, vals[a], axis, keepdims)
         vals.append(r)
     return [vals[i] for i in outputs]
+
+
+def _source_shape(shape, src):
+    if src == "shifted":
+        return (shape[0] - 1,) + shape[1:]
+    return shape[::-1] if src == "transposed" else shape
+
+
+def _source(lib, x, src):
+    """The view of ``x`` that a gather or scatter-add reads (``src`` in SOURCES)."""
+    if src == "reversed":
+        return x[::-1]
+    if src == "shifted":
+        return x[1:]
+    if src == "transposed":
+        return lib.view(x, lambda t: t.T)
+    return x
 
 
 def _bcast(t, shape):

