@@ -61,8 +61,18 @@ def _element_strides(arr: np.ndarray):
 
 def const_node(value, dtype: np.dtype, device: Device, weak: bool = False) -> Node:
     """A 0-d constant (its value is part of the graph's content hash)."""
-    return record("const", (), (dtypes.scalar_value(value, dtype),), (), dtype, weak=weak,
-                  device=device)
+    key = (type(value), repr(value), dtype, device, weak)
+    node = _consts.get(key)
+    if node is None:
+        node = record("const", (), (dtypes.scalar_value(value, dtype),), (), dtype, weak=weak,
+                      device=device)
+        if len(_consts) > 4096:  # the constants of a program are few; a runaway one is not
+            _consts.clear()
+        _consts[key] = node
+    return node
+
+
+_consts: dict = {}  # recent constants, so a repeated step does not rebuild them
 
 
 def cast(node: Node, dtype: np.dtype, weak: bool | None = None) -> Node:

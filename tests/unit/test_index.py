@@ -12,25 +12,17 @@ from hypothesis import strategies as st
 from qtrace.graph import index as ix
 
 
-def evaluate(x: ix.Ix, env: dict, trunc: bool = False) -> int:
-    """Value of ``x`` with variables bound by ``env``.
-
-    ``trunc=False``: Python's floor semantics (what an ``Ix`` means).
-    ``trunc=True``: C's truncating ``sdiv``/``srem`` (what ``qtrace.kernels.codegen`` emits
-    for ``div``/``mod`` atoms).
-    """
+def evaluate(x: ix.Ix, env: dict) -> int:
+    """Value of ``x`` (Python floor semantics for ``div``/``mod`` atoms, which is what an
+    ``Ix`` means and what ``qtrace.kernels.codegen`` emits) with variables bound by ``env``."""
     total = x.const
     for atom, coef in x.terms:
         if atom[0] == "v":
             v = env[atom[1]]
         elif atom[0] == "div":
-            a, c = evaluate(atom[1], env, trunc), atom[2]
-            v = int(a / c) if trunc else a // c
-            if trunc:  # exact truncation for large ints
-                v = abs(a) // c * (1 if a >= 0 else -1)
+            v = evaluate(atom[1], env) // atom[2]
         elif atom[0] == "mod":
-            a, c = evaluate(atom[1], env, trunc), atom[2]
-            v = (a - c * (abs(a) // c * (1 if a >= 0 else -1))) if trunc else a % c
+            v = evaluate(atom[1], env) % atom[2]
         else:
             raise AssertionError(atom)
         total += coef * v
@@ -260,25 +252,31 @@ def resolve_flips(tree, ext):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(chain=index_chains(), ext=extents)
-def test_truncating_lowering_agrees_on_index_domains(chain, ext):
-    """What the kernels compute (sdiv/srem) must equal the Ix's meaning wherever the program
-    only divides non-negative values -- the case of every view index chain (indices are
-    non-negative), and what ``index.mod``'s docstring says it relies on."""
+def test_view_like_index_chains_keep_their_meaning(chain, ext):
+    """Chains like views build (flips, linearizations, delinearizations): every simplified
+    div/mod atom still means the original value. A simplified atom may have a negative
+    argument even where the original is not (``(7 - i) % 4`` becomes ``(3 - i) % 4``), so
+    the lowering must use floor semantics (it once used C's truncating srem: out-of-bounds
+    reads in ``x.T.reshape(-1)[::-1]``)."""
     tree = resolve_flips(chain, ext)
     assert all(div_mod_args_nonnegative(tree, env) for env in envs(ext))
     x = build(tree, ext)
+    lo, hi = ix.bounds(x, ext)
     for env in envs(ext):
-        assert evaluate(x, env, trunc=True) == python(tree, env), (tree, x, env)
+        value = evaluate(x, env)
+        assert value == python(tree, env), (tree, x, env)
+        assert lo <= value <= hi
 
 
-def test_truncating_lowering_of_a_reversed_reshape_index():
-    """The index a reversed reshape reads: ``(7 - i) % 4`` over i in [0, 8) (non-negative)."""
+def test_mod_of_a_reversed_index():
+    """The index a reversed reshape reads: ``(7 - i) % 4`` over i in [0, 8)."""
     ext = {0: 8}
     rev = ix.add(ix.const(7), ix.scale(ix.var(0), -1))
-    m = ix.mod(rev, 4, ext)
+    m, d = ix.mod(rev, 4, ext), ix.floordiv(rev, 4, ext)
     for env in envs(ext):
         assert evaluate(m, env) == (7 - env[0]) % 4
-        assert evaluate(m, env, trunc=True) == (7 - env[0]) % 4, (m, env)
+        assert evaluate(d, env) == (7 - env[0]) // 4
+    assert ix.add(ix.scale(d, 4), m) == rev
 
 
 @settings(max_examples=80, deadline=None)
