@@ -157,7 +157,8 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
             if kind(c) in ("scatter", "concat", "library", "reduce", "scan", "loop"):
                 continue
             for ix in g.reads.get(id(c), []):
-                r = input_index(c, pos, ix, g.ext)
+                # a data-dependent read stays data-dependent through any index map
+                r = DATA if ix is DATA else input_index(c, pos, ix, g.ext)
                 if r is DATA or r not in out:
                     out.append(r)
         return out

@@ -20,11 +20,11 @@ import pytest
 
 import qtrace as qt
 
-from op_table import (BINARY_OPERATORS, DTYPES, ELEMENTWISE, ELEMENTWISE_CASES, EPS32, EPS64,
-                       FLOATS, INDEXING, INTS, LINALG, OPERATORS, REDUCTIONS, SHAPE_OPS,
-                       SPEC_ELEMENTWISE, SPEC_OTHER, TABLE, UPDATES, Tol,
-                       accumulation_tolerance, layout, make_input, numpy_rejects,
-                       special_values)
+from op_table import (BIG_RECORDS, BINARY_OPERATORS, DTYPES, ELEMENTWISE, ELEMENTWISE_CASES,
+                      EPS32, EPS64, FLOATS, INDEXING, INTS, LARGE_CASES, LINALG, OPERATORS,
+                      REDUCTIONS, SHAPE_OPS, SPEC_ELEMENTWISE, SPEC_OTHER, TABLE, UPDATES,
+                      WIDE_SIZE, Tol, accumulation_tolerance, layout, make_input, numpy_rejects,
+                      special_values, wide_values)
 
 
 # --- comparison ----------------------------------------------------------------------
@@ -120,11 +120,14 @@ def _elementwise_params():
     """Every record x every dtype, with a handful of shape cases per pair.
 
     Kernels compile once per distinct graph (~50 ms each), so shape cases are sampled:
-    float64 gets every case; every other dtype gets one non-contiguous case and one
-    rotating case (a stable hash of record and dtype picks it, so the suite covers every
-    combination across records). The special-values case runs for float dtypes, and for
-    integer dtypes where integer edge values matter. Operators compile the same kernels
-    as their functions, and take the same cases.
+    every dtype gets one non-contiguous case and one rotating other case (two for float64
+    and int32); a stable hash of record and dtype picks them, so the suite covers every
+    combination across records. The special-values case runs for float dtypes, and for
+    integer dtypes where integer edge values matter. Large inputs (vectorized loops,
+    parallel chunks): "wide" (40k floats over the dtype's whole range, special values
+    scattered in) for float dtypes, "large" (40k elements, views, broadcasting) for one
+    rotating non-float dtype and float32. Operators compile the same kernels as their functions, and
+    take the same cases.
     """
     params = []
     picked = {}
@@ -133,15 +136,17 @@ def _elementwise_params():
         noncontig = [c for c in cases if c in ("T", "neg", "views")]
         rest = [c for c in cases if c not in noncontig]
         for dt in op.dtypes:
-            if dt == "float64":
-                chosen = cases
-            else:
-                chosen = (_stable_pick(noncontig, 1, op.name, dt, "nc")
-                          + _stable_pick(rest, 1, op.name, dt))
+            chosen = (_stable_pick(noncontig, 1, op.name, dt, "nc")
+                      + _stable_pick(rest, 2 if dt in ("float64", "int32") else 1, op.name, dt))
             picked[op.name, dt] = chosen
             if op.special and op.arity <= 2 and (
                     dt in FLOATS or (dt in INTS and op.name in _INT_SPECIAL)):
                 chosen = chosen + ["special"]
+            if dt in FLOATS and not op.arg_dtypes:
+                chosen = chosen + ["wide"]
+            nonfloat = [d for d in op.dtypes if d not in FLOATS]
+            if dt == "float32" or dt in _stable_pick(nonfloat or ["float64"], 1, op.name, "L"):
+                chosen = chosen + ["large"]
             for case in chosen:
                 params.append(pytest.param(op, dt, case, id=f"{op.name}-{dt}-{case}"))
     for op in OPERATORS:  # the function's cases: same graphs, so the kernels are cached
@@ -153,13 +158,16 @@ def _elementwise_params():
 
 
 def elementwise_inputs(rng, op, dtype, case):
+    if case == "wide":
+        return [wide_values(rng, op.domain[i], dtype, WIDE_SIZE) for i in range(op.arity)]
     if case == "special":
         vals = [special_values(op.domain[i], _arg_dtype(op, i, dtype)) for i in range(op.arity)]
         if op.arity == 1:
             return vals
         return [vals[0][:, None], vals[1]]  # every pair, by broadcasting
     out = []
-    for i, (shape, lay) in enumerate(ELEMENTWISE_CASES[op.arity][case]):
+    cases = {**ELEMENTWISE_CASES[op.arity], **LARGE_CASES[op.arity]}
+    for i, (shape, lay) in enumerate(cases[case]):
         a = make_input(rng, op.domain[i], _arg_dtype(op, i, dtype), shape)
         out.append(layout(a, lay))
     return out
@@ -193,7 +201,7 @@ _SCALARS = {"int": 3, "float": 1.5, "bool": True}
 
 
 def _scalar_params():
-    """Operators x dtypes: two rotating scalar kinds on the right, one on the left; the
+    """Operators x dtypes: one rotating scalar kind on the right, one on the left; the
     functions without an operator spelling: one rotating scalar kind on the right."""
     params = []
     kinds = list(_SCALARS)
@@ -201,7 +209,7 @@ def _scalar_params():
         if op.arity != 2:
             continue
         for dt in DTYPES:
-            sides = [(k, "right") for k in _stable_pick(kinds, 2, op.name, dt)]
+            sides = [(k, "right") for k in _stable_pick(kinds, 1, op.name, dt)]
             sides += [(k, "left") for k in _stable_pick(kinds, 1, op.name, dt, "left")]
             for sname, side in sides:
                 params.append(pytest.param(op, dt, sname, side,
@@ -371,9 +379,14 @@ def _record_params(records, per_dtype=1, first_dtype_cases=None):
     params = []
     for op in records:
         cases = list(op.cases)
+        extra = list(op.forward_cases or ())
         for i, dt in enumerate(op.dtypes):
             n = (first_dtype_cases or len(cases)) if i == 0 else per_dtype
             chosen = _stable_pick(cases, n, op.name, dt)
+            # forward-only cases (NaN layouts, large inputs): first dtype, plus one rotating
+            # case for float dtypes (NaN) or one rotating dtype
+            if extra and (i == 0 or dt in FLOATS):
+                chosen += extra if i == 0 else _stable_pick(extra, 1, op.name, dt)
             for case in chosen:
                 params.append(pytest.param(op, dt, case, id=f"{op.name}-{dt}-{case}"))
     return params
@@ -381,9 +394,13 @@ def _record_params(records, per_dtype=1, first_dtype_cases=None):
 
 def record_inputs(rng, op, dtype, case):
     out = []
-    for i, spec in enumerate(op.cases[case]):
+    for i, spec in enumerate({**op.cases, **(op.forward_cases or {})}[case]):
         shape, lay = spec if len(spec) == 2 and isinstance(spec[0], tuple) else (spec, "c")
         a = make_input(rng, op.domain[i], dtype, shape)
+        if lay == "nan" and a.dtype.kind == "f":  # NaN, infinities, -0.0 at random places
+            where = rng.random(a.shape) < 0.2
+            special = np.array([np.nan, np.inf, -np.inf, -0.0, np.nan], dtype=a.dtype)
+            a = np.where(where, special[rng.integers(0, 5, a.shape)], a)
         out.append(layout(a, lay))
     return out
 
@@ -391,8 +408,12 @@ def record_inputs(rng, op, dtype, case):
 def _accumulation_bound(op, dtype, args):
     """Per-element absolute bound for sums/products/matmuls computed in another order."""
     name = op.name.split("[")[0]
-    mags = [np.abs(a.astype(np.float64)) for a in args]
-    n = max(int(np.prod(args[0].shape)), 1)
+    mags = [np.abs(np.asarray(a, dtype=np.float64)) for a in args]
+    n = max(int(np.prod(np.shape(args[0]))), 1)
+    if op.kind == "update" and name == "add":  # scatter-add: all updates of one element
+        n = max(n, int(np.size(args[1])))
+        with np.errstate(all="ignore"):
+            return accumulation_tolerance(dtype, n) * np.asarray(op.ref(*mags), dtype=np.float64)
     if name in ("sum", "mean", "cumsum") or op.kind == "linalg":
         with np.errstate(all="ignore"):
             return accumulation_tolerance(dtype, n) * np.asarray(op.ref(*mags), dtype=np.float64)
@@ -423,7 +444,7 @@ def _check_record(op, dtype, case, rng):
     assert_matches(got, want, tol, args, atol_array=bound)
 
 
-@pytest.mark.parametrize("op, dtype, case", _record_params(REDUCTIONS))
+@pytest.mark.parametrize("op, dtype, case", _record_params(REDUCTIONS, first_dtype_cases=3))
 def test_reduction(op, dtype, case, fusion, rng):
     _check_record(op, dtype, case, rng)
 
@@ -445,6 +466,13 @@ def test_getitem(op, dtype, case, fusion, rng):
 
 @pytest.mark.parametrize("op, dtype, case", _record_params(UPDATES, first_dtype_cases=2))
 def test_update(op, dtype, case, fusion, rng):
+    _check_record(op, dtype, case, rng)
+
+
+@pytest.mark.parametrize("op, dtype, case", _record_params(BIG_RECORDS, per_dtype=2))
+def test_large_gather_and_scatter(op, dtype, case, fusion, rng):
+    """50k indices: the kernels run in parallel chunks; colliding scatter updates must
+    all land (scatter-add into 100 bins is a histogram)."""
     _check_record(op, dtype, case, rng)
 
 

@@ -121,6 +121,10 @@ def test_same_index_chain_is_one_kernel(rng):
         qt.config.fusion = fusion
         _, launches = _launches(_step20(qt), *[qt.asarray(a) for a in ins])
         assert launches == expected, f"fusion={fusion}: {launches} launches"
+    # a shape of its own: the plan compiles here, and the compile counts its fusions
+    qt.config.fusion = True
+    _, launches = _launches(_step20(qt), *[qt.asarray(a[:31, :30]) for a in ins])
+    assert launches == 1 and qt.stats()["tasks_fused"] == 19, qt.stats()
 
 
 def test_same_index_chain_results(fusion, rng):
@@ -256,6 +260,24 @@ def test_floor_division_index_through_a_reshape_is_a_boundary(arrays):
     assert "//" in str(report) and "boundary" in str(report)
 
 
+def test_boundary_index_expressions_print_unambiguously(arrays):
+    """The report shows the offending index expression; read as arithmetic it must mean
+    that index: ``(i0 + 3) % 8`` must not print as ``(i0 + 3 % 8)``."""
+    v = arrays["v"]
+
+    def roll(v):  # y[i] = exp(v)[(i + 3) % 8]
+        return qt.broadcast_to(qt.exp(v)[None, :], (2, 8)).reshape(-1)[3:11] + 1.0
+
+    def repeat(v):  # y[i] = exp(v)[(i + 1) // 2]
+        return qt.broadcast_to(qt.exp(v)[:, None], (8, 2)).reshape(-1)[1:15] + 1.0
+
+    for fn, meaning in ((roll, lambda i: (i + 3) % 8), (repeat, lambda i: (i + 1) // 2)):
+        expr = _decision(_explain(fn, v), "exp").expression
+        text = str(expr).replace("i0", "i")
+        for i in range(8):
+            assert eval(text, {"i": i}) == meaning(i), f"{fn.__name__}: {expr!s} at i0={i}"
+
+
 def test_remainder_index_is_a_boundary_and_the_tasks_are_not_merged(arrays):
     """``y[i] = exp(v)[(i + 3) % 8]``: two map tasks of the same bounds [8], kept apart
     because the second reads the first's output at another index."""
@@ -365,7 +387,8 @@ def test_reduction_over_all_axes_and_mean(fusion, arrays):
     m = arrays["m"]
     got = _values(lambda m: (qt.mean(qt.tanh(m) * 2.0), qt.sum(m * m, axis=(0, 1), keepdims=True),
                              m - qt.max(m, axis=1, keepdims=True)), qt.asarray(m))
-    ref = (np.mean(np.tanh(m) * 2.0), np.sum(m * m, axis=(0, 1), keepdims=True), m - np.max(m, axis=1, keepdims=True))
+    ref = (np.mean(np.tanh(m) * 2.0), np.sum(m * m, axis=(0, 1), keepdims=True),
+           m - np.max(m, axis=1, keepdims=True))
     for g, r in zip(got, ref):
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-14)
 
@@ -465,14 +488,23 @@ def test_horizontal_fusion_of_independent_updates(rng):
 
 
 def test_horizontal_merge_forwards_a_value_read_at_the_same_index(arrays):
-    """Task B reads task A's output at the index A writes it: merged, value forwarded."""
-    v, idx = arrays["v"], np.array([2, 4, 1, 0, 7, 3, 6, 5])
+    """``exp(v)`` is materialized (its consumers are in two tasks); the task computing
+    ``e * 3 - w`` reads it at the index the ``exp`` task writes it, so the two [8] tasks
+    merge and the value is forwarded in registers."""
+    v, w = arrays["v"], arrays["w"]
 
-    def fn(v, idx):
-        e = qt.exp(v)            # materialized: a gather reads it
-        return e[idx] * 2.0, e + 1.0
+    def fn(v, w):
+        e = qt.exp(v)
+        return e[:, None] * w[None, :], e * 3.0 - w
 
-    _check(fn, lambda v, idx: (np.exp(v)[idx] * 2.0, np.exp(v) + 1.0), [v, idx])
+    _check(fn, lambda v, w: (np.exp(v)[:, None] * w[None, :], np.exp(v) * 3.0 - w), [v, w])
+    report = _explain(fn, v, w)
+    d = _decision(report, "exp")
+    assert not d.fused and d.rule == "consumers in several tasks", str(report)
+    assert report.n_kernels == 2, str(report)
+    (_, _, why), = report.horizontal
+    assert why is None, str(report)
+    assert sorted(report.tasks[0].writes) == ["exp[8]:float64", "subtract[8]:float64"], str(report)
 
 
 def test_task_reading_another_tasks_output_through_a_gather_is_not_merged(arrays):

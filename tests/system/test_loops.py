@@ -1,0 +1,621 @@
+"""Per-element loops (SPEC §4): ``qt.fori_loop`` / ``qt.while_loop``, forward and reverse.
+
+Forward values are checked against NumPy reference loops written as masked iterations
+(every element steps while its own count or condition says so). Gradients are checked
+against float64 references: hand-derived adjoints, central finite differences (loops
+are per-element, so one perturbation of every element at once gives every partial
+derivative), and JAX running the same body in a ``fori_loop`` to the largest trip count
+with ``jnp.where(active, step(v), v)`` masking (the derivative of the same program).
+
+Then the adstack (DESIGN "Reverse mode and the adstack"): how its depth is sized
+(``adstack_host_sized`` / ``adstack_device_sized`` / ``max_reducer_dispatches``), how much
+memory it takes (``adstack_bytes`` = workers x depth x row bytes, never N x depth), the
+overflow diagnostic, and the ``qt.TracerError`` for bodies that mix elements.
+Everything runs with fusion on and off (``fusion`` fixture).
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import qtrace as qt
+from qtrace.devices.cpu import PARALLEL_MIN_WORK
+from qtrace.graph import plan as _plan
+
+jax.config.update("jax_enable_x64", True)
+
+
+# --- reference loops -----------------------------------------------------------------
+def np_fori(lo, hi, body, init):
+    """NumPy per-element ``fori_loop``: element e runs ``body`` for i in [lo[e], hi[e])."""
+    lo, hi = np.asarray(lo), np.asarray(hi)
+    state = [np.array(s, copy=True) for s in init]
+    shape = np.broadcast_shapes(lo.shape, hi.shape, *(s.shape for s in state))
+    lo, hi = np.broadcast_to(lo, shape), np.broadcast_to(hi, shape)
+    state = [np.broadcast_to(s, shape).copy() for s in state]
+    steps = int(np.max(hi - lo, initial=0))
+    for t in range(steps):
+        i = lo + t
+        active = i < hi
+        new = body(i, state)
+        state = [np.where(active, n, s).astype(s.dtype) for n, s in zip(new, state)]
+    return state
+
+
+def np_while(cond, body, init, max_steps=10_000):
+    state = [np.array(s, copy=True) for s in init]
+    for _ in range(max_steps):
+        active = cond(state)
+        if not active.any():
+            return state
+        new = body(state)
+        state = [np.where(active, n, s).astype(s.dtype) for n, s in zip(new, state)]
+    raise AssertionError("reference while loop did not finish")
+
+
+def jax_fori(lo, hi, body, init, steps):
+    """The same loop in JAX, to a static ``steps`` with masking: differentiable."""
+    def step(t, s):
+        i = lo + t
+        active = i < hi
+        new = body(i, s)
+        return tuple(jnp.where(active, n, o) for n, o in zip(new, s))
+    return jax.lax.fori_loop(0, steps, step, tuple(init))
+
+
+def jax_while(cond, body, init, steps):
+    def step(t, s):
+        active = cond(s)
+        new = body(s)
+        return tuple(jnp.where(active, n, o) for n, o in zip(new, s))
+    return jax.lax.fori_loop(0, steps, step, tuple(init))
+
+
+def assert_close(got, want, rtol=1e-10, atol=1e-12, what=""):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    bad = ~(np.abs(got - want) <= atol * scale + rtol * np.abs(want))
+    if bad.any():
+        idx = np.flatnonzero(bad)[:8]
+        raise AssertionError(f"{what}: differ at {idx.tolist()}\n  qtrace {got.ravel()[idx]}\n"
+                             f"  want   {want.ravel()[idx]}")
+
+
+def grads(f, args, argnums):
+    """qtrace gradients of scalar ``f``, evaluated together (one plan, one adstack)."""
+    g = qt.grad(f, argnums=argnums)(*args)
+    g = g if isinstance(g, tuple) else (g,)
+    qt.eval(*g)
+    return [gi.numpy() for gi in g]
+
+
+# --- B3: v = x[i]; repeat n[i] times: v = sin(v) * c[i] + 0.5 * v ---------------------
+def b3_qt(n):
+    def loss(x, c):
+        return qt.sum(qt.fori_loop(0, n, lambda i, v: qt.sin(v) * c + 0.5 * v, x))
+    return loss
+
+
+def b3_numpy(x, c, n):
+    """Forward in float64 and the hand-derived adjoint of ``sum(out)``."""
+    vs = [x.copy()]
+    for k in range(int(n.max(initial=0))):
+        v = vs[-1]
+        vs.append(np.where(k < n, np.sin(v) * c + 0.5 * v, v))
+    gv, gc = np.ones_like(x), np.zeros_like(x)
+    for k in reversed(range(len(vs) - 1)):
+        v, active = vs[k], k < n
+        gc = gc + np.where(active, gv * np.sin(v), 0.0)
+        gv = np.where(active, gv * (np.cos(v) * c + 0.5), gv)
+    return vs[-1], gv, gc
+
+
+def b3_jax(x, c, n):
+    steps = int(n.max(initial=0))
+
+    def loss(x, c):
+        (v,) = jax_fori(0, jnp.asarray(n), lambda i, s: (jnp.sin(s[0]) * c + 0.5 * s[0],), (x,), steps)
+        return jnp.sum(v)
+    return [np.asarray(g) for g in jax.jit(jax.grad(loss, argnums=(0, 1)))(x, c)]
+
+
+def _counts(kind: str, rng, n: int) -> np.ndarray:
+    if kind == "zeros":
+        return np.zeros(n, np.int64)
+    if kind == "all_equal":
+        return np.full(n, 4, np.int64)
+    if kind == "outlier":
+        out = rng.integers(0, 6, n)
+        out[rng.integers(n)] = 2000
+        return out
+    return rng.integers(0, 8, n)  # "random", zeros included
+
+
+COUNT_KINDS = ["zeros", "all_equal", "outlier", "random"]
+
+
+# --- forward ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", COUNT_KINDS)
+def test_fori_per_element_trip_counts(kind, fusion, rng):
+    n = _counts(kind, rng, 37)
+    x, c = rng.uniform(-2, 2, 37), rng.uniform(0.5, 1.5, 37)
+    got = qt.fori_loop(0, qt.asarray(n), lambda i, v: qt.sin(v) * qt.asarray(c) + 0.5 * v, qt.asarray(x))
+    want = np_fori(0, n, lambda i, s: [np.sin(s[0]) * c + 0.5 * s[0]], [x])[0]
+    assert got.shape == (37,) and got.dtype == np.float64
+    assert_close(got.numpy(), want, what=f"fori {kind}")
+
+
+def test_fori_python_int_bounds_and_counter(fusion, rng):
+    x = rng.uniform(-1, 1, (3, 5))
+    got = qt.fori_loop(2, 7, lambda i, v: v * 0.5 + qt.cos(v) * i, qt.asarray(x))
+    want = np_fori(2, 7, lambda i, s: [s[0] * 0.5 + np.cos(s[0]) * i], [x])[0]
+    assert_close(got.numpy(), want, what="python-int bounds")
+    empty = qt.fori_loop(5, 2, lambda i, v: v + 1.0, qt.asarray(x))  # lower > upper: no iteration
+    assert_close(empty.numpy(), x, what="empty range")
+
+
+def test_fori_tensor_lower_and_upper_broadcast(fusion, rng):
+    """Per-row lower bounds, per-column upper bounds: trip counts broadcast with the state."""
+    lo = rng.integers(0, 4, (4, 1))
+    hi = rng.integers(0, 8, (6,))
+    x = rng.uniform(-1, 1, (4, 6))
+    got = qt.fori_loop(qt.asarray(lo), qt.asarray(hi), lambda i, v: v * 0.9 + i * 0.01, qt.asarray(x))
+    want = np_fori(lo, hi, lambda i, s: [s[0] * 0.9 + i * 0.01], [x])[0]
+    assert_close(got.numpy(), want, what="tensor lower/upper")
+
+
+def test_pytree_state_of_float_and_int(fusion, rng):
+    n = rng.integers(0, 6, 11)
+    state = {"v": rng.uniform(-1, 1, 11).astype(np.float32), "k": np.zeros(11, np.int32)}
+
+    def body(i, s):
+        return {"v": s["v"] * 0.5 + qt.astype(s["k"], qt.float32), "k": s["k"] + 2}
+    out = qt.fori_loop(0, qt.asarray(n), body, {k: qt.asarray(v) for k, v in state.items()})
+    assert set(out) == {"v", "k"}
+    assert out["v"].dtype == np.float32 and out["k"].dtype == np.int32
+    v, k = np_fori(0, n, lambda i, s: [s[0] * np.float32(0.5) + s[1].astype(np.float32), s[1] + 2],
+                   [state["v"], state["k"]])
+    np.testing.assert_array_equal(out["k"].numpy(), k)
+    assert_close(out["v"].numpy(), v, rtol=1e-6, what="float32 leaf")
+
+
+def test_nested_loops_forward(fusion, rng):
+    """The inner trip count depends on the outer counter and on another tensor."""
+    n, m = rng.integers(0, 5, 13), rng.integers(0, 3, 13)
+    x, c = rng.uniform(-1, 1, 13), rng.uniform(0.5, 1.5, 13)
+    qm, qc = qt.asarray(m), qt.asarray(c)
+
+    def outer(i, v):
+        return qt.fori_loop(0, qm + i, lambda j, u: qt.sin(u) * qc + 0.1 * u + 0.01 * j, v)
+    got = qt.fori_loop(0, qt.asarray(n), outer, qt.asarray(x))
+
+    def np_outer(i, s):
+        return np_fori(0, m + i, lambda j, u: [np.sin(u[0]) * c + 0.1 * u[0] + 0.01 * j], s)
+    want = np_fori(0, n, np_outer, [x])[0]
+    assert_close(got.numpy(), want, what="nested")
+
+
+def _gather_body(t):
+    size = t.shape[0]
+    return lambda i, s: (s[0] * 0.9 + t[s[1]], (s[1] * 3 + 2) % size)
+
+
+def test_body_gathers_from_another_tensor(fusion, rng):
+    n = rng.integers(0, 9, 17)
+    x, table = rng.uniform(-1, 1, 17), rng.uniform(-1, 1, 7)
+    idx = rng.integers(0, 7, 17)
+    v, k = qt.fori_loop(0, qt.asarray(n), _gather_body(qt.asarray(table)), (qt.asarray(x), qt.asarray(idx)))
+    wv, wk = np_fori(0, n, lambda i, s: list(_gather_body(table)(i, s)), [x, idx])
+    np.testing.assert_array_equal(k.numpy(), wk)
+    assert_close(v.numpy(), wv, what="gathering body")
+
+
+def test_many_elements_not_divisible_among_workers(fusion, rng):
+    qt.config.num_threads = 2
+    size = 1_000_003
+    n = rng.integers(0, 4, size)
+    x = rng.uniform(-1, 1, size)
+    got = qt.fori_loop(0, qt.asarray(n), lambda i, v: v * 0.5 + 1.0, qt.asarray(x)).numpy()
+    want = x * 0.5 ** n + 2.0 * (1.0 - 0.5 ** n)
+    assert_close(got, want, what="1_000_003 elements")
+    assert_close(got[-3:], want[-3:], what="the last elements (the remainder of the split)")
+
+
+def newton_qt(a):
+    return qt.while_loop(lambda y: qt.abs(y * y - a) > 1e-12 * a, lambda y: 0.5 * (y + a / y), a * 1.0)
+
+
+def newton_np(a):
+    return np_while(lambda s: np.abs(s[0] * s[0] - a) > 1e-12 * a, lambda s: [0.5 * (s[0] + a / s[0])],
+                    [a * 1.0])[0]
+
+
+def bisect_body(xp, a):
+    def body(s):
+        lo, hi = s[0], s[1]
+        mid = 0.5 * (lo + hi)
+        above = mid * mid * mid > a
+        return (xp.where(above, lo, mid), xp.where(above, mid, hi))
+    return body
+
+
+def bisect_cond(s):
+    return s[1] - s[0] > 1e-3
+
+
+def bisect_qt(lo, hi, a):
+    lo, hi = qt.while_loop(bisect_cond, bisect_body(qt, a), (lo, hi))
+    return 0.5 * (lo + hi)
+
+
+def bisect_np(lo, hi, a):
+    lo, hi = np_while(bisect_cond, lambda s: list(bisect_body(np, a)(s)), [lo, hi])
+    return 0.5 * (lo + hi)
+
+
+def test_while_loop_newton_sqrt(fusion, rng):
+    a = rng.uniform(0.5, 50.0, 19)
+    got = newton_qt(qt.asarray(a)).numpy()
+    assert_close(got, newton_np(a), what="newton vs reference loop")
+    assert_close(got, np.sqrt(a), rtol=1e-14, what="newton vs sqrt")
+
+
+def test_while_loop_bisection_per_element_counts(fusion, rng):
+    a = rng.uniform(0.5, 8.0, 19)
+    lo, hi = np.zeros(19), np.cbrt(a) * rng.uniform(1.5, 100.0, 19)  # different trip counts
+    got = bisect_qt(qt.asarray(lo), qt.asarray(hi), qt.asarray(a)).numpy()
+    assert_close(got, bisect_np(lo, hi, a), what="bisection vs reference loop")
+    assert np.all(np.abs(got - np.cbrt(a)) < 1e-3)
+
+
+def test_while_loop_false_at_start_and_pytree(fusion, rng):
+    x = np.array([1.0, 5.0, 40.0, 0.5])
+    v, k = qt.while_loop(lambda s: s[0] < 10.0, lambda s: (s[0] * 2.0, s[1] + 1),
+                         (qt.asarray(x), qt.zeros(4, qt.int64)))
+    np.testing.assert_array_equal(v.numpy(), [16.0, 10.0, 40.0, 16.0])
+    np.testing.assert_array_equal(k.numpy(), [4, 1, 0, 5])
+
+
+# --- reverse ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", COUNT_KINDS)
+def test_b3_gradient(kind, fusion, rng):
+    size = 29
+    n = _counts(kind, rng, size)
+    x, c = rng.uniform(-2, 2, size), rng.uniform(0.5, 1.5, size)
+    gx, gc = grads(b3_qt(qt.asarray(n)), (qt.asarray(x), qt.asarray(c)), (0, 1))
+    _, hx, hc = b3_numpy(x, c, n)
+    assert_close(gx, hx, what="d/dx vs hand-derived")
+    assert_close(gc, hc, what="d/dc vs hand-derived")
+    jx, jc = b3_jax(x, c, n)
+    assert_close(gx, jx, what="d/dx vs JAX")
+    assert_close(gc, jc, what="d/dc vs JAX")
+    if kind in ("random", "zeros"):  # finite differences: smooth, short loops
+        h = 1e-6
+        fd_x = (b3_numpy(x + h, c, n)[0] - b3_numpy(x - h, c, n)[0]) / (2 * h)
+        fd_c = (b3_numpy(x, c + h, n)[0] - b3_numpy(x, c - h, n)[0]) / (2 * h)
+        assert_close(gx, fd_x, rtol=1e-6, atol=1e-7, what="d/dx vs finite differences")
+        assert_close(gc, fd_c, rtol=1e-6, atol=1e-7, what="d/dc vs finite differences")
+
+
+def test_b3_gradient_under_jit(fusion, rng):
+    """``qt.jit(qt.grad(...))`` of a loop: same gradient; new data does not retrace."""
+    size = 23
+    step = qt.jit(qt.grad(lambda x, c, n: b3_qt(n)(x, c), argnums=(0, 1)))
+    for _ in range(2):
+        n = rng.integers(0, 9, size)
+        x, c = rng.uniform(-2, 2, size), rng.uniform(0.5, 1.5, size)
+        qt.reset_stats()
+        gx, gc = step(qt.asarray(x), qt.asarray(c), qt.asarray(n))
+        _, hx, hc = b3_numpy(x, c, n)
+        assert_close(gx.numpy(), hx, what="jit d/dx")
+        assert_close(gc.numpy(), hc, what="jit d/dc")
+    assert qt.stats()["traces"] == 0 and qt.stats()["compiles"] == 0
+
+
+def test_while_newton_gradient(fusion, rng):
+    a = rng.uniform(0.5, 50.0, 19)
+    (g,) = grads(lambda a: qt.sum(newton_qt(a) * 2.0), (qt.asarray(a),), (0,))
+    assert_close(g, 1.0 / np.sqrt(a), rtol=1e-8, what="d sqrt(a)/da")
+    h = 1e-6 * a
+    fd = (newton_np(a + h) - newton_np(a - h)) * 2.0 / (2 * h)
+    assert_close(g, fd, rtol=1e-6, what="vs finite differences")
+
+
+def test_while_bisection_gradient(fusion, rng):
+    """The derivative of the bisection program: affine in the bracket, flat in ``a``.
+
+    Finite differences with a step far below the final bracket width see the same
+    decisions, hence the same derivative; JAX (masked loop) agrees.
+    """
+    size = 19
+    a = rng.uniform(0.5, 8.0, size)
+    lo, hi = np.zeros(size), np.cbrt(a) * rng.uniform(1.5, 100.0, size)
+    w = rng.normal(size=size)
+    got = grads(lambda lo, hi, a: qt.sum(bisect_qt(lo, hi, a) * qt.asarray(w)),
+                (qt.asarray(lo), qt.asarray(hi), qt.asarray(a)), (0, 1, 2))
+
+    def jloss(lo, hi, a):
+        s = jax_while(bisect_cond, bisect_body(jnp, a), (lo, hi), 64)
+        return jnp.sum(0.5 * (s[0] + s[1]) * w)
+    want = jax.jit(jax.grad(jloss, argnums=(0, 1, 2)))(lo, hi, a)
+    for i, (g, j) in enumerate(zip(got, want)):
+        assert_close(g, np.asarray(j), what=f"d/darg{i} vs JAX")
+    args = [lo, hi, a]
+    for i in range(3):
+        h = 1e-9 * np.maximum(1.0, np.abs(args[i]))
+        plus, minus = list(args), list(args)
+        plus[i], minus[i] = args[i] + h, args[i] - h
+        fd = (bisect_np(*plus) - bisect_np(*minus)) * w / (2 * h)
+        assert_close(got[i], fd, rtol=1e-5, atol=1e-5, what=f"d/darg{i} vs finite differences")
+
+
+def test_nested_loops_gradient(fusion, rng):
+    size = 13
+    n, m = rng.integers(0, 5, size), rng.integers(0, 3, size)
+    x, c = rng.uniform(-1, 1, size), rng.uniform(0.5, 1.5, size)
+    qm, qn = qt.asarray(m), qt.asarray(n)
+
+    def loss(x, c):
+        def outer(i, v):
+            return qt.fori_loop(0, qm + i, lambda j, u: qt.sin(u) * c + 0.1 * u, v)
+        return qt.sum(qt.fori_loop(0, qn, outer, x))
+    got = grads(loss, (qt.asarray(x), qt.asarray(c)), (0, 1))
+    steps = int(n.max(initial=0))
+
+    def jloss(x, c):
+        def outer(i, s):
+            return jax_fori(0, jnp.asarray(m) + i, lambda j, u: (jnp.sin(u[0]) * c + 0.1 * u[0],), s,
+                            steps + 3)
+        return jnp.sum(jax_fori(0, jnp.asarray(n), outer, (x,), steps)[0])
+    want = jax.jit(jax.grad(jloss, argnums=(0, 1)))(x, c)
+    assert_close(got[0], np.asarray(want[0]), what="nested d/dx vs JAX")
+    assert_close(got[1], np.asarray(want[1]), what="nested d/dc vs JAX")
+
+
+def float_int_body(xp, c):
+    return lambda i, s: (xp.sin(s[0]) * c + 0.1 * s[1] * s[0], s[1] + 1)
+
+
+def test_float_int_state_gradient(fusion, rng):
+    size = 21
+    n, k0 = rng.integers(0, 7, size), rng.integers(-3, 3, size)
+    x, c = rng.uniform(-1, 1, size), rng.uniform(0.5, 1.5, size)
+    qn, qk = qt.asarray(n), qt.asarray(k0)
+
+    def loss(x, c):
+        v, k = qt.fori_loop(0, qn, float_int_body(qt, c), (x, qk))
+        return qt.sum(v * v)
+    got = grads(loss, (qt.asarray(x), qt.asarray(c)), (0, 1))
+
+    def jloss(x, c):
+        v, k = jax_fori(0, jnp.asarray(n), float_int_body(jnp, c), (x, jnp.asarray(k0)), int(n.max()))
+        return jnp.sum(v * v)
+    want = jax.jit(jax.grad(jloss, argnums=(0, 1)))(x, c)
+    assert_close(got[0], np.asarray(want[0]), what="d/dx vs JAX")
+    assert_close(got[1], np.asarray(want[1]), what="d/dc vs JAX")
+
+
+def _gather_problem(rng, size=17, tsize=7):
+    n = rng.integers(0, 9, size)
+    n[0] = 0
+    return n, rng.uniform(-1, 1, size), rng.uniform(-1, 1, tsize), rng.integers(0, tsize, size)
+
+
+def _gather_jax_grads(n, x, table, idx):
+    def jloss(x, t):
+        v, _ = jax_fori(0, jnp.asarray(n), _gather_body(t), (x, jnp.asarray(idx)), int(n.max()))
+        return jnp.sum(v * v)
+    return [np.asarray(g) for g in jax.jit(jax.grad(jloss, argnums=(0, 1)))(x, table)]
+
+
+def _gather_loss(n, idx):
+    def loss(x, t):
+        v, _ = qt.fori_loop(0, qt.asarray(n), _gather_body(t), (x, qt.asarray(idx)))
+        return qt.sum(v * v)
+    return loss
+
+
+def test_gathering_body_gradient_wrt_state(fusion, rng):
+    n, x, table, idx = _gather_problem(rng)
+    (gx,) = grads(_gather_loss(n, idx), (qt.asarray(x), qt.asarray(table)), (0,))
+    jx, _ = _gather_jax_grads(n, x, table, idx)
+    assert_close(gx, jx, what="d/dx vs JAX")
+    v = np_fori(0, n, lambda i, s: list(_gather_body(table)(i, s)), [x, idx])[0]
+    assert_close(gx, 2 * v * 0.9 ** n, what="d/dx hand-derived")
+
+
+def test_gathering_body_gradient_wrt_table(fusion, rng):
+    """The table read by gathers inside the loop: its gradient is a scatter-add over the
+    visited indices. qtrace may refuse it (``NotImplementedError``), never return a
+    wrong value."""
+    n, x, table, idx = _gather_problem(rng)
+    _, jt = _gather_jax_grads(n, x, table, idx)
+    try:
+        (gt,) = grads(_gather_loss(n, idx), (qt.asarray(x), qt.asarray(table)), (1,))
+    except NotImplementedError:
+        return
+    assert_close(gt, jt, what="d/dtable vs JAX")
+
+
+# --- adstack sizing --------------------------------------------------------------------
+def _b3_inputs(rng, size, n):
+    return qt.asarray(rng.uniform(-2, 2, size)), qt.asarray(rng.uniform(0.5, 1.5, size)), qt.asarray(n)
+
+
+def test_python_int_bounds_are_sized_on_the_host(fusion, rng):
+    """Trip counts from Python ints depend on no tensor data: no reducer, no device work."""
+    x, c = rng.uniform(-2, 2, 40), rng.uniform(0.5, 1.5, 40)
+
+    def loss(x, c):
+        return qt.sum(qt.fori_loop(1, 6, lambda i, v: qt.sin(v) * c + 0.5 * v, x))
+    qt.reset_stats()
+    gx, gc = grads(loss, (qt.asarray(x), qt.asarray(c)), (0, 1))
+    s = qt.stats()
+    _, hx, hc = b3_numpy(x, c, np.full(40, 5))
+    assert_close(gx, hx, what="d/dx")
+    assert_close(gc, hc, what="d/dc")
+    assert s["adstack_host_sized"] >= 1, s
+    assert s["adstack_device_sized"] == 0, s
+    assert s["max_reducer_dispatches"] == 0, s
+
+
+def test_tensor_trip_counts_dispatch_the_reducer_once(fusion, rng):
+    size = 40
+    n = rng.integers(0, 9, size)
+    x, c, qn = _b3_inputs(rng, size, n)
+    qt.reset_stats()
+    for _ in range(10):
+        gx, gc = grads(b3_qt(qn), (x, c), (0, 1))
+    s = qt.stats()
+    assert s["adstack_device_sized"] == 10, s
+    assert s["max_reducer_dispatches"] == 1, s
+    assert s["adstack_host_sized"] == 0, s
+    _, hx, hc = b3_numpy(x.numpy(), c.numpy(), n)
+    assert_close(gx, hx, what="d/dx")
+    n2 = n.copy()
+    n2[3] = 12  # a new counts tensor with a larger maximum
+    qn2 = qt.asarray(n2)
+    for _ in range(10):
+        gx, gc = grads(b3_qt(qn2), (x, c), (0, 1))
+    assert qt.stats()["max_reducer_dispatches"] == 2, qt.stats()
+    _, hx, hc = b3_numpy(x.numpy(), c.numpy(), n2)
+    assert_close(gx, hx, what="d/dx, new counts")
+    assert_close(gc, hc, what="d/dc, new counts")
+
+
+def test_counts_mutated_behind_qtraces_back_never_give_a_wrong_gradient(fusion, rng):
+    """``qt.asarray`` shares the NumPy array: writing into it afterwards is "data changed
+    behind qtrace's back". A cached depth may then be stale: qtrace must raise
+    ``AdstackOverflowError`` or compute the right gradient, never write out of bounds or
+    return a wrong value."""
+    size = 40
+    n = rng.integers(0, 5, size)
+    x, c, qn = _b3_inputs(rng, size, n)
+    grads(b3_qt(qn), (x, c), (0, 1))
+    n[7] = 30
+    try:
+        gx, gc = grads(b3_qt(qn), (x, c), (0, 1))
+    except qt.AdstackOverflowError:
+        return
+    _, hx, hc = b3_numpy(x.numpy(), c.numpy(), n)
+    assert_close(gx, hx, what="d/dx after the write")
+    assert_close(gc, hc, what="d/dc after the write")
+
+
+def test_while_loop_gradient_needs_no_hint(fusion, rng):
+    """The forward records each element's trip count; the reverse is sized from them."""
+    a = rng.uniform(0.5, 50.0, 40)
+    qt.reset_stats()
+    for _ in range(2):
+        (g,) = grads(lambda a: qt.sum(newton_qt(a)), (qt.asarray(a),), (0,))
+        assert_close(g, 0.5 / np.sqrt(a), rtol=1e-8, what="d sqrt(a)/da")
+    s = qt.stats()
+    assert s["adstack_device_sized"] >= 2 and s["adstack_bytes"] > 0, s
+
+
+def _workers(size: int) -> int:
+    """``devices/runtime.py``: a launch is split over ``min(num_threads, extent)`` workers
+    when it has at least ``PARALLEL_MIN_WORK`` elements, else it runs on one thread."""
+    threads = qt.config.num_threads
+    return min(threads, size) if size >= PARALLEL_MIN_WORK and threads > 1 else 1
+
+
+def _row_lanes() -> int:
+    """A stack row holds one entry per lane of a block (``graph/plan.py`` ``LANES``) for a
+    task whose single, non-nested loop runs in lane blocks; 1 for scalar loops."""
+    return getattr(_plan, "LANES", 1) or 1
+
+
+@pytest.mark.parametrize("size", [1000, 40_000])
+def test_adstack_bytes_are_workers_times_depth_not_elements(size, fusion, rng):
+    """``adstack_bytes`` = workers x max depth x row bytes (entry bytes: the float64 state,
+    per lane); the same for 1000 and 40 000 elements but for the number of workers."""
+    qt.config.num_threads = 2
+    depth = 7
+    n = rng.integers(0, depth + 1, size)
+    n[size // 2] = depth
+    x, c, qn = _b3_inputs(rng, size, n)
+    qt.reset_stats()
+    gx, gc = grads(b3_qt(qn), (x, c), (0, 1))
+    got = qt.stats()["adstack_bytes"]
+    workers = _workers(size)
+    assert got == workers * depth * _row_lanes() * 8, (got, workers, depth)
+    assert got <= workers * depth * 64 * 16  # whatever the lanes: bounded by workers x depth
+    assert got < size * depth * 8 or size < 64 * 16
+    _, hx, hc = b3_numpy(x.numpy(), c.numpy(), n)
+    assert_close(gx, hx, what="d/dx")
+
+
+def test_adstack_bytes_float_and_int_entries(fusion, rng):
+    """The reverse of a (float64, int64) state reads both: 16 bytes per entry."""
+    size, depth = 300, 6
+    n = rng.integers(0, depth + 1, size)
+    n[0] = depth
+    qn, qk = qt.asarray(n), qt.asarray(rng.integers(-3, 3, size))
+    c = qt.asarray(rng.uniform(0.5, 1.5, size))
+
+    def loss(x):
+        v, k = qt.fori_loop(0, qn, float_int_body(qt, c), (x, qk))
+        return qt.sum(v)
+    qt.reset_stats()
+    grads(loss, (qt.asarray(rng.uniform(-1, 1, size)),), (0,))
+    assert qt.stats()["adstack_bytes"] == 1 * depth * _row_lanes() * 16, qt.stats()
+
+
+def test_loops_that_never_run_take_no_stack(fusion, rng):
+    x, c, qn = _b3_inputs(rng, 50, np.zeros(50, np.int64))
+    qt.reset_stats()
+    gx, gc = grads(b3_qt(qn), (x, c), (0, 1))
+    assert qt.stats()["adstack_bytes"] == 0
+    np.testing.assert_array_equal(gx, np.ones(50))
+    np.testing.assert_array_equal(gc, np.zeros(50))
+
+
+def test_adstack_overflow_names_kernel_and_loop(fusion, rng):
+    size = 30
+    n = rng.integers(0, 11, size)
+    n[5] = 10
+    x, c, qn = _b3_inputs(rng, size, n)
+    qt.config.adstack_max_depth = 3
+    with pytest.raises(qt.AdstackOverflowError) as err:
+        grads(b3_qt(qn), (x, c), (0, 1))
+    msg = str(err.value)
+    assert re.search(r"\bqt_[0-9a-f]{6,}", msg), msg
+    assert re.search(r"\bloop_[0-9a-f]{6,}", msg), msg
+    qt.config.adstack_max_depth = None
+    gx, gc = grads(b3_qt(qn), (x, c), (0, 1))
+    _, hx, hc = b3_numpy(x.numpy(), c.numpy(), n)
+    assert_close(gx, hx, what="d/dx after lifting the cap")
+    assert_close(gc, hc, what="d/dc after lifting the cap")
+
+
+# --- element-mixing bodies ---------------------------------------------------------------
+MIXING = {
+    "sum": (lambda v: v + qt.sum(v), r"sum"),
+    "reverse": (lambda v: v[::-1] * 0.5, r"slice|flip|reverse"),
+    "roll": (lambda v: qt.concatenate([v[1:], v[:1]]), r"slice|concatenate"),
+    "mean_keepdims": (lambda v: v - qt.mean(v, keepdims=True), r"sum|mean"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MIXING))
+def test_element_mixing_body_is_a_tracer_error(case, fusion, rng):
+    body, op = MIXING[case]
+    x, n = qt.asarray(rng.uniform(-1, 1, 6)), qt.asarray(rng.integers(0, 3, 6))
+    with pytest.raises(qt.TracerError, match=op) as err:
+        qt.fori_loop(0, n, lambda i, v: body(v), x)
+    assert "fori_loop" in str(err.value)
+    with pytest.raises(qt.TracerError, match=op):
+        qt.while_loop(lambda v: v < 1.0, lambda v: body(v) + 1.0, x)
+
+
+def test_element_mixing_condition_is_a_tracer_error(fusion, rng):
+    x = qt.asarray(rng.uniform(-1, 1, 6))
+    with pytest.raises(qt.TracerError, match="sum"):
+        qt.while_loop(lambda v: v + qt.sum(v) < 1.0, lambda v: v + 1.0, x)
