@@ -42,6 +42,8 @@ def vjp(fn, *primals, has_aux: bool = False):
     leaves, tree = pytree.flatten(primals)
     with ad_scope() as level:
         marked = [_mark(x, level, i, "qt.vjp") for i, x in enumerate(leaves)]
+        # taken now: `x[i] = v` inside fn rebinds the tensor object to a new node
+        wrt = [m._node for m in marked]
         result = fn(*pytree.unflatten(tree, marked))
     if has_aux:
         if not (isinstance(result, tuple) and len(result) == 2):
@@ -50,7 +52,6 @@ def vjp(fn, *primals, has_aux: bool = False):
     out_leaves, out_tree = pytree.flatten(result)
     out_leaves = [_as_tensor_out(o, "qt.vjp") for o in out_leaves]
     out = pytree.unflatten(out_tree, out_leaves)
-    wrt = [m._node for m in marked]
 
     def vjp_fn(cotangent):
         ct_leaves, ct_tree = pytree.flatten(cotangent)
@@ -63,7 +64,7 @@ def vjp(fn, *primals, has_aux: bool = False):
                 raise ValueError(f"qt.vjp: cotangent shape {c.shape} differs from output shape {o.shape}")
             cts.append(c)
         grads = backward([o._node for o in out_leaves], cts, wrt)
-        grads = [g if g is not None else zeros_like(m) for g, m in zip(grads, marked)]
+        grads = [g if g is not None else zeros_like(wrap(w)) for g, w in zip(grads, wrt)]
         return tuple(pytree.unflatten(tree, grads))
 
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)

@@ -42,6 +42,8 @@ def view_index(node: Node, ix: tuple, ext: dict) -> tuple:
         starts, steps = node.params
         return tuple(ix_.add(ix_.const(s), ix_.scale(i, st)) for i, s, st in zip(ix, starts, steps))
     if node.prim == "reshape":
+        if node.size == 0:  # nothing is ever read
+            return tuple(ix_.ZERO for _ in src.shape)
         strides = c_strides(node.shape)
         linear = ix_.add(*(ix_.scale(i, s) for i, s, d in zip(ix, strides, node.shape) if d != 1))
         out = []

@@ -9,6 +9,7 @@ matrix; C-contiguous, transposed or strided buffers) — from a limited vocabula
   reshaped, outer broadcasts (``v[:, None] + w[None, :]``), and index maps that realize
   ``i // 2``, ``i % 2``, ``(i + s) % n`` through reshapes of broadcasts, or ``i // 2``,
   ``i % 2``, ``min(i, K)`` through gathers (``x[qt.arange(n) // 2]``, ...);
+* empty slices (``x[3:3]``), read and returned;
 * gathers with random and with repeated indices (also from views of computed values),
   row gathers of matrices, scatter-adds and scatter-maxes with repeated indices,
   concatenations, reductions (sum / max / mean over every axis, with and without
@@ -241,7 +242,7 @@ STEPS = {
     "outer": "v", "div2_view": "v", "mod2_view": "v", "roll_view": "v",
     "div2_gather": "v", "mod2_gather": "v", "min_gather": "v", "rand_gather": "v",
     "rep_gather": "v", "row_gather": "m", "scatter": "v", "concat": "v",
-    "reduce": "any", "cumsum": "any",
+    "reduce": "any", "cumsum": "any", "empty": "any",
 }
 # what a gather or scatter reads: the value itself or a view of it
 SOURCES = ["value", "value", "reversed", "shifted"]
@@ -334,6 +335,12 @@ def programs(draw):
             step, bnd = (kind, key, then, a), ba
         elif kind == "transpose":
             step, shape, bnd = (kind, draw(st.sampled_from(["sin", "none"])), a), sa[::-1], ba
+        elif kind == "empty":  # an empty slice (kernels over nothing; outputs still allocated)
+            axis = draw(st.integers(0, len(sa) - 1))
+            start = draw(st.integers(0, sa[axis]))
+            key = tuple(slice(start, start) if k == axis else slice(None) for k in range(len(sa)))
+            shape = np.empty(sa)[key].shape
+            step, bnd = (kind, key, draw(st.sampled_from(["sin", "none"])), a), ba
         elif kind == "reshape":
             size = int(np.prod(sa))
             options = [(size,), (2, size // 2), (size // 2, 2)] if size % 2 == 0 else [(size,)]
@@ -425,7 +432,7 @@ def run(lib, steps, outputs, inputs, idx_seed):
             hi = tuple(slice(1, None) if k == axis else slice(None) for k in range(len(x.shape)))
             lo = tuple(slice(None, -1) if k == axis else slice(None) for k in range(len(x.shape)))
             r = getattr(lib, op)(x[hi], x[lo])
-        elif kind in ("stride", "reverse", "transpose", "reshape"):
+        elif kind in ("stride", "reverse", "transpose", "reshape", "empty"):
             x = vals[step[-1]]
             if kind == "transpose":
                 r = lib.view(x, lambda t: t.T)

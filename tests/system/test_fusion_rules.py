@@ -463,6 +463,31 @@ def test_output_read_at_an_injective_index_is_stored_from_the_same_kernel(read, 
     assert launches == 1
 
 
+# -- empty results ----------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["view of a computed value", "beside another kernel"])
+def test_empty_output_is_an_empty_array(case, fusion, arrays):
+    """Regression: a plan left with exactly one kernel to launch (its empty-domain tasks
+    skipped) takes the single-kernel fast path, which returned ``None`` for the empty
+    output (``array(None, dtype=object)`` from ``.numpy()``; after ``qt.eval`` the tensor
+    raised ``TracerError``). Which plans hit it depends on fusion: the first case with
+    fusion off (``exp`` and the empty slice are two tasks), the second with it on."""
+    v = arrays["v"]
+    if case == "view of a computed value":
+        def fn(v):
+            return qt.exp(v)[3:3], qt.exp(v)[3:3] + 1.0
+        ref = (np.exp(v)[3:3], np.exp(v)[3:3] + 1.0)
+    else:
+        def fn(v):
+            return qt.exp(v) * 2.0, qt.sin(v)[3:3] + 1.0
+        ref = (np.exp(v) * 2.0, np.sin(v)[3:3] + 1.0)
+    got = _values(fn, qt.asarray(v))
+    for g, r in zip(got, ref):
+        assert g.shape == r.shape and g.dtype == r.dtype, (g, r)
+        np.testing.assert_allclose(g, r, rtol=1e-13)
+    direct = fn(qt.asarray(v))[1].numpy()   # one output, no qt.eval
+    assert direct.shape == ref[1].shape and direct.dtype == ref[1].dtype, repr(direct)
+
+
 # -- horizontal fusion ------------------------------------------------------------------
 def _ten_updates(*xs):
     return tuple(qt.sin(x) * (k + 1.0) + x * x for k, x in enumerate(xs))
