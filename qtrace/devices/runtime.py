@@ -78,6 +78,8 @@ class Plan:
         fn, info, slots, frees, parallel = self.steps[0]
         if fn is None or parallel or info[3] is not None:
             return None
+        if any(v not in slots for _, v in self.outputs):  # an output no kernel writes (empty)
+            return None
         allocs = [(s, *self.slot_meta[s]) for s in dict.fromkeys(slots) if s >= self.n_leaves]
         return fn, info[0], info[1], slots, allocs, [v for _, v in self.outputs]
 

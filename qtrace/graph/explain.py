@@ -116,6 +116,7 @@ class Explanation:
         height = 40 + max(len(c) for c in columns.values()) * (h + 24)
         group_index = {id(g): i for i, g in enumerate(sched.order)}
         rejected = {(id(d.producer), id(d.consumer)): d.rule for d in self.decisions if not d.fused}
+        by_producer = {id(d.producer): d.rule for d in self.decisions if not d.fused}
         parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
                  f'font-family="monospace" font-size="11">']
         for n in nodes:
@@ -127,6 +128,8 @@ class Explanation:
                 g = sched.group_of.get(id(n))
                 rule = rejected.get((id(i), id(n))) or (
                     rejected.get((id(i), id(g.root))) if g not in (None, FREE) else None)
+                if rule is None and g is FREE:  # the boundary is read through this view
+                    rule = by_producer.get(id(i))
                 color = "#d62728" if rule else "#888"
                 parts.append(f'<line x1="{x0 + w}" y1="{y0 + h / 2}" x2="{x1}" y2="{y1 + h / 2}" '
                              f'stroke="{color}" stroke-width="{2 if rule else 1}"/>')

@@ -52,7 +52,7 @@ def _atom_repr(a) -> str:
         return f"i{a[1]}"
     if a[0] == "s":
         return f"%{a[1]}"
-    return f"({a[1]!r} {'//' if a[0] == 'div' else '%'} {a[2]})"
+    return f"(({a[1]!r}) {'//' if a[0] == 'div' else '%'} {a[2]})"
 
 
 def _rest(x: Ix, c: int) -> Ix:

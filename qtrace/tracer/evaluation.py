@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..graph import evaluate as graph_evaluate
 from ..graph.device import CPU, Device
 from ..graph.node import make_input
-from .context import concrete_error, is_abstract
+from .context import ad_level, concrete_error, is_abstract
 from .tensor import Tensor
 
 
@@ -34,6 +34,8 @@ def eval(*tensors) -> None:  # noqa: A001 - the SPEC's name
     if not pending:
         return
     buffers = graph_evaluate.evaluate(tuple(pending))
+    if ad_level():  # while differentiating, tensors stay connected to their graph
+        return
     for n, buf in zip(pending, buffers):
         leaf = make_input(n.shape, n.dtype, n.device, buffer=buf, weak=n.weak)
         for t in owners[id(n)]:

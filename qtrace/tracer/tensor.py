@@ -7,7 +7,7 @@ import numpy as np
 from ..config import config
 from ..graph import evaluate as _evaluate
 from ..graph.node import Node, make_input
-from .context import concrete_error, is_abstract
+from .context import ad_level, concrete_error, is_abstract
 
 
 class Tensor:
@@ -86,7 +86,8 @@ class Tensor:
         if is_abstract(node):
             raise concrete_error("qt.Tensor value")
         (buf,) = _evaluate.evaluate((node,))
-        self._node = make_input(node.shape, node.dtype, node.device, buffer=buf, weak=node.weak)
+        if not ad_level():  # while differentiating, the tensor must stay connected to its graph
+            self._node = make_input(node.shape, node.dtype, node.device, buffer=buf, weak=node.weak)
         return buf
 
     def numpy(self) -> np.ndarray:

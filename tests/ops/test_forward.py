@@ -116,18 +116,30 @@ _OPERATOR_FUNCTION = {op.name: name for op in OPERATORS for name in [
      "op:~": "invert"}[op.name]]}
 
 
+def _computes_in_float(op, dtype: str) -> bool:
+    """True when NumPy computes ``op`` on a non-float ``dtype`` in a float loop (the int
+    input is only converted, e.g. ``np.sin(int32) -> float64``)."""
+    if dtype in FLOATS:
+        return False
+    with np.errstate(all="ignore"):
+        out = op.ref(*[np.ones(2, dtype=dict(op.arg_dtypes or ()).get(i, dtype))
+                       for i in range(op.arity)])
+    return np.asarray(out).dtype.kind == "f"
+
+
 def _elementwise_params():
     """Every record x every dtype, with a handful of shape cases per pair.
 
     Kernels compile once per distinct graph (~50 ms each), so shape cases are sampled:
     every dtype gets one non-contiguous case and one rotating other case (two for float64
     and int32); a stable hash of record and dtype picks them, so the suite covers every
-    combination across records. The special-values case runs for float dtypes, and for
-    integer dtypes where integer edge values matter. Large inputs (vectorized loops,
-    parallel chunks): "wide" (40k floats over the dtype's whole range, special values
-    scattered in) for float dtypes, "large" (40k elements, views, broadcasting) for one
-    rotating non-float dtype and float32. Operators compile the same kernels as their functions, and
-    take the same cases.
+    combination across records. Integer/bool inputs of float-only functions (a cast, then
+    the float loop) get the non-contiguous case alone. The special-values case runs for
+    float dtypes, and for integer dtypes where integer edge values matter. Large inputs
+    (vectorized loops, parallel chunks): "wide" (40k floats over the dtype's whole range,
+    special values scattered in) for float dtypes, "large" (40k elements, views,
+    broadcasting) for float32 and one rotating integer dtype where the loop is integer.
+    Operators compile the same kernels as their functions, and take the same cases.
     """
     params = []
     picked = {}
@@ -135,17 +147,18 @@ def _elementwise_params():
         cases = list(ELEMENTWISE_CASES[op.arity])
         noncontig = [c for c in cases if c in ("T", "neg", "views")]
         rest = [c for c in cases if c not in noncontig]
+        native = [d for d in op.dtypes if d not in FLOATS and not _computes_in_float(op, d)]
         for dt in op.dtypes:
-            chosen = (_stable_pick(noncontig, 1, op.name, dt, "nc")
-                      + _stable_pick(rest, 2 if dt in ("float64", "int32") else 1, op.name, dt))
+            chosen = _stable_pick(noncontig, 1, op.name, dt, "nc")
+            if not _computes_in_float(op, dt):
+                chosen += _stable_pick(rest, 2 if dt in ("float64", "int32") else 1, op.name, dt)
             picked[op.name, dt] = chosen
             if op.special and op.arity <= 2 and (
                     dt in FLOATS or (dt in INTS and op.name in _INT_SPECIAL)):
                 chosen = chosen + ["special"]
             if dt in FLOATS and not op.arg_dtypes:
                 chosen = chosen + ["wide"]
-            nonfloat = [d for d in op.dtypes if d not in FLOATS]
-            if dt == "float32" or dt in _stable_pick(nonfloat or ["float64"], 1, op.name, "L"):
+            if dt == "float32" or dt in _stable_pick(native or ["float32"], 1, op.name, "L"):
                 chosen = chosen + ["large"]
             for case in chosen:
                 params.append(pytest.param(op, dt, case, id=f"{op.name}-{dt}-{case}"))
@@ -383,10 +396,10 @@ def _record_params(records, per_dtype=1, first_dtype_cases=None):
         for i, dt in enumerate(op.dtypes):
             n = (first_dtype_cases or len(cases)) if i == 0 else per_dtype
             chosen = _stable_pick(cases, n, op.name, dt)
-            # forward-only cases (NaN layouts, large inputs): first dtype, plus one rotating
-            # case for float dtypes (NaN) or one rotating dtype
+            # forward-only cases (NaN layouts, large inputs): one rotating case for the
+            # first dtype and for float dtypes
             if extra and (i == 0 or dt in FLOATS):
-                chosen += extra if i == 0 else _stable_pick(extra, 1, op.name, dt)
+                chosen += _stable_pick(extra, 1, op.name, dt, "extra")
             for case in chosen:
                 params.append(pytest.param(op, dt, case, id=f"{op.name}-{dt}-{case}"))
     return params

@@ -28,12 +28,16 @@ runs on fresh random inputs (NumPy, seeded by a Hypothesis-drawn seed)
   than their error bounds, the comparison may legitimately go either way in float32,
   so the NumPy check of that example is skipped (rare).
 
-Cost: compilation dominates (each new kernel is an LLVM compile), so programs are built
-from one vector length and one matrix shape and a few fixed constants, so that most
-programs share their kernels (through the kernel cache) with earlier ones. 2000
-programs (the default; ``QTRACE_FUZZ_EXAMPLES`` sets the number, ``QTRACE_FUZZ_STEPS``
-the longest program) take about 40 s of CPU
-time with a cold kernel cache, 1.5-2 minutes of wall time on the shared 2-core machine.
+A second test reads computed values through random chains of views (exact float64
+arithmetic: fused, unfused and NumPy agree bit for bit).
+
+Cost: compilation dominates (each new kernel is an LLVM compile), so programs share
+structure: one vector length, one matrix shape, a few fixed constants and a small
+vocabulary, so that most programs find most of their kernels in the kernel cache (a
+few hundred compiles serve 2000 programs). 2000 programs (the default;
+``QTRACE_FUZZ_EXAMPLES`` sets the number, ``QTRACE_FUZZ_STEPS`` the longest program)
+plus 250 view chains take about 65 s of CPU time with a cold kernel cache: 1.5 minutes
+of wall time on the shared 2-core machine.
 """
 
 from __future__ import annotations

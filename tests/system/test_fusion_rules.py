@@ -260,22 +260,25 @@ def test_floor_division_index_through_a_reshape_is_a_boundary(arrays):
     assert "//" in str(report) and "boundary" in str(report)
 
 
-def test_boundary_index_expressions_print_unambiguously(arrays):
+INDEX_MAPS = {  # name: (y = f(exp(v)) reading exp(v) at a non-injective index, that index)
+    "remainder": (lambda v: qt.broadcast_to(qt.exp(v)[None, :], (2, 8)).reshape(-1)[3:11] + 1.0,
+                  lambda i: (i + 3) % 8),
+    "floor division": (lambda v: qt.broadcast_to(qt.exp(v)[:, None], (8, 2)).reshape(-1)[1:15] + 1.0,
+                       lambda i: (i + 1) // 2),
+}
+
+
+@pytest.mark.parametrize("index_map", sorted(INDEX_MAPS))
+def test_boundary_index_expressions_print_unambiguously(index_map, arrays):
     """The report shows the offending index expression; read as arithmetic it must mean
-    that index: ``(i0 + 3) % 8`` must not print as ``(i0 + 3 % 8)``."""
-    v = arrays["v"]
-
-    def roll(v):  # y[i] = exp(v)[(i + 3) % 8]
-        return qt.broadcast_to(qt.exp(v)[None, :], (2, 8)).reshape(-1)[3:11] + 1.0
-
-    def repeat(v):  # y[i] = exp(v)[(i + 1) // 2]
-        return qt.broadcast_to(qt.exp(v)[:, None], (8, 2)).reshape(-1)[1:15] + 1.0
-
-    for fn, meaning in ((roll, lambda i: (i + 3) % 8), (repeat, lambda i: (i + 1) // 2)):
-        expr = _decision(_explain(fn, v), "exp").expression
-        text = str(expr).replace("i0", "i")
-        for i in range(8):
-            assert eval(text, {"i": i}) == meaning(i), f"{fn.__name__}: {expr!s} at i0={i}"
+    that index: ``(i0 + 3) % 8`` must not print as ``(i0 + 3 % 8)`` (which reads as
+    ``i0 + 3``), nor ``(i0 + 1) // 2`` as ``(i0 + 1 // 2)``."""
+    fn, meaning = INDEX_MAPS[index_map]
+    d = _decision(_explain(fn, arrays["v"]), "exp")
+    assert not d.fused and index_map in d.rule, str(d)
+    text = str(d.expression).replace("i0", "i")
+    assert [eval(text, {"i": i}) for i in range(8)] == [meaning(i) for i in range(8)], \
+        f"index expression printed as {d.expression!s}"
 
 
 def test_remainder_index_is_a_boundary_and_the_tasks_are_not_merged(arrays):
@@ -341,10 +344,10 @@ GATHER_VIEWS = {"shifted": lambda x: x[1:], "strided": lambda x: x[::2], "revers
 @pytest.mark.parametrize("view", sorted(GATHER_VIEWS))
 def test_gather_through_a_view_of_a_computed_source(view, arrays):
     """Regression: with fusion on, a gather whose source is a view (slice, transpose,
-    reshape) of a computed value crashes in partitioning
+    reshape) of a computed value crashed in partitioning
     (``AttributeError: 'str' object has no attribute 'const'``: the data-dependent read
-    marker is passed on through the view's index map, ``partition.reads_in`` ->
-    ``access.view_index``)."""
+    marker was passed on through the view's index map, ``partition.reads_in`` ->
+    ``access.view_index``; fixed in 312ffc3)."""
     m, idx = arrays["m"], np.array([1, 0, 3, 3])
 
     def fn(m, idx):
@@ -357,8 +360,8 @@ def test_gather_through_a_view_of_a_computed_source(view, arrays):
 
 
 def test_gather_through_two_views_of_an_input(fusion, arrays):
-    """Regression (same cause): ``m.T[::2][idx]`` of an *input* ``m`` crashes with fusion on
-    (one view of an input is fine; a chain of two is not)."""
+    """Regression (same cause): ``m.T[::2][idx]`` of an *input* ``m`` crashed with fusion on
+    (one view of an input was fine; a chain of two was not)."""
     m, idx = arrays["m"], np.array([1, 0, 3])
     got = _values(lambda m, idx: m.T[::2][idx] + 1.0, qt.asarray(m), qt.asarray(idx))[0]
     np.testing.assert_array_equal(got, m.T[::2][idx] + 1.0)

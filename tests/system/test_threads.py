@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -214,3 +217,31 @@ def test_num_threads_change_takes_effect_for_cached_plans(rng):
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(b, c)
     np.testing.assert_allclose(c, x * 3 + 1)
+
+
+def test_garbage_collection_while_recording_does_not_deadlock():
+    """Nodes that die in a garbage-collected cycle while another node is being interned
+    (GC runs on any allocation) must not deadlock the interning lock. Runs in a fresh
+    process: a deadlock shows up as a timeout there instead of hanging this session."""
+    code = textwrap.dedent("""
+        import gc
+        import numpy as np
+        import qtrace as qt
+        x = qt.asarray(np.ones(3))
+        for i in range(2000):
+            gc.set_threshold(1 + i % 13, 1, 1)   # vary where collections fall
+            y = x + float(i)
+            cyc = [y._node]
+            cyc.append(cyc)                       # the node dies only through the GC
+            del y, cyc
+            junk = [[] for _ in range(i % 7)]
+            del junk
+        print("ok")
+    """)
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=90)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("recording deadlocked when the GC ran inside make_node") from None
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok"
