@@ -15,7 +15,7 @@ import math
 from ..tracer import elementwise as ew
 from ..tracer import indexing, linalg, reductions, shape_ops
 from ..tracer.convert import astype
-from ..tracer.creation import zeros_like
+from ..tracer.creation import ones_like, zeros_like
 from ..tracer.tensor import Tensor
 
 VJP: dict = {}
@@ -319,7 +319,17 @@ def _reduce_sum(node, ct, xs, out):
 
 @vjp_rule("reduce_prod")
 def _reduce_prod(node, ct, xs, out):
-    return [div(mul(_expand_back(ct, node), _expand_back(out, node)), xs[0])]
+    # the product of the other elements, exact with zeros (like JAX): prod/x where no zero
+    # is reduced, the product of the non-zeros at the single zero, 0 elsewhere
+    x = xs[0]
+    axes = node.params[0]
+    is_zero = ew.equal(x, 0)
+    n_zeros = _expand_back(reductions.sum(astype(is_zero, x.dtype), axis=axes), node)
+    nonzero = ew.where(is_zero, 1.0, x)
+    p_nonzero = _expand_back(reductions.prod(nonzero, axis=axes), node)
+    others = ew.where(ew.equal(n_zeros, 0), div(p_nonzero, nonzero),
+                      ew.where(ew.logical_and(ew.equal(n_zeros, 1), is_zero), p_nonzero, 0.0))
+    return [mul(_expand_back(ct, node), others)]
 
 
 @vjp_rule("reduce_max", "reduce_min")
@@ -396,7 +406,8 @@ def _scatter(node, ct, xs, out):
     if mode == "set":
         return [indexing.scatter_at(ct, 0.0, coords, "set"), picked] + none
     if mode == "multiply":
-        factor = div(out, x)  # product of the updates that reached each element
+        # the product of the updates that reached each element (exact, also where x == 0)
+        factor = indexing.scatter_at(ones_like(x), v, coords, "multiply")
         return [mul(ct, factor), div(indexing.gather_at(mul(ct, out), coords), v)] + none
     # min / max: the gradient goes to whichever operand produced the result
     at_out = indexing.gather_at(out, coords)

@@ -240,7 +240,7 @@ def test_garbage_collection_while_recording_does_not_deadlock():
     """)
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=90)
+                             timeout=30)
     except subprocess.TimeoutExpired:
         raise AssertionError("recording deadlocked when the GC ran inside make_node") from None
     assert out.returncode == 0, out.stderr[-2000:]
