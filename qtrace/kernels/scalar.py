@@ -359,8 +359,16 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Va
     if src.kind == "f" and dst.kind == "f":
         return b.fpext(x, ty) if dst.itemsize > src.itemsize else b.fptrunc(x, ty)
     if src.kind == "f":
-        name = "fptosi.sat" if dst.kind == "i" else "fptoui.sat"
-        return intrinsic(b, name, [x], [ty, x.type], ret=ty)
+        if dst.kind == "i":
+            # as NumPy on x86: NaN and out-of-range values become the minimum ("integer
+            # indefinite"), never LLVM poison
+            sat = intrinsic(b, "fptosi.sat", [x], [ty, x.type], ret=ty)
+            lo = float(np.iinfo(dst).min)
+            hi = float(np.iinfo(dst).max) + 1.0
+            ok = b.and_(b.fcmp_ordered(">=", x, ir.Constant(x.type, lo)),
+                        b.fcmp_ordered("<", x, ir.Constant(x.type, hi)))
+            return b.select(ok, sat, ir.Constant(ty, int(np.iinfo(dst).min)))
+        return intrinsic(b, "fptoui.sat", [x], [ty, x.type], ret=ty)
     if dst.kind == "f":
         return b.sitofp(x, ty) if src.kind == "i" else b.uitofp(x, ty)
     if dst.itemsize < src.itemsize:

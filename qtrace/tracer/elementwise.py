@@ -136,15 +136,20 @@ def clip(x, a_min=None, a_max=None) -> Tensor:
 def round(x, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy's name
     """``numpy.round``: round half to even, to ``decimals`` places."""
     t = x if isinstance(x, Tensor) else wrap(operand(x, "round").node)
-    if t.dtype.kind in "iub":
+    if t.dtype.kind == "b":
+        raise TypeError("qt.round: not supported for dtype bool")
+    if t.dtype.kind in "iu":
         if decimals >= 0:
             return t
-        scale = 10.0 ** (-decimals)
-        return astype(apply("multiply", apply("rint", apply("divide", t, scale)), scale), t.dtype)
+        factor = 10.0 ** (-decimals)  # NumPy: rint(x / f) * f in float64, cast back
+        return astype(apply("multiply", apply("rint", apply("divide", t, factor)), factor), t.dtype)
     if decimals == 0:
         return apply("rint", t)
-    scale = 10.0 ** decimals
-    return apply("divide", apply("rint", apply("multiply", t, scale)), scale)
+    if decimals > 0:
+        scale = 10.0 ** decimals
+        return apply("divide", apply("rint", apply("multiply", t, scale)), scale)
+    factor = 10.0 ** (-decimals)
+    return apply("multiply", apply("rint", apply("divide", t, factor)), factor)
 
 
 around = round

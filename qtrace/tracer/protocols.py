@@ -11,6 +11,7 @@ from .convert import astype
 from .tensor import Tensor
 
 UFUNC_TO_QT = {getattr(np, ufunc): elementwise.FUNCTIONS[name] for name, ufunc in ELEMENTWISE_UFUNCS.items()}
+UFUNC_TO_QT[np.matmul] = linalg.matmul  # a gufunc: `ndarray @ tensor` arrives here
 
 FUNCTIONS = {
     np.sum: reductions.sum, np.prod: reductions.prod, np.mean: reductions.mean,

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from op_table import layout
 
 import qtrace as qt
-
-from op_table import layout
 
 # name -> f(xp, a, b): values in [-2, 2] map into [-2, 2]
 FLOAT_STEPS = {
@@ -104,7 +103,10 @@ def _inputs(rng, dtype):
 def _evaluate(mode: bool, steps, prog, outputs, arrays):
     qt.config.fusion = mode
     outs = run_program(qt, steps, prog, outputs, [qt.asarray(a) for a in arrays])
+    qt.reset_stats()
     qt.eval(*outs)
+    if mode:  # the comparison is only meaningful if fusion happened
+        assert qt.stats()["tasks_fused"] > 0, "fusion on, but no task was fused"
     return [o.numpy() for o in outs]
 
 

@@ -17,14 +17,37 @@ import zlib
 
 import numpy as np
 import pytest
+from op_table import (
+    BIG_RECORDS,
+    BINARY_OPERATORS,
+    DTYPES,
+    ELEMENTWISE,
+    ELEMENTWISE_CASES,
+    EPS32,
+    EPS64,
+    FLOATS,
+    INDEXING,
+    INTS,
+    LARGE_CASES,
+    LINALG,
+    OPERATORS,
+    REDUCTIONS,
+    SHAPE_OPS,
+    SPEC_ELEMENTWISE,
+    SPEC_OTHER,
+    TABLE,
+    UPDATES,
+    WIDE_SIZE,
+    Tol,
+    accumulation_tolerance,
+    layout,
+    make_input,
+    numpy_rejects,
+    special_values,
+    wide_values,
+)
 
 import qtrace as qt
-
-from op_table import (BIG_RECORDS, BINARY_OPERATORS, DTYPES, ELEMENTWISE, ELEMENTWISE_CASES,
-                      EPS32, EPS64, FLOATS, INDEXING, INTS, LARGE_CASES, LINALG, OPERATORS,
-                      REDUCTIONS, SHAPE_OPS, SPEC_ELEMENTWISE, SPEC_OTHER, TABLE, UPDATES,
-                      WIDE_SIZE, Tol, accumulation_tolerance, layout, make_input, numpy_rejects,
-                      special_values, wide_values)
 
 
 # --- comparison ----------------------------------------------------------------------
@@ -545,3 +568,174 @@ def test_table_covers_spec(fusion):
     for name in SPEC_ELEMENTWISE + SPEC_OTHER:
         assert callable(getattr(qt, name, None)), f"qt.{name} is missing"
     assert EPS32 > 0
+
+
+# --- comparisons with Python ints outside the dtype's range (NumPy 2: exact) ---------
+@pytest.mark.parametrize("dtype", ["int32", "uint32", "int64"])
+def test_comparison_with_out_of_range_python_int(dtype, fusion, rng):
+    a = make_input(rng, "real", dtype, (6,))
+    x = qt.asarray(a)
+    for value in (-1, -(2**40), 2**40, 2**63, -(2**63) - 1):
+        for fn in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq,
+                   operator.ne):
+            want, err = numpy_ref(fn, a, value)
+            if err is not None:
+                with pytest.raises(err):
+                    fn(x, value).numpy()
+                continue
+            assert_matches(fn(x, value), want, inputs=[a, value])
+            assert_matches(fn(value, x), fn(value, a), inputs=[value, a])
+
+
+# --- errors at record time -----------------------------------------------------------
+_MISMATCH = [
+    ("add", lambda a, b: qt.add(a, b)),
+    ("+", lambda a, b: a + b),
+    ("<", lambda a, b: a < b),
+    ("arctan2", lambda a, b: qt.arctan2(a, b)),
+    ("where", lambda a, b: qt.where(a > 0, a, b)),
+    ("maximum", lambda a, b: qt.maximum(a, b)),
+]
+
+
+@pytest.mark.parametrize("name, fn", _MISMATCH, ids=[n for n, _ in _MISMATCH])
+def test_broadcast_mismatch_raises_value_error_naming_both_shapes(name, fn, fusion):
+    a, b = qt.ones((2, 3)), qt.ones((4,))
+    with pytest.raises(ValueError) as info:
+        fn(a, b)  # at record time: nothing is evaluated
+    msg = str(info.value)
+    assert "(2, 3)" in msg and "(4,)" in msg, msg
+
+
+@pytest.mark.parametrize("case", ["matmul", "concatenate", "stack", "broadcast_to", "reshape"])
+def test_shape_errors_raise_value_error_at_record_time(case, fusion):
+    a = qt.ones((2, 3))
+    fn = {"matmul": lambda: a @ qt.ones((4, 2)),
+          "concatenate": lambda: qt.concatenate([a, qt.ones((2, 4))], axis=0),
+          "stack": lambda: qt.stack([a, qt.ones((3, 2))]),
+          "broadcast_to": lambda: qt.broadcast_to(a, (3, 3)),
+          "reshape": lambda: a.reshape(4, -1)}[case]
+    with pytest.raises(ValueError):
+        fn()
+
+
+# --- out-of-range indices ------------------------------------------------------------
+@pytest.mark.parametrize("case", ["int", "neg_int", "slice_axis1_int"])
+def test_basic_index_out_of_range_raises_at_record_time(case, fusion):
+    x = qt.asarray(np.arange(12.0).reshape(3, 4))
+    key = {"int": 3, "neg_int": -4, "slice_axis1_int": (slice(None), 4)}[case]
+    with pytest.raises(IndexError):
+        x[key]
+
+
+_OOB = {
+    "gather": lambda x, i: x[i],
+    "gather_2d": lambda x, i: x.reshape(2, 3)[:, i],
+    "set": lambda x, i: x.at[i].set(1.0),
+    "add": lambda x, i: x.at[i].add(1.0),
+    "max": lambda x, i: x.at[i].max(1.0),
+    "setitem": lambda x, i: _setitem(x, i),
+}
+
+
+def _setitem(x, i):
+    x[i] = 5.0
+    return x
+
+
+@pytest.mark.parametrize("index", [[0, 6], [-7, 1], [2**40]], ids=["6", "-7", "2**40"])
+@pytest.mark.parametrize("op", list(_OOB))
+def test_out_of_range_index_array_raises_index_error(op, index, fusion):
+    """Out-of-range gather/scatter indices raise IndexError naming the operation, no later
+    than the evaluation of the result."""
+    x = qt.asarray(np.arange(6.0))
+    i = np.array(index)
+    if op == "gather_2d":
+        i = np.minimum(i, 3)  # axis 1 has size 3
+    with pytest.raises(IndexError, match="bounds"):
+        _OOB[op](x, i).numpy()
+
+
+@pytest.mark.parametrize("op", ["gather", "add", "set"])
+def test_out_of_range_index_unchecked_is_contained(op, fusion, rng):
+    """``check_bounds = False``: no error and no stray reads/writes; in-range results exact."""
+    qt.config.check_bounds = False
+    a = rng.uniform(-1, 1, 6)
+    guard = qt.asarray(rng.uniform(-1, 1, 6))
+    guard_before = guard.numpy().copy()
+    i = np.array([1, 9, -1, 1000000, 2])
+    out = _OOB[op](qt.asarray(a), qt.asarray(i)).numpy()
+    np.testing.assert_array_equal(guard.numpy(), guard_before)
+    ok = np.array([1, -1, 2])
+    if op == "gather":
+        np.testing.assert_array_equal(out[[0, 2, 4]], a[ok])
+    else:
+        untouched = np.setdiff1d(np.arange(6), ok % 6)
+        np.testing.assert_array_equal(out[untouched], a[untouched])
+
+
+# --- update value casts --------------------------------------------------------------
+def test_setitem_and_at_cast_values_to_the_array_dtype(fusion):
+    a = np.arange(6, dtype=np.int32)
+    x = qt.asarray(a)
+    x[0] = 2.7
+    x[np.array([1, 2])] = np.array([-1.5, 9.99])
+    want = a.copy()
+    want[0] = 2.7
+    want[[1, 2]] = [-1.5, 9.99]
+    assert_matches(x, want)
+    y = qt.asarray(a).at[np.array([3, 3])].add(np.array([0.6, 0.6]))
+    want = a.copy()
+    want[3] += np.int32(0.6)  # JAX casts each update to the array dtype: 3 + 0 + 0
+    assert_matches(y, want)
+    z = qt.asarray(np.ones(3, np.float32)).at[1].set(np.float64(1 / 3))
+    want = np.ones(3, np.float32)
+    want[1] = 1 / 3
+    assert_matches(z, want)
+
+
+# --- NumPy scalars are strong (not weak like Python scalars) -------------------------
+@pytest.mark.parametrize("scalar", [np.float64(2.5), np.float32(2.5), np.int64(3), np.int32(3),
+                                    np.uint32(3), np.bool_(True)], ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint32"])
+def test_numpy_scalar_operands_are_strong(scalar, dtype, fusion, rng):
+    a = make_input(rng, "positive", dtype, (5,))
+    x = qt.asarray(a)
+    for fn in (operator.add, operator.mul, operator.truediv, operator.lt):
+        want, err = numpy_ref(fn, a, scalar)
+        if err is None:
+            tol = Tol(0.0, 0.0)
+            assert_matches(fn(x, scalar), want, tol, [a, scalar])
+            assert_matches(fn(scalar, x), fn(scalar, a), tol, [scalar, a])
+
+
+# --- lazily computed index tensors ---------------------------------------------------
+def test_lazily_computed_negative_indices_wrap(fusion, rng):
+    a = rng.uniform(-1, 1, (5, 4))
+    x = qt.asarray(a)
+    i = qt.arange(4) * 2 - 3          # [-3, -1, 1, 3], computed by qtrace
+    j = qt.argmax(x, axis=1) - 4      # negative column indices
+    ni, nj = np.arange(4) * 2 - 3, np.argmax(a, axis=1) - 4
+    assert_matches(x[i], a[ni], inputs=[a])
+    assert_matches(x[:, i[1:]], a[:, ni[1:]], inputs=[a])
+    assert_matches(x[qt.arange(5), j], a[np.arange(5), nj], inputs=[a])
+    want = a.copy()
+    np.add.at(want, (ni, 0), 1.0)
+    assert_matches(x.at[i, 0].add(1.0), want, inputs=[a])
+
+
+def test_boolean_mask_setitem_with_array_values(fusion, rng):
+    a = rng.uniform(-1, 1, (4, 5))
+    m = a > 0
+    v = rng.uniform(-1, 1, int(m.sum()))
+    x = qt.asarray(a)
+    x[qt.asarray(m)] = v
+    want = a.copy()
+    want[m] = v
+    assert_matches(x, want, inputs=[a, v])
+    y = qt.asarray(a)
+    y[m[:, 0]] = 0.0  # a row mask
+    want = a.copy()
+    want[m[:, 0]] = 0.0
+    assert_matches(y, want, inputs=[a])
+
