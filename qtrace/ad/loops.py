@@ -8,7 +8,7 @@ element's loop onto the adstack and runs this reverse body once per iteration, p
 
 from __future__ import annotations
 
-from ..graph.loops import layout
+from ..graph.loops import depth_source, layout
 from ..graph.node import make_input, toposort
 from ..graph.subgraph import Subgraph
 from ..tracer import dtypes
@@ -93,7 +93,8 @@ def loop_vjp(node, cts: dict) -> list:
         c = cts.get(k)
         ct_nodes.append(c._node if c is not None and dt.kind == "f" else zeros(shape, dt)._node)
     if kind == "fori":
-        lo, hi = inputs[lay.bounds]
+        # from the bounds before broadcasting: constants fold, scalars stay 0-d (host-sized)
+        lo, hi = (depth_source(n) for n in inputs[lay.bounds])
         depth = ew.maximum(ew.subtract(wrap(hi), wrap(lo)), 0)._node
     else:
         depth = record("loop", inputs, (kind, m, sub, m), shape, dtypes.int64)

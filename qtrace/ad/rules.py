@@ -15,7 +15,7 @@ import math
 from ..tracer import elementwise as ew
 from ..tracer import indexing, linalg, reductions, shape_ops
 from ..tracer.convert import astype
-from ..tracer.creation import ones_like, zeros_like
+from ..tracer.creation import ones_like, zeros, zeros_like
 from ..tracer.tensor import Tensor
 
 VJP: dict = {}
@@ -369,11 +369,32 @@ def _broadcast(node, ct, xs, out):
 @vjp_rule("slice")
 def _slice(node, ct, xs, out):
     starts, steps = node.params
+    if all(abs(s) == 1 for s in steps):
+        return [_pad_back(ct, xs[0].shape, starts, steps)]
     key = []
     for start, step, n in zip(starts, steps, node.shape):
         stop = start + step * (n - 1) + (1 if step > 0 else -1)
         key.append(slice(start, None if stop < 0 else stop, step) if n else slice(0, 0))
     return [zeros_like(xs[0]).at[tuple(key)].add(ct)]
+
+
+def _pad_back(ct: Tensor, shape: tuple, starts: tuple, steps: tuple) -> Tensor:
+    """``ct`` of a unit-step slice put back in place, zeros around (no index arrays)."""
+    g = ct
+    for axis, (start, step, size) in enumerate(zip(starts, steps, shape)):
+        n = g.shape[axis]
+        if step == -1:
+            g = shape_ops.flip(g, axis)
+            start = start - n + 1 if n else 0
+        before, after = start, size - start - n
+        if before or after:
+            parts = []
+            for width in (before, after):
+                zshape = list(g.shape)
+                zshape[axis] = width
+                parts.append(zeros(tuple(zshape), g.dtype))
+            g = shape_ops.concatenate([parts[0], g, parts[1]], axis=axis)
+    return g
 
 
 @vjp_rule("concatenate")

@@ -72,7 +72,9 @@ class Node:
 
 
 _intern: dict = {}  # identity -> weakref to the live node (the ref's callback removes it)
-_intern_lock = threading.Lock()
+# re-entrant: a garbage collection triggered while the lock is held (allocating a node)
+# runs the weak-reference callbacks, which take it again on the same thread
+_intern_lock = threading.RLock()
 
 
 def _forget(ident):

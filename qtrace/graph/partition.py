@@ -25,12 +25,13 @@ import sys
 from dataclasses import dataclass, field
 
 from . import index as ix_
-from .access import DATA, broadcast_index, classify, input_index
+from .access import DATA, broadcast_index, classify, cost, input_index
 from .loops import layout, siblings_key
 from .node import Node, toposort
 from .primitives import PRIMITIVES
 
 FREE = "free"  # a view read through, belonging to no task
+MAX_TASK_COST = 160  # fused work per element (math functions count 4): keeps LLVM's O3 time bounded
 MULTI_OUTPUT = frozenset({"loop", "loop_vjp", "call"})  # one node per component, one task
 
 
@@ -39,6 +40,7 @@ class Group:
     """One task-producing unit: a root node and the producers fused into it."""
     root: Node
     ext: dict                                   # loop variable -> extent
+    cost: int = 0                               # estimated work per element (see access.cost)
     members: list = field(default_factory=list)  # nodes computed here (topological order)
     stored: list = field(default_factory=list)   # members written to memory
     reads: dict = field(default_factory=dict)    # id(node) -> list of index tuples
@@ -205,6 +207,9 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
                     decisions.append(Decision(n, c, False, why))
                     break
                 target = g
+            if rule is None and target.cost + cost(n) > MAX_TASK_COST:
+                rule = f"task size limit ({MAX_TASK_COST}): bounds compile time"
+                decisions.append(Decision(n, target.root, False, rule))
             if rule is None:
                 reads = reads_in(target, n)
                 ok, rule, expr = classify(reads, target.ext, n.shape, n)
@@ -216,6 +221,7 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
                         ok, rule = False, "output read at another index or in a reduction"
                 decisions.append(Decision(n, target.root, ok, rule, expr))
                 if ok:
+                    target.cost += cost(n)
                     target.members.insert(0, n)
                     target.reads[id(n)] = reads
                     group_of[id(n)] = target

@@ -13,6 +13,7 @@ and infinities equal.
 from __future__ import annotations
 
 import operator
+import warnings
 import zlib
 
 import numpy as np
@@ -68,19 +69,19 @@ def assert_matches(got, want, tol: Tol | None = None, inputs=(), atol_array=None
     want = np.asarray(want)
     g = got.numpy()
     assert isinstance(g, np.ndarray), f".numpy() returned {type(g).__name__}"
-    ctx = _describe(inputs)
-    assert g.dtype == want.dtype, f"dtype: qtrace {g.dtype}, NumPy {want.dtype}\n{ctx}"
-    assert got.dtype == want.dtype, f"Tensor.dtype {got.dtype} != NumPy {want.dtype}\n{ctx}"
-    assert g.shape == want.shape, f"shape: qtrace {g.shape}, NumPy {want.shape}\n{ctx}"
-    assert got.shape == want.shape, f"Tensor.shape {got.shape} != NumPy {want.shape}\n{ctx}"
+    assert g.dtype == want.dtype, f"dtype: qtrace {g.dtype}, NumPy {want.dtype}\n{_describe(inputs)}"
+    assert got.dtype == want.dtype, f"Tensor.dtype {got.dtype} != NumPy {want.dtype}\n{_describe(inputs)}"
+    assert g.shape == want.shape, f"shape: qtrace {g.shape}, NumPy {want.shape}\n{_describe(inputs)}"
+    assert got.shape == want.shape, f"Tensor.shape {got.shape} != NumPy {want.shape}\n{_describe(inputs)}"
     if want.dtype.kind != "f":
         bad = g != want
         assert not bad.any(), (f"values differ at {np.argwhere(bad)[:8].tolist()}:\n"
-                               f"  qtrace {g[bad][:8]}\n  numpy  {want[bad][:8]}\n{ctx}")
+                               f"  qtrace {g[bad][:8]}\n  numpy  {want[bad][:8]}\n{_describe(inputs)}")
         return
     gn, wn = np.isnan(g), np.isnan(want)
     assert (gn == wn).all(), (f"NaN positions differ at {np.argwhere(gn != wn)[:8].tolist()}:\n"
-                              f"  qtrace {g[gn != wn][:8]}\n  numpy  {want[gn != wn][:8]}\n{ctx}")
+                              f"  qtrace {g[gn != wn][:8]}\n  numpy  {want[gn != wn][:8]}\n"
+                              f"{_describe(inputs)}")
     tol = tol or Tol(0.0, 0.0)
     with np.errstate(all="ignore"):
         w64 = want.astype(np.float64)
@@ -96,12 +97,13 @@ def assert_matches(got, want, tol: Tol | None = None, inputs=(), atol_array=None
         rel = err[bad] / np.maximum(np.abs(w64[bad]), np.finfo(want.dtype).tiny)
         raise AssertionError(
             f"values differ at {idx} (tol {tol}):\n  qtrace {g[bad][:8]!r}\n  numpy  "
-            f"{want[bad][:8]!r}\n  rel err {rel[:8]}\n{ctx}")
+            f"{want[bad][:8]!r}\n  rel err {rel[:8]}\n{_describe(inputs)}")
 
 
 def numpy_ref(fn, *args):
     """NumPy's result, or the exception class it raises."""
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # e.g. "Mean of empty slice"
         try:
             return fn(*args), None
         except (TypeError, ValueError, OverflowError, ZeroDivisionError) as err:
@@ -347,11 +349,10 @@ def test_numpy_ufunc_on_tensor_returns_tensor(op, fusion, rng):
         assert_matches(op.ref(args[0], qt.asarray(args[1])), want, op.tol["float64"], args)
 
 
-@pytest.mark.parametrize("op", [pytest.param(op, id=op.name) for op in BINARY_OPERATORS.values()])
-@pytest.mark.parametrize("dtype", ["float64", "int32"])
+@pytest.mark.parametrize("op, dtype", [
+    pytest.param(op, dt, id=f"{op.name}-{dt}") for op in BINARY_OPERATORS.values()
+    for dt in ("float64", "int32") if dt in op.dtypes])
 def test_ndarray_on_the_left_of_operator(op, dtype, fusion, rng):
-    if dtype not in op.dtypes:
-        pytest.skip(f"NumPy has no {op.name} for {dtype}")
     a = make_input(rng, op.domain[0], dtype, (3, 1))
     b = make_input(rng, op.domain[1], dtype, (4,))
     want, _ = numpy_ref(op.ref, a, b)
@@ -376,16 +377,16 @@ _INPLACE = {
 }
 
 
-@pytest.mark.parametrize("sym", list(_INPLACE))
-@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("sym, dtype", [
+    pytest.param(sym, dt, id=f"{sym}-{dt}") for sym in _INPLACE for dt in ("float32", "int32")
+    if dt in BINARY_OPERATORS["op" + sym[:-1]].dtypes])
 def test_inplace_operator_rebinds(sym, dtype, fusion, rng):
     """``x op= y`` rebinds ``x`` to ``x op y`` (dtype may change); other references keep the old value."""
     iop, op = _INPLACE[sym]
     rec = BINARY_OPERATORS["op" + sym[:-1]]
-    if dtype not in rec.dtypes:
-        pytest.skip(f"NumPy has no {sym[:-1]} for {dtype}")
     a = make_input(rng, rec.domain[0], dtype, (3, 4))
     b = make_input(rng, rec.domain[1], dtype, (4,))
+    a_copy = a.copy()
     x = qt.asarray(a)
     alias = x
     before = x * 1  # recorded before the update
@@ -396,7 +397,7 @@ def test_inplace_operator_rebinds(sym, dtype, fusion, rng):
         assert_matches(x, want, rec.tol.get(np.asarray(want).dtype.name), [a, b])
     assert_matches(alias, a)
     assert_matches(before, a * 1)
-    assert (np.asarray(a) == a).all()
+    np.testing.assert_array_equal(a, a_copy)  # the NumPy buffer behind asarray is untouched
 
 
 def test_inplace_matmul_rebinds(fusion, rng):

@@ -243,10 +243,11 @@ def test_python_loop_of_jitted_steps_compiles_once_per_length(fusion, rng):
     """``grad`` of a loss built by calling a jitted step ``T`` times in a Python loop.
 
     The second call with the same ``T`` builds nothing (the graph's content hash finds
-    the compiled plan). A different ``T`` is a different graph: qtrace may build a new
-    plan for it (with fusion on it did, one kernel of the unrolled chain; with fusion off
-    it reuses the per-operation kernels), and again a repeat of that ``T`` builds
-    nothing. Gradients match JAX for every ``T``.
+    the compiled plan). A different ``T`` is a different graph, so a new plan: what it
+    costs is qtrace's business, not asserted here beyond "no more than the first ``T``".
+    Observed (cold cache): fusion on, T=10 built 5 kernels and T=11 one more (the fused
+    backward chain); fusion off, T=10 built 9 and T=11 none (the per-operation kernels
+    are shared). A repeat of any ``T`` builds nothing. Gradients match JAX for every ``T``.
     """
     p, x0 = rng.normal(size=5), rng.normal(size=5)
     jstep = jax.jit(lambda x, p: jnp.sin(x) * p + 0.5 * x)
@@ -259,6 +260,7 @@ def test_python_loop_of_jitted_steps_compiles_once_per_length(fusion, rng):
         assert qt.stats()["traces"] <= 1
     assert built[10][1:] == [0, 0], f"kernels built or loaded on repeated T=10 calls: {built}"
     assert built[11][1] == 0, f"kernels built or loaded on the repeated T=11 call: {built}"
+    assert built[11][0] <= built[10][0], built
 
 
 # --- errors ---------------------------------------------------------------------------

@@ -112,10 +112,6 @@ def test_retraces_on_pytree_structure(rng):
 def test_static_argnums_and_argnames(rng):
     calls = []
 
-    @qt.jit
-    def plain(x):
-        return x
-
     def g(x, n, *, mode):
         calls.append((n, mode))
         y = x
@@ -137,7 +133,6 @@ def test_static_argnums_and_argnames(rng):
     np.testing.assert_allclose(f(t, 3, mode="plus").numpy(), x * 8 + 1)
     assert _traces() == 3
     assert calls == [(3, "plus"), (2, "plus"), (2, "minus")]
-    del plain
 
 
 def test_static_argnums_as_decorator_and_negative_index(rng):

@@ -30,6 +30,10 @@ OPS = [
     ("greater", qt.greater, np.greater),
     ("greater_equal", qt.greater_equal, np.greater_equal),
 ]
+# failures gathered per case so that one report lists every wrong pair
+# (pytest.raises reports "DID NOT RAISE" with a BaseException)
+COLLECT = (Exception, pytest.fail.Exception)
+
 OPERATORS = [("+", operator.add), ("*", operator.mul), ("/", operator.truediv),
              ("==", operator.eq), ("<", operator.lt), (">=", operator.ge)]
 
@@ -82,7 +86,7 @@ def test_tensor_tensor_promotion_matches_numpy(name, qfn, nfn):
         try:
             _check(lambda a=a, b=b: qfn(qt.asarray(a), qt.asarray(b)), expected,
                    f"{name}({d1}, {d2})")
-        except (AssertionError, pytest.fail.Exception, Exception) as err:  # collect all pairs
+        except COLLECT as err:  # collect every failing pair
             failures.append(f"{name}({d1}, {d2}): {type(err).__name__}: {err}".splitlines()[0])
     assert not failures, "\n".join(failures)
 
@@ -96,7 +100,7 @@ def test_operators_promote_like_numpy(sym, fn):
         for qa, qb in ((qt.asarray(a), qt.asarray(b)), (qt.asarray(a), b), (a, qt.asarray(b))):
             try:
                 _check(lambda qa=qa, qb=qb: fn(qa, qb), expected, f"{d1} {sym} {d2}")
-            except Exception as err:  # noqa: BLE001
+            except COLLECT as err:
                 failures.append(f"{d1} {sym} {d2} ({type(qa).__name__}, {type(qb).__name__}): "
                                 f"{type(err).__name__}: {err}".splitlines()[0])
     assert not failures, "\n".join(failures)
@@ -129,7 +133,7 @@ def test_python_scalars_are_weak(name, qfn, nfn):
             try:
                 _check(lambda args_qt=args_qt: qfn(*args_qt), expected,
                        f"{name}{tuple(type(x).__name__ for x in args_qt)} {dt} {s!r}")
-            except Exception as err:  # noqa: BLE001
+            except COLLECT as err:
                 failures.append(f"{name}({'tensor' if order == 'ts' else repr(s)}, "
                                 f"{repr(s) if order == 'ts' else 'tensor'}) with {dt}: "
                                 f"{type(err).__name__}: {err}".splitlines()[0])
