@@ -52,6 +52,7 @@ def vjp(fn, *primals, has_aux: bool = False):
     out_leaves, out_tree = pytree.flatten(result)
     out_leaves = [_as_tensor_out(o, "qt.vjp") for o in out_leaves]
     out = pytree.unflatten(out_tree, out_leaves)
+    out_nodes = [o._node for o in out_leaves]  # evaluating `out` later must not cut the graph
 
     def vjp_fn(cotangent):
         ct_leaves, ct_tree = pytree.flatten(cotangent)
@@ -63,7 +64,7 @@ def vjp(fn, *primals, has_aux: bool = False):
             if c.shape != o.shape:
                 raise ValueError(f"qt.vjp: cotangent shape {c.shape} differs from output shape {o.shape}")
             cts.append(c)
-        grads = backward([o._node for o in out_leaves], cts, wrt)
+        grads = backward(out_nodes, cts, wrt)
         grads = [g if g is not None else zeros_like(wrap(w)) for g, w in zip(grads, wrt)]
         return tuple(pytree.unflatten(tree, grads))
 

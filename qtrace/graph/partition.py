@@ -91,7 +91,7 @@ def _new_group(n: Node) -> Group:
         full = tuple(next(inner) if a in axes else next(it) for a in range(src.ndim))
         ext = dict(enumerate(n.shape))
         ext.update({n.ndim + j: src.shape[a] for j, a in enumerate(axes)})
-        g = Group(n, ext, [n], [n])
+        g = Group(n, ext, members=[n], stored=[n])
         g.reads[id(src)] = [full]
         return g
     if k == "scan":
@@ -102,10 +102,10 @@ def _new_group(n: Node) -> Group:
         full = tuple(r if a == axis else next(it) for a in range(src.ndim))
         ext = dict(enumerate(outer_shape))
         ext[len(outer_shape)] = src.shape[axis]
-        g = Group(n, ext, [n], [n])
+        g = Group(n, ext, members=[n], stored=[n])
         g.reads[id(src)] = [full]
         return g
-    g = Group(n, dict(enumerate(n.shape)), [n], [n])
+    g = Group(n, dict(enumerate(n.shape)), members=[n], stored=[n])
     g.reads[id(n)] = [_vars(n.ndim)]
     if k == "loop":  # the loop reads its per-element inputs at its own index
         lay = layout(n)

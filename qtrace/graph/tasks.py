@@ -174,6 +174,10 @@ class TaskBuilder:
                 return self.emit(("const", node.dtype.str, 0))
             return self.value(src, src_ix)
         if k == "loop":
+            if node.params[-1] < 0:
+                raise NotImplementedError(
+                    "qtrace: the gradient with respect to a tensor gathered inside a loop body is not "
+                    "supported yet (gradients of the loop state and of tensors read per element are)")
             return self.emit(("get", node.dtype.str, self.loop(node, ix), node.params[-1]))
         raise AssertionError(f"qtrace: {node.prim} cannot be computed inside another task")
 

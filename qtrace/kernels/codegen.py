@@ -334,10 +334,10 @@ class KernelEmitter:
         for v in cap_vals:
             b.position_before(first)
             p = b.phi(v.type)
-            p.add_incoming(ir.Constant(v.type, 0.0), rpre)
+            p.add_incoming(_zero(v.type), rpre)
             acc.append(p)
         b.position_at_end(rlatch)
-        sums = [b.fadd(a, v) for a, v in zip(acc, cap_vals)]
+        sums = [_add(b, a, v) for a, v in zip(acc, cap_vals)]
         for p, v in zip(cts, new_cts):
             p.add_incoming(v, b.block)
         for p, v in zip(acc, sums):
@@ -533,6 +533,14 @@ class KernelEmitter:
                 self.store(arg, ix, total, values)
             self.nest(t.inner, inner)
         self.nest(t.domain, outer, (self.start, self.end))
+
+
+def _zero(ty: ir.Type) -> ir.Constant:
+    return ir.Constant(ty, 0) if isinstance(ty, ir.IntType) else ir.Constant(ty, 0.0)
+
+
+def _add(b: ir.IRBuilder, x, y):
+    return b.add(x, y) if isinstance(x.type, ir.IntType) else b.fadd(x, y)
 
 
 def _floor_div(b: ir.IRBuilder, x, c: int):

@@ -332,7 +332,7 @@ def _reverse(em, instr, arrays, state, lo_a, hi_a, cts, count, maxn, base, n_lan
 
     def zero(lane):
         for a, ty in accs:
-            arrays.store(a, lane, ir.Constant(ty, 0.0))
+            arrays.store(a, lane, ir.Constant(ty, 0) if isinstance(ty, ir.IntType) else ir.Constant(ty, 0.0))
     em.loop(ir.Constant(I64, 0), n_lanes, zero)
     n_rows = b.load(rows, typ=I64)
 
@@ -360,7 +360,8 @@ def _reverse(em, instr, arrays, state, lo_a, hi_a, cts, count, maxn, base, n_lan
                 arrays.store(a, lane, _to_mem(b, b.select(active, outs[k], ct[k])))
             for (a, ty), v in zip(accs, outs[m:]):
                 cur = arrays.load(a, lane, ty)
-                arrays.store(a, lane, b.select(active, b.fadd(cur, v), cur))
+                total = b.add(cur, v) if isinstance(ty, ir.IntType) else b.fadd(cur, v)
+                arrays.store(a, lane, b.select(active, total, cur))
         em.loop(ir.Constant(I64, 0), n_lanes, lane_step)
     _counted(em, n_rows, rev_row)
 

@@ -432,7 +432,7 @@ def _reduction_records() -> list:
                     return getattr(x, name)(**kw) if form == "method" else getattr(xp, name)(x, **kw)
                 q, r = _bind(f)
                 domain = "base" if name in ("prod", "mean") else "real"
-                dts = DTYPES if form == "fn" else ("float32", "int64", "bool")
+                dts = DTYPES if form == "fn" else ("float32", "int64")
                 recs.append(Op(f"{name}[{vid}]{'.method' if form == 'method' else ''}", q, r, 1,
                                (domain,), dts, kind="reduction", cases=cases,
                                forward_cases=_RED_FORWARD.get(vid) if form == "fn" else None))
