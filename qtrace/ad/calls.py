@@ -12,7 +12,7 @@ import threading
 
 from ..graph.node import make_input
 from ..graph.subgraph import Subgraph
-from ..tracer.context import record
+from ..tracer.context import buffered, record
 from ..tracer.convert import wrap
 from ..tracer.creation import zeros
 from . import reverse
@@ -72,7 +72,7 @@ def call_vjp(node, cts: dict) -> list:
     for k, (shape, dtype, _) in enumerate(out_specs):
         c = cts.get(k)
         ct_nodes.append(c._node if c is not None and dtype.kind == "f" else zeros(shape, dtype)._node)
-    rin = tuple(inputs[:n_args]) + tuple(ct_nodes) + tuple(inputs[n_args:])
+    rin = tuple(inputs[:n_args]) + tuple(buffered(c) for c in ct_nodes) + tuple(inputs[n_args:])
     grads = []
     for j, inp in enumerate(inputs):
         if inp.dtype.kind != "f":

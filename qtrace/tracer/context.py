@@ -87,3 +87,14 @@ def record(prim: str, inputs: tuple, params: tuple, shape: tuple, dtype: np.dtyp
         device = same_device(prim, inputs) if inputs else Device(config.device)
     node = make_node(prim, params, tuple(shape), np.dtype(dtype), tuple(inputs), device, weak)
     return node
+
+
+def buffered(node: Node) -> Node:
+    """``node``, as something that has a buffer when evaluated (a constant gets a copy task).
+
+    Library steps (``call``) receive buffers; constants are immediates in kernels and have
+    none of their own.
+    """
+    if node.prim != "const":
+        return node
+    return record("positive", (node,), (), node.shape, node.dtype, weak=node.weak)

@@ -16,7 +16,7 @@ from ..graph.device import CPU, Device
 from ..graph.subgraph import Subgraph, cut
 from ..stats import bump
 from . import dtypes, pytree
-from .context import ad_level, is_abstract, record, special, trace_scope, tracing
+from .context import ad_level, buffered, is_abstract, record, special, trace_scope, tracing
 from .convert import const_node, input_node
 from .tensor import Tensor
 
@@ -284,7 +284,7 @@ class Jitted:
                 inputs.append(const_node(leaf, desc[1], Device(config.device), weak=True))
             else:
                 inputs.append(input_node(np.ascontiguousarray(leaf), "jit argument"))
-        inputs = tuple(inputs) + tuple(captured)
+        inputs = tuple(buffered(n) for n in inputs) + tuple(buffered(n) for n in captured)
         results, k = [], 0
         for leaf in out_leaves:
             if isinstance(leaf, Tensor):

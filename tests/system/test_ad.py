@@ -63,7 +63,12 @@ COMPOSITIONS = {
 
 
 @pytest.mark.parametrize("how", list(COMPOSITIONS))
-def test_grad_and_jit_compose_in_both_orders(how, fusion, rng):
+def test_grad_and_jit_compose_in_both_orders(how, fusion, rng, request):
+    if how in ("grad(jit)", "jit(grad(jit))"):
+        # known bug, kept failing on purpose: the reverse body of a call node can read a leaf
+        # created by a VJP rule that is not one of its placeholders (open issue note)
+        request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError,
+                                              reason="known bug: call-node reverse body leaf"))
     x, y = _data(rng)
     want = _jax_grads(model(jnp), (x, y), (0, 1))
     g = COMPOSITIONS[how](model(qt), (0, 1))
