@@ -31,6 +31,9 @@ def apply(name: str, *args) -> Tensor:
         outside = _out_of_range_comparison(name, ops, loop)
         if outside is not None:
             return outside
+    if name == "power" and loop[0].kind in "iu" and ops[1].node is None \
+            and type(ops[1].value) is int and ops[1].value < 0:
+        raise ValueError("qt.power: Integers to negative integer powers are not allowed.")
     nodes = place(ops, loop[: len(ops)], name)
     shape = broadcast_shapes(f"qt.{name}", *(n.shape for n in nodes))
     out_dtype = loop[len(ops)]
