@@ -53,9 +53,8 @@ def _expand(key, ndim: int, op: str) -> list:
                     f"{op}: boolean mask indexing inside qt.jit gives a result whose shape depends "
                     "on data; use qt.where(mask, x, other) instead")
             mask = np.asarray(k.numpy() if isinstance(k, Tensor) else k, dtype=bool)
-            if mask.ndim == 0:
-                entries.append(None)
-                entries.append(np.array([0]) if mask else np.array([], dtype=np.int64))
+            if mask.ndim == 0:  # a new axis of length 1 or 0, indexed like an advanced index
+                entries.append(("sbool", bool(mask)))
                 continue
             entries.extend(np.nonzero(mask))
             entries[-mask.ndim:] = [("mask", a, mask.shape[i]) for i, a in enumerate(entries[-mask.ndim:])]
@@ -64,20 +63,29 @@ def _expand(key, ndim: int, op: str) -> list:
     n_ellipsis = sum(1 for k in entries if k is Ellipsis)
     if n_ellipsis > 1:
         raise IndexError(f"{op}: an index can only have a single ellipsis ('...')")
-    consumed = sum(1 for k in entries if k is not None and k is not Ellipsis)
+    consumed = sum(1 for k in entries if k is not None and k is not Ellipsis and not _marker(k, "sbool"))
     if consumed > ndim:
         raise IndexError(f"{op}: too many indices for array: array is {ndim}-dimensional, "
                          f"but {consumed} were indexed")
     if n_ellipsis:
         i = next(j for j, k in enumerate(entries) if k is Ellipsis)
-        entries[i:i + 1] = [slice(None)] * (ndim - consumed)
+        # an ellipsis standing for no axes still separates advanced indices (NumPy)
+        entries[i:i + 1] = [slice(None)] * (ndim - consumed) or [("sep",)]
     else:
         entries.extend([slice(None)] * (ndim - consumed))
     return entries
 
 
+def _marker(k, name: str) -> bool:
+    return isinstance(k, tuple) and len(k) > 0 and k[0] == name
+
+
 def _int_index(k, size: int, axis: int, op: str) -> int:
-    i = operator.index(k)
+    try:
+        i = operator.index(k)
+    except TypeError:
+        raise IndexError(f"{op}: only integers, slices (`:`), ellipsis (`...`), None and integer "
+                         f"or boolean arrays are valid indices, got {type(k).__name__}") from None
     if not -size <= i < size:
         raise IndexError(f"{op}: index {i} is out of bounds for axis {axis} with size {size}")
     return i % size
@@ -99,19 +107,24 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
     With ``coords_always`` a basic key is described by coordinates too (for scatters).
     """
     entries = _expand(key, x.ndim, op)
-    kinds = ["none" if k is None else "slice" if isinstance(k, slice)
-             else "array" if _is_array(k) or (isinstance(k, tuple) and k and k[0] == "mask")
+    kinds = ["none" if k is None else "sep" if _marker(k, "sep") else "sbool" if _marker(k, "sbool")
+             else "slice" if isinstance(k, slice)
+             else "array" if _is_array(k) or _marker(k, "mask")
              else "int" for k in entries]
-    has_arrays = "array" in kinds
+    has_arrays = "array" in kinds or "sbool" in kinds
     if not has_arrays and not coords_always:
         return _basic(x, entries, op), None
     # integers count as (0-d) advanced indices once any array is present (NumPy's rule)
-    adv = [i for i, kind in enumerate(kinds) if kind == "array" or (has_arrays and kind == "int")]
+    adv = [i for i, kind in enumerate(kinds)
+           if kind in ("array", "sbool") or (has_arrays and kind == "int")]
     adjacent = not adv or adv == list(range(adv[0], adv[-1] + 1))
     fixed, axis_of = {}, {}
     axis = 0
     for i, k in enumerate(entries):
-        if kinds[i] == "none":
+        if kinds[i] in ("none", "sep"):
+            continue
+        if kinds[i] == "sbool":  # no axis of x: only a (1,) or (0,) broadcast shape
+            fixed[i] = (1,) if k[1] else (0,)
             continue
         axis_of[i] = axis
         size = x.shape[axis]
@@ -122,7 +135,8 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
         else:
             fixed[i] = range(*k.indices(size))
         axis += 1
-    bshape = tuple(np.broadcast_shapes(*[fixed[i].shape if isinstance(fixed[i], Tensor) else ()
+    bshape = tuple(np.broadcast_shapes(*[fixed[i].shape if isinstance(fixed[i], Tensor)
+                                         else fixed[i] if kinds[i] == "sbool" else ()
                                          for i in adv]))
     shape, where = [], {}
     if adv and not adjacent:
@@ -140,7 +154,7 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
     shape = tuple(shape)
     coords = []
     for i, kind in enumerate(kinds):
-        if kind == "none":
+        if kind in ("none", "sep", "sbool"):
             continue
         f = fixed[i]
         if isinstance(f, range):
@@ -163,6 +177,8 @@ def _basic(x: Tensor, entries: list, op: str) -> Tensor:
     for k in entries:
         if k is None:
             out_shape.append(1)
+            continue
+        if _marker(k, "sep"):
             continue
         size = x.shape[axis]
         if isinstance(k, slice):

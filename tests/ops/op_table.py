@@ -454,7 +454,7 @@ REDUCTIONS = _reduction_records()
 
 
 # --- shape functions -----------------------------------------------------------------
-def _shape(name, f, cases, dtypes=("float32", "int64", "bool"), then=False):
+def _shape(name, f, cases, dtypes=("float32", "bool"), then=False):
     q, r = _bind(f)
     recs = [Op(name, q, r, len(next(iter(cases.values()))), ("real",) * 3, dtypes, kind="shape",
                cases=cases)]
@@ -573,6 +573,10 @@ INDEX_KEYS = {
     "slice_int_arr_adjacent": (slice(None, None, -2), 1, A([1, 3, 3])),
     "ellipsis_arr": (Ellipsis, A([1, -1])), "none_arr": (None, A([1, 2])),
     "arr_bcast": (A([[0], [4]]), slice(2, 4), A([1, 2, 3])),
+    # an Ellipsis or None between advanced indices separates them (NumPy then puts the
+    # advanced dimensions first), even an Ellipsis that stands for no axis
+    "arr_none_arr": (A([0, 2]), None, A([1, 3])),
+    "slice_arr_emptyellipsis_arr": (slice(None), A([0, 2]), Ellipsis, A([1, 3])),
     "arr_empty": A([], dtype=np.int64), "arr_int32": A([3, 1], dtype=np.int32),
     "arr_uint32": (slice(None), A([5, 0], dtype=np.uint32)),
     "arr_0d": A(3),
@@ -584,6 +588,8 @@ MASK_KEYS = {
     "mask_2d_slice": lambda x: (A(np.arange(30).reshape(5, 6) % 3 == 0), slice(1, 3)),
     "int_mask": lambda x: (2, A([True, False] * 3)),
     "mask_none": lambda x: np.zeros(5, dtype=bool),
+    "scalar_true": lambda x: True,               # NumPy: same as x[None]
+    "scalar_false_int": lambda x: (False, 2),    # a new axis of length 0, then x[2]
 }
 
 
@@ -610,7 +616,7 @@ def _mask_getitem(mk, mask_as_tensor: bool):
 INDEXING = []
 for _kid, _key in INDEX_KEYS.items():
     _q, _r = _getitem(_key, False)
-    INDEXING.append(Op(f"x[{_kid}]", _q, _r, 1, ("real",), ("float64", "int32", "bool"),
+    INDEXING.append(Op(f"x[{_kid}]", _q, _r, 1, ("real",), ("float64", "bool"),
                        kind="index", cases=_IDX_X))
     if any(isinstance(k, np.ndarray) for k in (_key if isinstance(_key, tuple) else (_key,))):
         _q, _r = _getitem(_key, True)
@@ -658,6 +664,7 @@ UPDATE_KEYS = {
     "slice_arr_rep": ((slice(1, 4), A([0, 0, 5])), (3, 3, 7), True),
     "nonadjacent_rep": ((A([1, 1]), slice(None), A([6, 6])), (2, 6), True),
     "ellipsis_arr": ((Ellipsis, A([0, -1, 0])), (5, 6, 3), True),
+    "emptyellipsis": ((slice(None), A([0, 2]), Ellipsis, A([1, 3])), (2, 5), False),
 }
 
 

@@ -1,10 +1,11 @@
 """Random compositions of elementwise ops: fused and unfused agree bitwise, and match NumPy.
 
 Each test draws a random program of 10-20 elementwise steps over 4 input arrays of one
-shape (some of them non-contiguous NumPy views). Every step reads two values from the
-pool (inputs and earlier results) and appends its result, so the graph is a DAG with
-fan-out, not just a chain. Two of the results (the last one and one drawn from the
-middle) are outputs, evaluated together with ``qt.eval``.
+shape (non-contiguous NumPy views, and qtrace-side views: a transpose, a flip). Every
+step reads two values from the pool (inputs and earlier results) and appends its
+result, so the graph is a DAG with fan-out, not just a chain. Two of the results (the
+last one and one drawn from the middle) are outputs, evaluated together with ``qt.eval``.
+Odd trials use a shape large enough for vectorized, parallel kernels.
 
 The program is evaluated with ``qt.config.fusion = True`` and ``False``: the results must
 be bitwise identical (fusion may not change rounding: no contraction to FMA, no
@@ -64,7 +65,7 @@ INT_STEPS = {
     "sign": lambda xp, a, b: xp.sign(a) * b,
 }
 TOL = {"float64": (1e-12, 1e-12), "float32": (2e-5, 2e-5)}
-SHAPE = (6, 7)
+SHAPES = [(6, 7), (131, 257)]  # small; large enough for vectorized, parallel kernels
 LAYOUTS = ("c", "T", "neg", "step")
 
 
@@ -89,20 +90,24 @@ def run_program(xp, steps, prog, outputs, inputs):
     return [pool[i] for i in outputs]
 
 
-def _inputs(rng, dtype):
+def _inputs(rng, dtype, shape):
     out = []
     for i in range(4):
         if dtype == "int32":
-            a = rng.integers(-100, 100, SHAPE).astype(np.int32)
+            a = rng.integers(-100, 100, shape).astype(np.int32)
         else:
-            a = rng.uniform(-2, 2, SHAPE).astype(dtype)
+            a = rng.uniform(-2, 2, shape).astype(dtype)
         out.append(layout(a, LAYOUTS[i]))
     return out
 
 
 def _evaluate(mode: bool, steps, prog, outputs, arrays):
     qt.config.fusion = mode
-    outs = run_program(qt, steps, prog, outputs, [qt.asarray(a) for a in arrays])
+    xs = [qt.asarray(arrays[0]), qt.asarray(arrays[1]),
+          # the same values through qtrace views: a transpose and a negative-step slice
+          qt.asarray(np.ascontiguousarray(arrays[2].T)).T,
+          qt.flip(qt.asarray(np.ascontiguousarray(np.flip(arrays[3]))))]
+    outs = run_program(qt, steps, prog, outputs, xs)
     qt.reset_stats()
     qt.eval(*outs)
     if mode:  # the comparison is only meaningful if fusion happened
@@ -115,7 +120,7 @@ def _evaluate(mode: bool, steps, prog, outputs, arrays):
 def test_random_chain_fused_equals_unfused_equals_numpy(dtype, trial, fusion, rng):
     steps = INT_STEPS if dtype == "int32" else FLOAT_STEPS
     prog, outputs = random_program(rng, steps)
-    arrays = _inputs(rng, dtype)
+    arrays = _inputs(rng, dtype, SHAPES[trial % 2])
     listing = "\n".join(f"  v{4 + k} = {name}(v{a}, v{b})" for k, (name, a, b) in enumerate(prog))
     ctx = f"program (v0..v3 inputs, outputs v{outputs[0]}, v{outputs[1]}):\n{listing}"
 
