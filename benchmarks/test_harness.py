@@ -11,7 +11,7 @@ import math
 import pytest
 
 from benchmarks import _harness as h
-from benchmarks import b1_elementwise, b2_dispatch, b5_eager_loop
+from benchmarks import b1_elementwise, b2_dispatch, b5_eager_loop, b7_small_updates
 
 
 def test_measure_counts_samples_and_runs_setup_before_each_call():
@@ -122,8 +122,32 @@ def test_optional_imports_never_raise():
     lambda: b1_elementwise.run(n=1000, repeats=1, systems="numpy"),
     lambda: b2_dispatch.run(steps=20, repeats=1, systems="numpy"),
     lambda: b5_eager_loop.run(n=100, repeats=1, systems="numpy"),
+    lambda: b7_small_updates.run(n=100, steps=5, repeats=1, systems="numpy"),
 ])
 def test_benchmarks_run_and_check_numpy(run):
     rows = run()
     assert len(rows) == 1 and rows[0].system.startswith("NumPy")
     assert rows[0].check == "PASS", rows[0]
+
+
+def test_b7_check_fails_a_wrong_answer():
+    """B7's tolerance passes float32 rounding but not a missed step or swapped arrays."""
+    import numpy as np
+
+    steps = 20
+    problem = b7_small_updates._Problem(1000, steps, seed=0)
+    a0, ref = problem.a0, problem.ref
+    tol = b7_small_updates.tolerance(steps)
+    step = b7_small_updates.make_step(np)
+
+    def run32(n):
+        arrays = [a.copy() for a in a0]
+        for _ in range(n):
+            arrays = step(arrays)
+        return arrays
+
+    assert b7_small_updates.max_rel_err(run32(steps), ref) <= tol
+    assert b7_small_updates.max_rel_err(run32(steps - 1), ref) > 10 * tol
+    swapped = run32(steps)
+    swapped[0], swapped[1] = swapped[1], swapped[0]
+    assert b7_small_updates.max_rel_err(swapped, ref) > 10 * tol
