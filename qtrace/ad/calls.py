@@ -21,11 +21,14 @@ _lock = threading.Lock()
 _reverse: dict = {}
 
 
-def reverse_body(sub: Subgraph, arg_specs: list, out_specs: list) -> Subgraph:
+def reverse_body(sub: Subgraph, arg_specs: list, out_specs: list) -> tuple[Subgraph, tuple]:
     """Cotangents of a call's args and captured values, given its outputs' cotangents.
 
     Placeholders: the original args (``("arg", i)``), one cotangent per output
-    (``("arg", n_args + k)``) and the captured values (``("captured", j)``).
+    (``("arg", n_args + k)``) and the captured values (``("captured", j)``). A constant
+    array that a VJP rule creates (a leaf holding a buffer) becomes one more captured
+    value, after the body's own; the call node passes it in. Returns the reverse body and
+    those constants.
     """
     key = (sub.key, tuple(arg_specs), tuple(out_specs))
     with _lock:
@@ -51,13 +54,16 @@ def reverse_body(sub: Subgraph, arg_specs: list, out_specs: list) -> Subgraph:
     for c in caps:
         g = next(grads)
         outs.append(g._node if g is not None else zeros(c.shape, c.dtype)._node)
-    used = set()
+    used = {}
     for o in outs:
-        used |= {id(leaf) for leaf in o.leaves}
+        used.update((id(leaf), leaf) for leaf in o.leaves)
+    consts = [leaf for i, leaf in used.items() if i not in roles]
+    for j, leaf in enumerate(consts):
+        roles[id(leaf)] = ("captured", n_cap + j)
     rsub = Subgraph(tuple(outs), {i: r for i, r in roles.items() if i in used})
     with _lock:
-        _reverse[key] = rsub
-    return rsub
+        hit = _reverse.setdefault(key, (rsub, tuple(consts)))
+    return hit
 
 
 def call_vjp(node, cts: dict) -> list:
@@ -67,12 +73,12 @@ def call_vjp(node, cts: dict) -> list:
     n_out = len(sub.outputs)
     out_specs = [(o.shape, o.dtype, o.device) for o in sub.outputs]
     arg_specs = [(i.shape, i.dtype, i.device) for i in inputs[:n_args]]
-    rsub = reverse_body(sub, arg_specs, out_specs)
+    rsub, consts = reverse_body(sub, arg_specs, out_specs)
     ct_nodes = []
     for k, (shape, dtype, _) in enumerate(out_specs):
         c = cts.get(k)
         ct_nodes.append(c._node if c is not None and dtype.kind == "f" else zeros(shape, dtype)._node)
-    rin = tuple(inputs[:n_args]) + tuple(buffered(c) for c in ct_nodes) + tuple(inputs[n_args:])
+    rin = tuple(inputs[:n_args]) + tuple(buffered(c) for c in ct_nodes) + tuple(inputs[n_args:]) + consts
     grads = []
     for j, inp in enumerate(inputs):
         if inp.dtype.kind != "f":

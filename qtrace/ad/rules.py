@@ -369,23 +369,34 @@ def _broadcast(node, ct, xs, out):
 @vjp_rule("slice")
 def _slice(node, ct, xs, out):
     starts, steps = node.params
-    if all(abs(s) == 1 for s in steps):
-        return [_pad_back(ct, xs[0].shape, starts, steps)]
-    key = []
-    for start, step, n in zip(starts, steps, node.shape):
-        stop = start + step * (n - 1) + (1 if step > 0 else -1)
-        key.append(slice(start, None if stop < 0 else stop, step) if n else slice(0, 0))
-    return [zeros_like(xs[0]).at[tuple(key)].add(ct)]
+    return [_place_back(ct, xs[0].shape, starts, steps)]
 
 
-def _pad_back(ct: Tensor, shape: tuple, starts: tuple, steps: tuple) -> Tensor:
-    """``ct`` of a unit-step slice put back in place, zeros around (no index arrays)."""
+def _place_back(ct: Tensor, shape: tuple, starts: tuple, steps: tuple) -> Tensor:
+    """``ct`` of a slice put back in place with zeros around and between (no index arrays).
+
+    Per axis: a negative step is a flip; a step ``s > 1`` interleaves ``s - 1`` zeros after
+    each element (stack with zeros on a new axis, then merge the two axes); what is left is
+    a unit-step slice, padded with zeros before and after. Everything is gathers and
+    concatenations, so the gradient fuses into its consumers (no scatter, no atomics).
+    """
     g = ct
     for axis, (start, step, size) in enumerate(zip(starts, steps, shape)):
         n = g.shape[axis]
-        if step == -1:
+        if n == 0:
+            return zeros(shape, ct.dtype)
+        if step < 0:
             g = shape_ops.flip(g, axis)
-            start = start - n + 1 if n else 0
+            start, step = start + step * (n - 1), -step
+        if step > 1:
+            lead, trail = g.shape[:axis], g.shape[axis + 1:]
+            gaps = zeros(lead + (n, step - 1) + trail, g.dtype)
+            g = shape_ops.concatenate([shape_ops.expand_dims(g, axis + 1), gaps], axis=axis + 1)
+            g = shape_ops.reshape(g, lead + (n * step,) + trail)
+            key = [slice(None)] * g.ndim
+            key[axis] = slice(0, (n - 1) * step + 1)
+            g = g[tuple(key)]
+            n = g.shape[axis]
         before, after = start, size - start - n
         if before or after:
             parts = []

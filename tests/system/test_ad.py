@@ -63,12 +63,7 @@ COMPOSITIONS = {
 
 
 @pytest.mark.parametrize("how", list(COMPOSITIONS))
-def test_grad_and_jit_compose_in_both_orders(how, fusion, rng, request):
-    if how in ("grad(jit)", "jit(grad(jit))"):
-        # known bug, kept failing on purpose: the reverse body of a call node can read a leaf
-        # created by a VJP rule that is not one of its placeholders (open issue note)
-        request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError,
-                                              reason="known bug: call-node reverse body leaf"))
+def test_grad_and_jit_compose_in_both_orders(how, fusion, rng):
     x, y = _data(rng)
     want = _jax_grads(model(jnp), (x, y), (0, 1))
     g = COMPOSITIONS[how](model(qt), (0, 1))
@@ -85,6 +80,44 @@ def test_grad_and_jit_compose_in_both_orders(how, fusion, rng, request):
     assert_close(got[1], want[1], what=f"{how} d/dy, second call")
     assert qt.stats()["traces"] == 0
     assert _compiled() == 0, qt.stats()
+
+
+def strided(xp):
+    """Slices with steps of every sign and size, inside and around a reduction."""
+    def f(x, y):
+        return (xp.prod(xp.cos(y[::2])) + xp.sum(x[::-2, 1:3] ** 2)
+                + xp.sum(xp.sin(x[-1::-3, ::3]) * y[1::3]))
+    return f
+
+
+@pytest.mark.parametrize("how", list(COMPOSITIONS))
+def test_strided_slice_gradients_in_every_composition(how, fusion, rng):
+    x, y = rng.normal(size=(7, 5)), rng.normal(size=5)
+    want = _jax_grads(strided(jnp), (x, y), (0, 1))
+    got = COMPOSITIONS[how](strided(qt), (0, 1))(qt.asarray(x), qt.asarray(y))
+    assert_close(got[0], want[0], what=f"{how} d/dx")
+    assert_close(got[1], want[1], what=f"{how} d/dy")
+
+
+def test_a_vjp_rule_that_creates_a_constant_array_works_inside_a_call(fusion, rng, monkeypatch):
+    # a rule may build an index array (a leaf holding a buffer) while the reverse body of
+    # a call node is traced: it must become an input of the reverse call, not a dangling leaf
+    from qtrace.ad import calls, rules
+
+    def slice_by_scatter(node, ct, xs, out):
+        starts, steps = node.params
+        key = tuple(slice(s, s + st * (n - 1) + (1 if st > 0 else -1) if s + st * (n - 1) + (
+            1 if st > 0 else -1) >= 0 else None, st) for s, st, n in zip(starts, steps, node.shape))
+        return [qt.zeros_like(xs[0]).at[key].add(ct)]
+
+    monkeypatch.setitem(rules.VJP, "slice", slice_by_scatter)
+    monkeypatch.setattr(calls, "_reverse", {})  # reverse bodies are cached per body
+    x, y = rng.normal(size=(7, 5)), rng.normal(size=5)
+    want = _jax_grads(strided(jnp), (x, y), (0, 1))
+    for how in ("grad(jit)", "jit(grad(jit))"):
+        got = COMPOSITIONS[how](strided(qt), (0, 1))(qt.asarray(x), qt.asarray(y))
+        assert_close(got[0], want[0], what=f"{how} d/dx")
+        assert_close(got[1], want[1], what=f"{how} d/dy")
 
 
 def test_jit_of_grad_takes_numpy_arguments_and_single_argnum(fusion, rng):
