@@ -441,10 +441,16 @@ def _scatter(node, ct, xs, out):
         # the product of the updates that reached each element (exact, also where x == 0)
         factor = indexing.scatter_at(ones_like(x), v, coords, "multiply")
         return [mul(ct, factor), div(indexing.gather_at(mul(ct, out), coords), v)] + none
-    # min / max: the gradient goes to whichever operand produced the result
-    at_out = indexing.gather_at(out, coords)
-    gx = mul(ct, astype(ew.equal(x, out), ct.dtype))
-    gv = mul(picked, astype(ew.equal(v, at_out), ct.dtype))
+    # min / max, like JAX: the cotangent of an element is shared equally by the operands
+    # that produced it — the k updates equal to the result, and x itself where x equals it
+    # (1/(k+1) each); elements no update reached pass it to x unchanged
+    won = astype(ew.equal(v, indexing.gather_at(out, coords)), ct.dtype)
+    k = indexing.scatter_at(zeros_like(out, dtype=ct.dtype), won, coords, "add")
+    reached = indexing.scatter_at(zeros_like(out, dtype=ct.dtype), 1.0, coords, "set")
+    kept = astype(ew.equal(x, out), ct.dtype)
+    share = div(1.0, ew.maximum(ew.add(k, kept), 1.0))
+    gx = mul(ct, ew.where(ew.equal(reached, 0), 1.0, mul(kept, share)))
+    gv = mul(mul(picked, won), indexing.gather_at(share, coords))
     return [gx, gv] + none
 
 

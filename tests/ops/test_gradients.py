@@ -489,21 +489,24 @@ def test_update_gradient(op, case, fusion, rng):
     check_grad(op.qt, jfn, op.ref, args, rng, key=(op.name, case))
 
 
+@pytest.mark.parametrize("updates", ["scalar", "array"])
 @pytest.mark.parametrize("mode", ["min", "max"])
-@pytest.mark.xfail(strict=True, reason="known gap: scatter-min/max gradients give every tied "
-                   "operand the full cotangent; JAX splits it")
-def test_scatter_min_max_ties_split_like_jax(mode, fusion, rng):
+def test_scatter_min_max_ties_split_like_jax(mode, updates, fusion, rng):
     """Tied operands of scatter-min/max share the cotangent equally, as in JAX.
 
-    Index 0 receives the same update twice and equals ``x[0]`` (three-way tie); index 2
-    receives one update equal to ``x[2]`` (two-way tie).
+    Scalar update 0.5: index 0 receives it twice and equals ``x[0]`` (three-way tie);
+    index 2 receives it once and equals ``x[2]`` (two-way tie). Array updates: index 0
+    gets two equal updates that beat ``x[0]`` (``x`` gets nothing there), index 2 one
+    that loses to ``x[2]``.
     """
     x = np.array([0.5, 2.0, 0.5, -1.0])
     idx = np.array([0, 0, 2])
+    sign = 1.0 if mode == "max" else -1.0
+    v = np.array(0.5) if updates == "scalar" else np.array([3.0, 3.0, -3.0]) * sign
 
     def f(xp):
         return lambda x, v: getattr(x.at[qt.asarray(idx) if xp is qt else idx], mode)(v)
-    check_grad(f(qt), f(jnp), None, [x, np.array(0.5)], rng, fd=False)
+    check_grad(f(qt), f(jnp), None, [x, v], rng, fd=False)
 
 
 def test_scatter_add_repeated_indices(fusion, rng):
