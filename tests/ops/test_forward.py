@@ -222,10 +222,7 @@ def elementwise_inputs(rng, op, dtype, case):
 
 
 @pytest.mark.parametrize("op, dtype, case", _elementwise_params())
-def test_elementwise(op, dtype, case, fusion, rng, request):
-    if op.name == "round:decimals=-1" and dtype == "uint32" and case == "special":
-        request.applymarker(pytest.mark.xfail(strict=True, reason="known gap: uint32 overflow "
-                                              "in round(x, -1) differs from NumPy's C cast"))
+def test_elementwise(op, dtype, case, fusion, rng):
     args = elementwise_inputs(rng, op, dtype, case)
     want, err = numpy_ref(op.ref, *args)
     if err is not None:
@@ -233,7 +230,24 @@ def test_elementwise(op, dtype, case, fusion, rng, request):
             op.qt(*to_qt(args)).numpy()
         return
     got = op.qt(*to_qt(args))
+    if op.name == "round:decimals=-1" and np.dtype(dtype).kind == "u":
+        want = _round_overflow_saturates(got, want, args[0])
     assert_matches(got, want, op.tol.get(np.asarray(want).dtype.name), args)
+
+
+def _round_overflow_saturates(got, want, x):
+    """``round(x, -1)`` of an unsigned integer near its maximum rounds up past it.
+
+    NumPy computes ``rint(x / 10) * 10`` in float64 and casts back with C's conversion,
+    which is undefined out of range: on x86 NumPy's array cast gives 0 for uint32
+    4294967300.0 while its scalar cast gives 4. qtrace saturates (the maximum) there.
+    Those elements are checked against that; returns NumPy's result with them replaced.
+    """
+    values = got.numpy()
+    top = np.iinfo(values.dtype).max
+    over = np.rint(np.asarray(x, np.float64) / 10) * 10 > top
+    assert (values[over] == top).all(), values[over]
+    return np.where(over, top, want).astype(want.dtype)
 
 
 @pytest.mark.parametrize("op, dtype", [
