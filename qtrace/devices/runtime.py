@@ -16,6 +16,7 @@ import numpy as np
 
 from ..config import config
 from ..errors import AdstackOverflowError
+from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
 from ..kernels import codegen, llvm_cpu
 from ..stats import bump
@@ -227,11 +228,27 @@ def plan_for(outputs: tuple, key: str) -> Plan:
     return plan
 
 
+_by_struct: dict = {}   # (graph structure key, codegen options) -> plan
+BY_STRUCT_CAP = 1024    # emptied beyond this: it holds the structs of its keys alive
+
+
 def evaluate(nodes: tuple) -> list:
-    """The evaluation hook: buffers holding the values of ``nodes``."""
-    from ..graph.node import graph_key
-    key, leaves = graph_key(nodes)
-    plan = plan_for(nodes, key)
+    """The evaluation hook: buffers holding the values of ``nodes``.
+
+    An eager loop evaluates new nodes of the same structure every iteration: their plan
+    is found by the graph's interned structure (no content hashing), and only a miss
+    there computes the content key and goes through :func:`plan_for`.
+    """
+    skey, leaves = graph_struct(nodes)
+    ck = (skey, config.codegen_options())
+    plan = _by_struct.get(ck)
+    if plan is None:
+        plan = plan_for(nodes, graph_key(nodes)[0])
+        if len(_by_struct) >= BY_STRUCT_CAP:
+            _by_struct.clear()
+        _by_struct[ck] = plan
+    else:
+        bump("cache_hits_memory")
     return plan.run([leaf.buffer for leaf in leaves])
 
 
@@ -239,3 +256,4 @@ def clear_plan_cache() -> None:
     """Forget every compiled plan of this process (kernels stay loaded in the engine)."""
     with _lock:
         _plans.clear()
+        _by_struct.clear()

@@ -1,4 +1,4 @@
-"""Immutable, hash-consed graph nodes with a content hash fixed at creation.
+"""Immutable, hash-consed graph nodes with a content hash fixed by their structure.
 
 A node is ``(primitive, params, shape, dtype, weak, device, inputs)``. Its ``key`` is a
 content hash of exactly that, where each input contributes its own key and the
@@ -11,15 +11,24 @@ Leaves are inputs (``prim == "input"``): a concrete buffer in eager code, or a
 placeholder while ``qt.jit`` traces. Constants (``prim == "const"``) are not leaves:
 their value is part of the key.
 
-Nodes are interned: creating a node equal to a live one (same key, same leaf objects)
-returns the live one, which is common-subexpression elimination for free.
+Recording is on the per-operation path of eager code, so a node does not hash anything
+when it is created. It points to its :class:`Struct`: the interned tuple of what its key
+is made of (its inputs contribute their own structs and leaf positions). Equal structure
+is the same ``Struct`` object, so in-process caches (the eager plan cache) are keyed by
+structs, compared by identity; the content hash (``blake2b``) is computed from the
+struct on first use of ``key`` — for a compile, a disk cache entry, a diagnostic — and
+kept on the struct.
+
+Nodes are interned: creating a node equal to a live one (same struct, same input nodes)
+returns the live one, which is common-subexpression elimination for free. Interning is
+lock-free: two threads racing to create the same node may both create one (both are
+correct; only that sharing is missed).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import threading
 import weakref
 
 import numpy as np
@@ -32,12 +41,86 @@ def content_hash(obj: object) -> str:
     return hashlib.blake2b(repr(obj).encode(), digest_size=16).hexdigest()
 
 
+class Struct:
+    """The structure of a node: exactly what its content key is a hash of. Interned.
+
+    ``parts`` is ``(prim, params repr, shape, dtype, weak, device)`` followed, for each
+    input, by the input's ``Struct`` and the positions of its leaves in the node's leaf
+    list. Input leaves have ``("input", strides, shape, dtype, weak, device)``. Structs
+    compare by identity: equal parts give the same object while the intern table holds
+    it (a struct made after the table was emptied is a new object: caches keyed by it
+    miss, never hit wrongly).
+    """
+
+    __slots__ = ("parts", "_key", "__weakref__")
+
+    def __init__(self, parts: tuple):
+        self.parts = parts
+        self._key = None
+
+    @property
+    def key(self) -> str:
+        k = self._key
+        if k is None:
+            k = _compute_keys(self)
+        return k
+
+    def __repr__(self) -> str:
+        return f"Struct({self.parts[0]}, {self.parts[2]}, {self.parts[3]})"
+
+
+_structs: dict = {}       # parts -> Struct
+STRUCTS_CAP = 1 << 16     # emptied beyond this (live nodes keep their structs)
+
+
+def _struct(parts: tuple) -> Struct:
+    s = _structs.get(parts)
+    if s is None:
+        if len(_structs) >= STRUCTS_CAP:
+            _structs.clear()
+        s = _structs.setdefault(parts, Struct(parts))
+    return s
+
+
+def _own_key(s: Struct) -> str:
+    p = s.parts
+    if p[0] == "input":
+        _, strides, shape, dtype, weak, device = p
+        return content_hash(("input", (strides,), shape, dtype.str, weak, str(device)))
+    prim, ptoken, shape, dtype, weak, device = p[:6]
+    parts = [prim, ptoken, repr(shape), dtype.str, "w" if weak else "", device.name]
+    for i in range(6, len(p), 2):
+        parts.append(p[i]._key)
+        parts.extend(map(str, p[i + 1]))
+        parts.append(";")
+    return hashlib.blake2b("|".join(parts).encode(), digest_size=16).hexdigest()
+
+
+def _compute_keys(root: Struct) -> str:
+    """Content keys of ``root`` and every struct below it still missing one (no recursion:
+    a pending chain can be many thousands of nodes deep)."""
+    stack = [root]
+    while stack:
+        s = stack[-1]
+        if s._key is not None:
+            stack.pop()
+            continue
+        p = s.parts
+        missing = [] if p[0] == "input" else [p[i] for i in range(6, len(p), 2) if p[i]._key is None]
+        if missing:
+            stack.extend(missing)
+            continue
+        stack.pop()
+        s._key = _own_key(s)
+    return root._key
+
+
 class Node:
     """One operation (or input, or constant) of the dataflow graph. Immutable."""
 
     __slots__ = (
         "prim", "params", "shape", "dtype", "weak", "device", "inputs",
-        "key", "leaves", "count", "buffer", "sig", "__weakref__",
+        "struct", "leaves", "count", "buffer", "sig", "__weakref__",
     )
 
     prim: str
@@ -47,10 +130,15 @@ class Node:
     weak: bool
     device: Device
     inputs: tuple
-    key: str
+    struct: Struct
     leaves: tuple
     count: int
     buffer: object
+
+    @property
+    def key(self) -> str:
+        """The content hash (stable across processes), computed on first use."""
+        return self.struct.key
 
     @property
     def ndim(self) -> int:
@@ -71,63 +159,113 @@ class Node:
         return f"Node({self.prim}{list(self.params) if self.params else ''}, {self.shape}, {self.dtype})"
 
 
-_intern: dict = {}  # identity -> weakref to the live node (the ref's callback removes it)
-# re-entrant: a garbage collection triggered while the lock is held (allocating a node)
-# runs the weak-reference callbacks, which take it again on the same thread
-_intern_lock = threading.RLock()
+class _Ref(weakref.ref):
+    """The intern table's weak reference to a node; knows the entry it belongs to."""
+
+    __slots__ = ("ident",)
 
 
-def _forget(ident):
-    def drop(_ref, ident=ident):
-        with _intern_lock:
-            ref = _intern.get(ident)
-            if ref is not None and ref() is None:
-                del _intern[ident]
-    return drop
+def _drop(ref: _Ref) -> None:
+    # a node died: remove its entry unless another node has taken the slot meanwhile
+    ident = ref.ident
+    if _intern.get(ident) is ref:
+        try:
+            del _intern[ident]
+        except KeyError:  # pragma: no cover - removed by a racing thread
+            pass
+
+
+_intern: dict = {}  # (struct, id of each input) -> _Ref to the live node
 COUNT_CAP = 1 << 30
+
+_IOTA = [tuple(range(n)) for n in range(64)]
+
+
+def _iota(n: int) -> tuple:
+    """``tuple(range(n))``, shared (the leaf positions of an input seen first)."""
+    return _IOTA[n] if n < 64 else tuple(range(n))
+
+
+def _merge(inputs) -> tuple[list, tuple]:
+    """Leaf list of a node over ``inputs`` (first seen first) and each input's positions."""
+    acc = ()           # an input's own leaf tuple until two lists must merge
+    where = None
+    positions = []
+    for inp in inputs:
+        il = inp.leaves
+        if not il:
+            pos = ()
+        elif not acc or il is acc:
+            acc = il
+            pos = _iota(len(il))
+        else:
+            if where is None:
+                acc = list(acc)
+                where = {id(leaf): i for i, leaf in enumerate(acc)}
+            pos = []
+            for leaf in il:
+                i = where.get(id(leaf))
+                if i is None:
+                    i = where[id(leaf)] = len(acc)
+                    acc.append(leaf)
+                pos.append(i)
+            pos = tuple(pos)
+        positions.append(pos)
+    return acc if type(acc) is tuple else tuple(acc), positions
 
 
 def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: tuple,
               device: Device, weak: bool = False) -> Node:
     """Create (or find the live equal) node. ``inputs`` must be on ``device``."""
-    leaves: list[Node] = []
-    where: dict[int, int] = {}
-    parts = [prim, repr(params) if params else "", repr(shape), dtype.str, "w" if weak else "",
-             device.name]
-    count = 0
-    for inp in inputs:
-        parts.append(inp.key)
-        if len(inp.leaves) == 1 and not leaves:  # the common case: one leaf, first seen
-            leaf = inp.leaves[0]
-            where[id(leaf)] = 0
-            leaves.append(leaf)
-            parts.append("0")
+    ptoken = repr(params) if params else ""
+    n_in = len(inputs)
+    if n_in == 2:  # the common cases, spelled out: this is every eager op's path
+        a, b = inputs
+        la, lb = a.leaves, b.leaves
+        if la is lb or not lb:
+            leaves = la
+            pa, pb = _iota(len(la)), _iota(len(lb))
+        elif not la:
+            leaves = lb
+            pa, pb = (), _iota(len(lb))
         else:
-            for leaf in inp.leaves:
-                pos = where.get(id(leaf))
-                if pos is None:
-                    pos = where[id(leaf)] = len(leaves)
-                    leaves.append(leaf)
-                parts.append(str(pos))
-        parts.append(";")
-        if inp.count > count:
-            count = inp.count
-    key = hashlib.blake2b("|".join(parts).encode(), digest_size=16).hexdigest()
-    ident = (key, tuple(map(id, leaves)))
+            leaves, (pa, pb) = _merge(inputs)
+        struct = _struct((prim, ptoken, shape, dtype, weak, device, a.struct, pa, b.struct, pb))
+        ident = (struct, id(a), id(b))
+        count = a.count if a.count > b.count else b.count
+    elif n_in == 1:
+        a = inputs[0]
+        leaves = a.leaves
+        struct = _struct((prim, ptoken, shape, dtype, weak, device, a.struct, _iota(len(leaves))))
+        ident = (struct, id(a))
+        count = a.count
+    else:
+        leaves, positions = _merge(inputs)
+        parts = [prim, ptoken, shape, dtype, weak, device]
+        count = 0
+        for inp, pos in zip(inputs, positions):
+            parts.append(inp.struct)
+            parts.append(pos)
+            if inp.count > count:
+                count = inp.count
+        struct = _struct(tuple(parts))
+        ident = (struct, *map(id, inputs))
     ref = _intern.get(ident)
     if ref is not None:
         node = ref()
         if node is not None:
             return node
-    with _intern_lock:
-        node = Node.__new__(Node)
-        node.prim, node.params, node.shape, node.dtype = prim, params, shape, dtype
-        node.weak, node.device, node.inputs, node.key = weak, device, inputs, key
-        # pending-graph size estimate: the longest chain plus this node's fan-in (a sum over
-        # inputs would count shared subgraphs once per path: exponential in a DAG)
-        node.leaves, node.count, node.buffer = tuple(leaves), min(count + len(inputs), COUNT_CAP), None
-        node.sig = None
-        _intern[ident] = weakref.ref(node, _forget(ident))
+    node = Node.__new__(Node)
+    node.prim, node.params, node.shape, node.dtype = prim, params, shape, dtype
+    node.weak, node.device, node.inputs, node.struct = weak, device, inputs, struct
+    # pending-graph size estimate: the longest chain plus this node's fan-in (a sum over
+    # inputs would count shared subgraphs once per path: exponential in a DAG)
+    count += n_in
+    node.leaves, node.count = leaves, count if count < COUNT_CAP else COUNT_CAP
+    node.buffer = node.sig = None
+    ref = _Ref(node, _drop)
+    ref.ident = ident
+    _intern[ident] = ref
     return node
 
 
@@ -143,7 +281,7 @@ def make_input(shape: tuple, dtype: np.dtype, device: Device, strides: tuple | N
     node = Node.__new__(Node)
     node.prim, node.params, node.shape, node.dtype = "input", (strides,), shape, dtype
     node.weak, node.device, node.inputs = weak, device, ()
-    node.key = _input_key(strides, shape, dtype, weak, device)
+    node.struct = _input_struct(strides, shape, dtype, weak, device)
     node.leaves, node.count, node.buffer = (node,), 0, buffer
     node.sig = None
     return node
@@ -153,14 +291,14 @@ def leaf_like(template: Node, buffer) -> Node:
     """A new input leaf with ``template``'s signature and key, holding ``buffer``."""
     node = Node.__new__(Node)
     node.prim, node.params, node.shape, node.dtype = "input", template.params, template.shape, template.dtype
-    node.weak, node.device, node.inputs, node.key = template.weak, template.device, (), template.key
+    node.weak, node.device, node.inputs, node.struct = template.weak, template.device, (), template.struct
     node.leaves, node.count, node.buffer, node.sig = (node,), 0, buffer, template.sig
     return node
 
 
 @functools.lru_cache(maxsize=4096)
-def _input_key(strides: tuple, shape: tuple, dtype: np.dtype, weak: bool, device: Device) -> str:
-    return content_hash(("input", (strides,), shape, dtype.str, weak, str(device)))
+def _input_struct(strides: tuple, shape: tuple, dtype: np.dtype, weak: bool, device: Device) -> Struct:
+    return _struct(("input", strides, shape, dtype, weak, device))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -171,6 +309,38 @@ def c_strides(shape: tuple) -> tuple:
         strides.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(strides))
+
+
+def graph_struct(outputs: tuple) -> tuple[tuple, tuple]:
+    """The in-process structure key of a multi-output graph and its ordered leaf list.
+
+    Equal structure keys mean equal content keys (:func:`graph_key`), without hashing:
+    the key is a tuple of interned structs and leaf positions.
+    """
+    if len(outputs) == 1:
+        out = outputs[0]
+        return (out.struct, len(out.leaves)), out.leaves
+    leaves: list[Node] = []
+    where: dict[int, int] = {}
+    spec = []
+    for out in outputs:
+        spec.append(out.struct)
+        ol = out.leaves
+        if not where and ol and not leaves:
+            leaves.extend(ol)
+            for i, leaf in enumerate(ol):
+                where[id(leaf)] = i
+            spec.append(_iota(len(ol)))
+            continue
+        positions = []
+        for leaf in ol:
+            pos = where.get(id(leaf))
+            if pos is None:
+                pos = where[id(leaf)] = len(leaves)
+                leaves.append(leaf)
+            positions.append(pos)
+        spec.append(tuple(positions))
+    return tuple(spec), tuple(leaves)
 
 
 def graph_key(outputs: tuple) -> tuple[str, tuple]:

@@ -10,7 +10,7 @@ from ..config import config
 from ..errors import TracerError
 from ..graph.device import Device
 from ..graph.node import Node, make_node
-from ..graph.primitives import lookup
+from ..graph.primitives import PRIMITIVES, lookup
 
 _state = threading.local()
 
@@ -72,8 +72,8 @@ def concrete_error(what: str) -> TracerError:
 
 def same_device(op: str, nodes) -> Device:
     device = nodes[0].device
-    for n in nodes[1:]:
-        if n.device != device:
+    for n in nodes:
+        if n.device is not device and n.device != device:
             raise ValueError(f"qt.{op}: operands are on different devices: {device} and {n.device}; "
                              "move them with .to(device) first")
     return device
@@ -82,11 +82,17 @@ def same_device(op: str, nodes) -> Device:
 def record(prim: str, inputs: tuple, params: tuple, shape: tuple, dtype: np.dtype,
            weak: bool = False, device: Device | None = None) -> Node:
     """Add one operation to the graph (the single place every op goes through)."""
-    lookup(prim)
+    if prim not in PRIMITIVES:
+        lookup(prim)  # raises, naming it
     if device is None:
         device = same_device(prim, inputs) if inputs else Device(config.device)
-    node = make_node(prim, params, tuple(shape), np.dtype(dtype), tuple(inputs), device, weak)
-    return node
+    if type(shape) is not tuple:
+        shape = tuple(shape)
+    if not isinstance(dtype, np.dtype):
+        dtype = np.dtype(dtype)
+    if type(inputs) is not tuple:
+        inputs = tuple(inputs)
+    return make_node(prim, params, shape, dtype, inputs, device, weak)
 
 
 def buffered(node: Node) -> Node:

@@ -61,7 +61,11 @@ def _element_strides(arr: np.ndarray):
 
 def const_node(value, dtype: np.dtype, device: Device, weak: bool = False) -> Node:
     """A 0-d constant (its value is part of the graph's content hash)."""
-    key = (type(value), repr(value), dtype, device, weak)
+    tv = type(value)
+    # a Python number is its own exact key, except where == is not identity of the
+    # constant: 0.0 == -0.0 and NaN != NaN (those are keyed by repr)
+    exact = tv is int or tv is bool or tv is float and value == value and value != 0.0
+    key = (tv, value if exact else repr(value), dtype, device, weak)
     node = _consts.get(key)
     if node is None:
         node = record("const", (), (dtypes.scalar_value(value, dtype),), (), dtype, weak=weak,

@@ -15,16 +15,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.node import make_node
 from ..graph.primitives import COMPARISONS, ELEMENTWISE_UFUNCS, broadcast_shapes, ufunc_of
 from . import dtypes
 from .context import record
-from .convert import astype, const_node, operand, place, promote, wrap
+from .convert import astype, cast, const_node, operand, place, promote, wrap
 from .creation import full
 from .tensor import Tensor
 
 
 def apply(name: str, *args) -> Tensor:
     """Record elementwise primitive ``name`` on ``args`` (tensors, arrays, Python scalars)."""
+    if len(args) == 2:
+        return apply2(name, args[0], args[1])
+    if len(args) == 1:
+        return apply1(name, args[0])
+    return _apply(name, args)
+
+
+def _apply(name: str, args) -> Tensor:
+    """The general path: any operands, every check (errors are raised from here)."""
     ops = [operand(a, name) for a in args]
     loop = dtypes.resolve_ufunc(name, ufunc_of(name), [(o.dtype, o.weak) for o in ops])
     if name in COMPARISONS:
@@ -41,6 +51,106 @@ def apply(name: str, *args) -> Tensor:
     if all(n.prim == "const" for n in nodes):
         return wrap(fold(name, nodes, out_dtype, weak))
     return wrap(record(name, tuple(nodes), (), shape, out_dtype, weak=weak))
+
+
+# The recording fast path. An elementwise op on tensors and Python scalars is decided by
+# the operands' dtypes, weak flags and scalar types alone (the value of a scalar matters
+# only for integer range checks, done per call), so its loop dtypes are looked up in
+# ``_recipes`` keyed by exactly those; anything else (arrays, NumPy scalars, constants
+# on both sides, comparisons with Python ints and integer powers of Python ints, whose
+# rules depend on the value, operands on different devices) takes the general path,
+# which also raises every error.
+_recipes: dict = {}   # (name, (dtype, weak) or (scalar type, None) per operand) -> recipe
+_SCALARS = frozenset(dtypes.PY_SCALARS)
+
+
+def _recipe(key: tuple, name: str, specs):
+    """Loop dtypes of ``(name, operand specs...)`` for the fast path; ``None``: not eligible."""
+    operands = [(dt, w) if w is not None else (dtypes.weak_dtype(dt()), True) for dt, w in specs]
+    loop = dtypes.resolve_ufunc(name, ufunc_of(name), operands)  # raises for bad dtypes
+    int_scalar = [w is None and dt is int for dt, w in specs]
+    recipe = None
+    if not (name in COMPARISONS and any(int_scalar)
+            or name == "power" and loop[0].kind in "iu" and int_scalar[1]):
+        weak = all(w for _, w in operands)
+        # an int scalar placed as an integer constant needs the per-value range check
+        checks = tuple(s and loop[i].kind in "iu" for i, s in enumerate(int_scalar))
+        recipe = (tuple(loop), weak, checks)
+    _recipes[key] = recipe
+    return recipe
+
+
+def apply2(name: str, x, y) -> Tensor:
+    """A binary elementwise op (the recording fast path; see ``_recipes``)."""
+    tx, ty = type(x), type(y)
+    if tx is Tensor:
+        nx = x._node
+        kx, wx = nx.dtype, nx.weak
+    elif tx in _SCALARS:
+        nx, kx, wx = None, tx, None
+    else:
+        return _apply(name, (x, y))
+    if ty is Tensor:
+        ny = y._node
+        ky, wy = ny.dtype, ny.weak
+    elif ty in _SCALARS:
+        ny, ky, wy = None, ty, None
+    else:
+        return _apply(name, (x, y))
+    key = (name, kx, wx, ky, wy)
+    recipe = _recipes.get(key)
+    if recipe is None:
+        if key in _recipes or _recipe(key, name, ((kx, wx), (ky, wy))) is None:
+            return _apply(name, (x, y))
+        recipe = _recipes[key]
+    loop, weak, checks = recipe
+    if nx is None:
+        if ny is None or ny.prim == "const":
+            return _apply(name, (x, y))
+        device = ny.device
+        if checks[0]:
+            dtypes.check_int_fits(name, x, loop[0])
+        nx = const_node(x, loop[0], device)
+        shape = ny.shape
+    elif ny is None:
+        if nx.prim == "const":
+            return _apply(name, (x, y))
+        device = nx.device
+        if checks[1]:
+            dtypes.check_int_fits(name, y, loop[1])
+        ny = const_node(y, loop[1], device)
+        shape = nx.shape
+    else:
+        device = nx.device
+        if ny.device is not device or (nx.prim == "const" and ny.prim == "const"):
+            return _apply(name, (x, y))
+        shape = nx.shape
+        if ny.shape != shape:
+            shape = broadcast_shapes(f"qt.{name}", shape, ny.shape)
+    if nx.dtype != loop[0]:
+        nx = cast(nx, loop[0], weak=False)
+    if ny.dtype != loop[1]:
+        ny = cast(ny, loop[1], weak=False)
+    return Tensor(make_node(name, (), shape, loop[2], (nx, ny), device, weak))
+
+
+def apply1(name: str, x) -> Tensor:
+    """A unary elementwise op (the recording fast path; see ``_recipes``)."""
+    if type(x) is not Tensor:
+        return _apply(name, (x,))
+    nx = x._node
+    if nx.prim == "const":
+        return _apply(name, (x,))
+    key = (name, nx.dtype, nx.weak)
+    recipe = _recipes.get(key)
+    if recipe is None:
+        if key in _recipes or _recipe(key, name, ((nx.dtype, nx.weak),)) is None:
+            return _apply(name, (x,))
+        recipe = _recipes[key]
+    loop, weak = recipe[0], recipe[1]
+    if nx.dtype != loop[0]:
+        nx = cast(nx, loop[0], weak=False)
+    return Tensor(make_node(name, (), nx.shape, loop[1], (nx,), nx.device, weak))
 
 
 _FLIP = {"less": "greater", "less_equal": "greater_equal", "greater": "less",
@@ -81,10 +191,10 @@ def _make(name: str):
     ufunc_name = ELEMENTWISE_UFUNCS[name]
     if nin == 1:
         def fn(x):
-            return apply(name, x)
+            return apply1(name, x)
     else:
         def fn(x1, x2):
-            return apply(name, x1, x2)
+            return apply2(name, x1, x2)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (f"Elementwise ``numpy.{ufunc_name}``: same dtypes, broadcasting and special "
                   f"values as NumPy.\n\n    Example:\n        >>> import qtrace as qt\n"

@@ -9,12 +9,13 @@ from .tensor import Tensor
 
 
 def _binary(name: str, reflected: bool = False):
+    apply2 = ew.apply2
     if reflected:
         def op(self, other):
-            return ew.apply(name, other, self)
+            return apply2(name, other, self)
     else:
         def op(self, other):
-            return ew.apply(name, self, other)
+            return apply2(name, self, other)
     return op
 
 
@@ -34,10 +35,10 @@ for _dunder, _prim in {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "le
 
 Tensor.__matmul__ = lambda self, other: linalg.matmul(self, other)
 Tensor.__rmatmul__ = lambda self, other: linalg.matmul(other, self)
-Tensor.__neg__ = lambda self: ew.apply("negative", self)
-Tensor.__pos__ = lambda self: ew.apply("positive", self)
-Tensor.__abs__ = lambda self: ew.apply("abs", self)
-Tensor.__invert__ = lambda self: ew.apply("invert", self)
+Tensor.__neg__ = lambda self: ew.apply1("negative", self)
+Tensor.__pos__ = lambda self: ew.apply1("positive", self)
+Tensor.__abs__ = lambda self: ew.apply1("abs", self)
+Tensor.__invert__ = lambda self: ew.apply1("invert", self)
 Tensor.__getitem__ = indexing.getitem
 Tensor.__setitem__ = indexing.setitem
 Tensor.at = property(indexing.AtProperty,
