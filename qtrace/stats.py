@@ -1,4 +1,12 @@
-"""Process-wide counters behind ``qt.stats()`` and ``qt.reset_stats()``."""
+"""Process-wide counters behind ``qt.stats()`` and ``qt.reset_stats()``.
+
+:func:`bump` is on the per-call path of every jitted call and eager evaluation, so it
+takes no lock: each thread adds into its own table (only that thread writes it), and
+:func:`stats` sums the tables. :func:`reset_stats` records the current sums as the new
+zero instead of writing into other threads' tables, so no increment is ever lost. The
+table of a thread that has ended is folded into one shared table when a new thread
+registers, so their number stays bounded by the number of live threads.
+"""
 
 from __future__ import annotations
 
@@ -19,14 +27,43 @@ COUNTERS = (
     "bytes_device_to_host",
 )
 
-_lock = threading.Lock()
-_counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+_lock = threading.Lock()           # registration, folding, stats and reset (not bump)
+_local = threading.local()
+_tables: list = []                 # (thread, its counts) for every thread that bumped
+_retired: dict[str, int] = dict.fromkeys(COUNTERS, 0)   # counts of threads that ended
+_zero: dict[str, int] = dict.fromkeys(COUNTERS, 0)      # the sums at the last reset
+
+
+def _register() -> dict:
+    counts = dict.fromkeys(COUNTERS, 0)
+    me = threading.current_thread()
+    with _lock:
+        for entry in list(_tables):
+            thread, old = entry
+            if not thread.is_alive():
+                for k, v in old.items():
+                    _retired[k] += v
+                _tables.remove(entry)
+        _tables.append((me, counts))
+    _local.counts = counts
+    return counts
 
 
 def bump(name: str, n: int = 1) -> None:
-    """Add ``n`` to counter ``name`` (thread-safe)."""
-    with _lock:
-        _counts[name] += n
+    """Add ``n`` to counter ``name`` (thread-safe, lock-free)."""
+    try:
+        counts = _local.counts
+    except AttributeError:
+        counts = _register()
+    counts[name] += n
+
+
+def _sums() -> dict[str, int]:
+    total = dict(_retired)
+    for _, counts in _tables:
+        for k, v in list(counts.items()):
+            total[k] += v
+    return total
 
 
 def stats() -> dict[str, int]:
@@ -39,11 +76,11 @@ def stats() -> dict[str, int]:
         1
     """
     with _lock:
-        return dict(_counts)
+        total = _sums()
+        return {k: total[k] - _zero[k] for k in COUNTERS}
 
 
 def reset_stats() -> None:
     """Set every counter of :func:`stats` back to zero."""
     with _lock:
-        for k in _counts:
-            _counts[k] = 0
+        _zero.update(_sums())

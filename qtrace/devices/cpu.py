@@ -178,13 +178,31 @@ def _probe_data_offset() -> int | None:
 
 
 _DATA_OFFSET = _probe_data_offset()
+# The same field read as an item of one ctypes array laid over the address space (what
+# ``from_address`` does, without building a ctypes object per read: ~3x cheaper again).
+# Object headers are 16-byte aligned, so the field's address is a multiple of 8.
+_WORDS = (ctypes.c_uint64 * (1 << 59)).from_address(0)
 
 
-def pointer(arr: np.ndarray) -> int:
-    """The address of ``arr``'s first element."""
-    if _DATA_OFFSET is None:  # pragma: no cover - a NumPy with another struct layout
-        return _slow_pointer(arr)
-    return ctypes.c_void_p.from_address(id(arr) + _DATA_OFFSET).value or 0
+def _fast_pointer_ok() -> bool:
+    if _DATA_OFFSET is None or _DATA_OFFSET % 8:
+        return False
+    for arr in (np.arange(3.0), np.zeros((2, 2), np.int8)[1:], np.empty(0)):
+        if (id(arr) + _DATA_OFFSET) % 8 or _WORDS[(id(arr) + _DATA_OFFSET) >> 3] != _slow_pointer(arr):
+            return False
+    return True
+
+
+if _fast_pointer_ok():
+    def pointer(arr: np.ndarray, _words=_WORDS, _offset=_DATA_OFFSET) -> int:
+        """The address of ``arr``'s first element."""
+        return _words[(id(arr) + _offset) >> 3]
+elif _DATA_OFFSET is not None:  # pragma: no cover
+    def pointer(arr: np.ndarray) -> int:
+        """The address of ``arr``'s first element."""
+        return ctypes.c_void_p.from_address(id(arr) + _DATA_OFFSET).value or 0
+else:  # pragma: no cover - a NumPy with another struct layout
+    pointer = _slow_pointer
 
 
 ARGS = ctypes.c_void_p

@@ -81,18 +81,24 @@ class Plan:
             return None
         if any(v not in slots for _, v in self.outputs):  # an output no kernel writes (empty)
             return None
-        allocs = [(s, *self.slot_meta[s]) for s in dict.fromkeys(slots) if s >= self.n_leaves]
-        return fn, info[0], info[1], slots, allocs, [v for _, v in self.outputs]
+        allocs = []
+        for s in dict.fromkeys(slots):
+            if s >= self.n_leaves:
+                shape, dtype = self.slot_meta[s]
+                small = math.prod(shape) * dtype.itemsize < cpu.SMALL  # plain np.empty
+                allocs.append((s, shape, dtype, small))
+        extra = (None,) * (len(self.slot_meta) - self.n_leaves)
+        return fn, info[0], info[1], slots, allocs, [v for _, v in self.outputs], extra
 
     def run(self, leaf_buffers) -> list:
         """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers."""
         fast = self._fast
         if fast is not None:
-            fn, extent, pack, slots, allocs, outs = fast
-            bufs = list(leaf_buffers)
-            bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
-            for s, shape, dtype in allocs:
-                bufs[s] = cpu.aligned_empty(shape, dtype)
+            fn, extent, pack, slots, allocs, outs, extra = fast
+            bufs = [*leaf_buffers, *extra]
+            empty = np.empty
+            for s, shape, dtype, small in allocs:
+                bufs[s] = empty(shape, dtype) if small else cpu.aligned_empty(shape, dtype)
             pointer = cpu.pointer
             fn(0, extent, pack(*[pointer(bufs[s]) for s in slots]), None, None)
             bump("kernel_launches")

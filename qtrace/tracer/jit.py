@@ -83,7 +83,11 @@ def _buffer(leaf, desc: int) -> np.ndarray:
 
 
 class _Entry:
-    __slots__ = ("plan", "bind", "captured", "out_tree", "out_kinds", "out_meta", "flat_tuple")
+    __slots__ = ("plan", "bind", "captured", "out_tree", "out_kinds", "out_meta", "flat_tuple",
+                 "all_tensors")
+
+
+_new_tensor = object.__new__
 
 
 class Jitted:
@@ -131,7 +135,11 @@ class Jitted:
         if not kwargs and not self.static_argnums:
             # fast path: flat positional arguments, the common shape of a step function
             try:
-                descs = tuple([_describe(a) for a in args])
+                descs = []
+                for a in args:  # _describe, with a tensor's cached entry read inline
+                    d = a._node.sig if type(a) is Tensor else None
+                    descs.append(d if d is not None else _describe(a))
+                descs = tuple(descs)
             except TypeError:
                 pass
             else:
@@ -172,17 +180,32 @@ class Jitted:
         bufs = []
         for src in entry.bind:
             if src >= 0:
-                bufs.append(_buffer(leaves[src], descs[src]))
+                leaf = leaves[src]
+                if type(leaf) is Tensor:  # _buffer's common case, inline
+                    n = leaf._node
+                    buf = n.buffer
+                    if buf is None or n.prim != "input" or not buf.flags.c_contiguous:
+                        buf = _buffer(leaf, descs[src])
+                else:
+                    buf = _buffer(leaf, descs[src])
+                bufs.append(buf)
             else:
                 bufs.append(entry.captured[-src - 1])
         outs = entry.plan.run(bufs) if entry.plan is not None else []
         results = []
-        it = iter(outs)
-        for kind, meta in zip(entry.out_kinds, entry.out_meta):
-            if kind == "tensor":
-                results.append(Tensor(graph_node.leaf_like(meta, next(it))))
-            else:
-                results.append(meta)
+        if entry.all_tensors:
+            leaf_like = graph_node.leaf_like
+            for meta, buf in zip(entry.out_meta, outs):
+                t = _new_tensor(Tensor)  # a leaf: none of Tensor.__init__'s pending-size check
+                t._node = leaf_like(meta, buf)
+                results.append(t)
+        else:
+            it = iter(outs)
+            for kind, meta in zip(entry.out_kinds, entry.out_meta):
+                if kind == "tensor":
+                    results.append(Tensor(graph_node.leaf_like(meta, next(it))))
+                else:
+                    results.append(meta)
         if entry.flat_tuple:
             return tuple(results)
         return pytree.unflatten(entry.out_tree, results)
@@ -228,6 +251,7 @@ class Jitted:
     def _finish_trace(self, entry, out_leaves, out_tree, placeholders):
         entry.out_tree = out_tree
         entry.flat_tuple = out_tree == ("tuple", tuple, (("leaf",),) * len(out_leaves))
+        entry.all_tensors = all(isinstance(leaf, (Tensor, np.ndarray)) for leaf in out_leaves)
         entry.out_kinds, entry.out_meta = [], []
         nodes = []
         for leaf in out_leaves:
