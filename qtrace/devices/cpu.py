@@ -72,7 +72,8 @@ class BufferPool:
         for n, b in idle:
             if total <= self.idle_cap:
                 break
-            self._blocks[n].remove(b)
+            blocks = self._blocks[n]
+            del blocks[next(i for i, x in enumerate(blocks) if x is b)]  # by identity
             total -= n
 
     def idle_bytes(self) -> int:

@@ -159,6 +159,21 @@ class Node:
         return f"Node({self.prim}{list(self.params) if self.params else ''}, {self.shape}, {self.dtype})"
 
 
+class Leaf(Node):
+    """An input node (``prim == "input"``). Its leaf list is itself.
+
+    That list is built on access: stored, ``(self,)`` would be a reference cycle, and
+    every leaf (with its buffer, often megabytes) would then live until the cyclic
+    garbage collector happened to run instead of dying with its last reference.
+    """
+
+    __slots__ = ()
+
+    @property
+    def leaves(self) -> tuple:
+        return (self,)
+
+
 class _Ref(weakref.ref):
     """The intern table's weak reference to a node; knows the entry it belongs to."""
 
@@ -179,6 +194,7 @@ _intern: dict = {}  # (struct, id of each input) -> _Ref to the live node
 COUNT_CAP = 1 << 30
 
 _IOTA = [tuple(range(n)) for n in range(64)]
+_ONE = (1,)
 
 
 def _iota(n: int) -> tuple:
@@ -228,6 +244,11 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
         elif not la:
             leaves = lb
             pa, pb = (), _iota(len(lb))
+        elif len(la) == 1 and len(lb) == 1:
+            if la[0] is lb[0]:
+                leaves, pa, pb = la, _IOTA[1], _IOTA[1]
+            else:
+                leaves, pa, pb = (la[0], lb[0]), _IOTA[1], _ONE
         else:
             leaves, (pa, pb) = _merge(inputs)
         struct = _struct((prim, ptoken, shape, dtype, weak, device, a.struct, pa, b.struct, pb))
@@ -278,21 +299,20 @@ def make_input(shape: tuple, dtype: np.dtype, device: Device, strides: tuple | N
     """
     shape = tuple(shape)
     strides = c_strides(shape) if strides is None else tuple(strides)
-    node = Node.__new__(Node)
+    node = Leaf.__new__(Leaf)
     node.prim, node.params, node.shape, node.dtype = "input", (strides,), shape, dtype
     node.weak, node.device, node.inputs = weak, device, ()
     node.struct = _input_struct(strides, shape, dtype, weak, device)
-    node.leaves, node.count, node.buffer = (node,), 0, buffer
-    node.sig = None
+    node.count, node.buffer, node.sig = 0, buffer, None
     return node
 
 
 def leaf_like(template: Node, buffer) -> Node:
     """A new input leaf with ``template``'s signature and key, holding ``buffer``."""
-    node = Node.__new__(Node)
+    node = Leaf.__new__(Leaf)
     node.prim, node.params, node.shape, node.dtype = "input", template.params, template.shape, template.dtype
     node.weak, node.device, node.inputs, node.struct = template.weak, template.device, (), template.struct
-    node.leaves, node.count, node.buffer, node.sig = (node,), 0, buffer, template.sig
+    node.count, node.buffer, node.sig = 0, buffer, template.sig
     return node
 
 

@@ -1,0 +1,126 @@
+"""Recording and dispatch fast paths: they must agree with the general paths exactly."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+from qtrace.devices import cpu
+from qtrace.graph.node import graph_key, graph_struct
+from qtrace.tracer import elementwise as ew
+
+
+def test_input_leaves_die_without_the_cycle_collector():
+    """A leaf must not keep itself alive (its buffer is often megabytes)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        t = qt.asarray(np.ones(4))
+        ref = weakref.ref(t._node)
+        buf = weakref.ref(t._node.buffer)
+        del t
+        assert ref() is None and buf() is None
+        x = qt.asarray(np.ones(4)) + 1.0
+        qt.eval(x)
+        leaf = weakref.ref(x._node)
+        del x
+        assert leaf() is None
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_buffer_pool_trims_several_idle_blocks():
+    pool = cpu.BufferPool(idle_cap=0)
+    blocks = [pool.take(1 << 20) for _ in range(3)]
+    del blocks
+    assert pool.idle_bytes() == 3 << 20
+    kept = pool.take(2 << 20)  # a new block: trims the idle ones (identity, never ==)
+    assert pool.idle_bytes() == 0
+    assert kept.nbytes > 2 << 20
+
+
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "divide", "power", "maximum",
+                                  "less", "equal", "arctan2", "floor_divide", "bitwise_and",
+                                  "left_shift"])
+@pytest.mark.parametrize("a, b", [
+    (np.int8, 3), (np.int8, 300), (np.uint8, -1), (np.int32, 2.5), (np.float32, 2),
+    (np.float32, np.float64), (np.int64, np.uint64), (np.bool_, True), (np.uint16, np.int8),
+    (np.float32, -0.0), (np.int16, np.float32),
+])
+def test_fast_path_agrees_with_the_general_path(name, a, b):
+    """Same dtype, value and error (type and message) as the general path, both orders."""
+    x = qt.asarray(np.arange(1, 4).astype(a))
+    y = qt.asarray(np.arange(1, 4).astype(b)) if isinstance(b, type) else b
+    for args in ((x, y), (y, x)):
+        try:
+            want = ew._apply(name, args)
+        except Exception as err:  # noqa: BLE001 - compared below
+            with pytest.raises(type(err)) as got:
+                ew.apply2(name, *args)
+            assert str(got.value) == str(err)
+            continue
+        got = ew.apply2(name, *args)
+        assert got.dtype == want.dtype and got.weak_type == want.weak_type
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_fast_path_broadcasting_error_names_op_and_shapes():
+    with pytest.raises(ValueError, match=r"qt.add.*\(3,\).*\(4,\)"):
+        qt.ones(3) + qt.ones(4)
+
+
+def test_eager_plans_are_found_by_structure_and_constants_still_count():
+    x = qt.asarray(np.arange(5.0))
+    (x * 2.0 + 1.0).numpy()
+    qt.reset_stats()
+    for _ in range(3):
+        out = (x * 2.0 + 1.0).numpy()
+    s = qt.stats()
+    assert s["compiles"] == 0 and s["cache_hits_memory"] >= 3
+    np.testing.assert_array_equal(out, np.arange(5.0) * 2 + 1)
+    # another constant: another structure, another result
+    np.testing.assert_array_equal((x * 3.0 + 1.0).numpy(), np.arange(5.0) * 3 + 1)
+    np.testing.assert_array_equal((x * -0.0).numpy(), np.arange(5.0) * -0.0)
+    assert np.signbit((qt.asarray(np.ones(2)) * -0.0).numpy()).all()
+
+
+def test_graph_struct_equality_matches_graph_key_equality(rng):
+    a, b = (qt.asarray(rng.standard_normal(3)) for _ in range(2))
+    c, d = (qt.asarray(rng.standard_normal(3)) for _ in range(2))
+    graphs = [((a + b)._node,), ((c + d)._node,), ((a + a)._node,), ((a * b)._node, (a + b)._node),
+              ((c * d)._node, (c + d)._node), ((a * b)._node, (c + d)._node),
+              ((a + b)._node, (a * b)._node)]
+    for g1 in graphs:
+        for g2 in graphs:
+            same_struct = graph_struct(g1)[0] == graph_struct(g2)[0]
+            assert same_struct == (graph_key(g1)[0] == graph_key(g2)[0]), (g1, g2)
+
+
+def test_stats_count_every_thread_and_reset():
+    qt.reset_stats()
+    x = qt.asarray(np.ones(3))
+    f = qt.jit(lambda t: t + 1.0)
+    f(x)
+
+    def work():
+        for _ in range(50):
+            f(x)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    s = qt.stats()
+    assert s["kernel_launches"] == 201 and s["cache_hits_memory"] >= 200
+    qt.reset_stats()
+    assert qt.stats()["kernel_launches"] == 0
+    f(x)
+    assert qt.stats()["kernel_launches"] == 1
