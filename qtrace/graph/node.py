@@ -52,11 +52,12 @@ class Struct:
     miss, never hit wrongly).
     """
 
-    __slots__ = ("parts", "_key", "__weakref__")
+    __slots__ = ("parts", "_key", "_result", "__weakref__")
 
     def __init__(self, parts: tuple):
         self.parts = parts
         self._key = None
+        self._result = None  # (params, struct) of a C-contiguous leaf holding this value
 
     @property
     def key(self) -> str:
@@ -305,6 +306,25 @@ def make_input(shape: tuple, dtype: np.dtype, device: Device, strides: tuple | N
     node.struct = _input_struct(strides, shape, dtype, weak, device)
     node.count, node.buffer, node.sig = 0, buffer, None
     return node
+
+
+def result_leaf(node: Node, buffer) -> Node:
+    """A new C-contiguous input leaf holding ``buffer``, the computed value of ``node``.
+
+    Same as ``make_input(node.shape, node.dtype, node.device, buffer=buffer,
+    weak=node.weak)``; the leaf's signature is kept on ``node``'s struct.
+    """
+    s = node.struct
+    result = s._result
+    if result is None:
+        strides = c_strides(node.shape)
+        result = s._result = ((strides,), _input_struct(strides, node.shape, node.dtype,
+                                                        node.weak, node.device))
+    leaf = Leaf.__new__(Leaf)
+    leaf.prim, (leaf.params, leaf.struct) = "input", result
+    leaf.shape, leaf.dtype, leaf.weak, leaf.device = node.shape, node.dtype, node.weak, node.device
+    leaf.inputs, leaf.count, leaf.buffer, leaf.sig = (), 0, buffer, None
+    return leaf
 
 
 def leaf_like(template: Node, buffer) -> Node:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..graph import evaluate as graph_evaluate
 from ..graph.device import CPU, Device
-from ..graph.node import make_input
-from .context import ad_level, concrete_error, is_abstract
+from ..graph.node import result_leaf
+from .context import ad_level, concrete_error
 from .tensor import Tensor
 
 
@@ -23,21 +23,24 @@ def eval(*tensors) -> None:  # noqa: A001 - the SPEC's name
         if not isinstance(t, Tensor):
             raise TypeError(f"qt.eval: expected qt.Tensor arguments, got {type(t).__name__}")
         n = t._node
-        if n.is_leaf:
+        if n.prim == "input":
             continue
-        if is_abstract(n):
-            raise concrete_error("qt.eval")
-        if id(n) not in owners:
-            owners[id(n)] = []
+        for leaf in n.leaves:  # is_abstract, inline
+            if leaf.buffer is None:
+                raise concrete_error("qt.eval")
+        mine = owners.get(id(n))
+        if mine is None:
+            owners[id(n)] = [t]
             pending.append(n)
-        owners[id(n)].append(t)
+        else:
+            mine.append(t)
     if not pending:
         return
     buffers = graph_evaluate.evaluate(tuple(pending))
     if ad_level():  # while differentiating, tensors stay connected to their graph
         return
     for n, buf in zip(pending, buffers):
-        leaf = make_input(n.shape, n.dtype, n.device, buffer=buf, weak=n.weak)
+        leaf = result_leaf(n, buf)
         for t in owners[id(n)]:
             t._node = leaf
 

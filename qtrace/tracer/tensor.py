@@ -6,7 +6,7 @@ import numpy as np
 
 from ..config import config
 from ..graph import evaluate as _evaluate
-from ..graph.node import Node, make_input
+from ..graph.node import Node, result_leaf
 from .context import ad_level, concrete_error, is_abstract
 
 
@@ -87,7 +87,7 @@ class Tensor:
             raise concrete_error("qt.Tensor value")
         (buf,) = _evaluate.evaluate((node,))
         if not ad_level():  # while differentiating, the tensor must stay connected to its graph
-            self._node = make_input(node.shape, node.dtype, node.device, buffer=buf, weak=node.weak)
+            self._node = result_leaf(node, buf)
         return buf
 
     def numpy(self) -> np.ndarray:
