@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import TracerError
 from . import index as ix_
 from .access import broadcast_index, view_index
 from .loops import layout, siblings_key
@@ -154,6 +155,11 @@ class TaskBuilder:
                 return self.value(role[1], ix)
             if role[0] == "counter":
                 return self.emit(("counter", "<i8"))
+            if role[0] == "inv" and ix != role[2]:
+                raise TracerError(
+                    "qt.fori_loop/while_loop: an inner loop body gathers from a value of the "
+                    f"enclosing loop's body ({node.dtype} {node.shape}); per-element loops may "
+                    "gather only from tensors computed outside every loop")
             return self.emit((role[0], node.dtype.str, role[1]))
         g = self.s.group_of.get(id(node))
         if node.is_leaf or (g is not None and g is not self.group and g is not FREE):
@@ -209,11 +215,25 @@ class TaskBuilder:
                        for p in range(len(node.inputs)) if lay.per_element(p)]
         captured = node.inputs[lay.captured]
         sub = node.params[2]
+        invariants: dict[int, tuple] = {}
+
+        def outside(c: Node) -> tuple:
+            """How the body reads captured value ``c``: from outside, or (in a nested loop)
+            as a value of the enclosing body computed once per element (``inv``)."""
+            if not self.env:
+                return ("node", c)
+            role = self.env.get(id(c))
+            if role is not None and role[0] == "node":
+                return role
+            if id(c) not in invariants:
+                c_ix = broadcast_index(ix, c.shape)
+                invariants[id(c)] = ("inv", len(invariants), c_ix, self.value(c, c_ix))
+            return invariants[id(c)][:3]
 
         def env_for(graph):
             env = {}
             for role, leaf in graph.placeholders.values():
-                env[id(leaf)] = ("node", captured[role[1]]) if role[0] == "captured" else role
+                env[id(leaf)] = outside(captured[role[1]]) if role[0] == "captured" else role
             return env
 
         env = env_for(sub)
@@ -221,6 +241,11 @@ class TaskBuilder:
         cprog = self.program(outs[:1], env, ix) if lay.kind == "while" else None
         bprog = self.program(outs[1:] if lay.kind == "while" else outs, env, ix)
         dts = tuple(n.dtype.str for n in node.inputs[lay.init])
+        if lay.reverse and self.env:
+            raise NotImplementedError(
+                "qtrace: reverse mode through a loop nested in another loop's body is not "
+                "supported yet (the inner loop would need its own adstack region)")
+        per_element += [v[3] for v in invariants.values()]
         if not lay.reverse:
             instr = ("loop", dts, lay.kind, lay.n_state, cprog, bprog, tuple(per_element))
         else:

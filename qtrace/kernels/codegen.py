@@ -128,8 +128,8 @@ class KernelEmitter:
     def run(self, instrs, env: dict) -> list:
         """Emit ``instrs`` (a task body or a loop body program); their IR values.
 
-        ``env`` gives loop bodies their placeholders: ``state``/``ct`` (lists of values)
-        and ``counter``.
+        ``env`` gives loop bodies their placeholders: ``state``/``ct`` (lists of values),
+        ``counter``, and ``inv``: values of the enclosing body a nested loop reads.
         """
         b = self.b
         values, dts = [], []
@@ -165,6 +165,8 @@ class KernelEmitter:
                 v = env[op][instr[2]]
             elif op == "counter":
                 v = env["counter"]
+            elif op == "inv":
+                v = env["inv"][instr[2]]
             elif op == "get":
                 v = values[instr[2]][instr[3]]
             elif op in ("loop", "loop_vjp") and top and self.loop_override is not None:
@@ -204,7 +206,7 @@ class KernelEmitter:
         b.position_at_end(head)
         state = self._phis(self._state_types(dts), init, pre)
         count = self._phis([I64], [ir.Constant(I64, 0)], pre)[0]
-        env = {"state": state}
+        env = {"state": state, "inv": [values[i] for i in ins[m + (2 if kind == "fori" else 0):]]}
         if kind == "fori":
             counter = b.add(lo, count)
             go = b.icmp_signed("<", counter, hi)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TracerError
+from ..graph.loops import layout
 from ..graph.node import make_input, toposort
 from ..graph.primitives import PRIMITIVES, broadcast_shapes
 from ..graph.subgraph import Subgraph, cut
@@ -46,6 +47,8 @@ def _check_body(op: str, outputs, placeholders: dict, shape: tuple) -> None:
             raise TracerError(f"{op}: the loop body gathers from a value computed from the loop state "
                               f"(gather of shape {n.inputs[0].shape}); a per-element loop may only "
                               "combine each element with itself and with other tensors")
+        if kind == "loop":
+            _check_inner_gathers(op, n, dependent)
         if kind in ("elementwise", "gather", "loop"):
             if n.shape != shape:
                 raise TracerError(f"{op}: the loop body's {n.prim} produces shape {n.shape} from the "
@@ -55,6 +58,21 @@ def _check_body(op: str, outputs, placeholders: dict, shape: tuple) -> None:
         raise TracerError(f"{op}: the loop body mixes elements of the loop state in {n.prim} "
                           f"(shape {n.inputs[0].shape} -> {n.shape}); per-element loops may only "
                           "combine each element with itself and with other tensors (gathers included)")
+
+
+def _check_inner_gathers(op: str, loop, dependent: set) -> None:
+    """A nested loop may not gather from a value of the enclosing body (only per element)."""
+    sub = loop.params[2]
+    first = layout(loop).captured.start
+    inner = {id(leaf) for role, leaf in sub.placeholders.values()
+             if role[0] == "captured" and id(loop.inputs[first + role[1]]) in dependent}
+    for n in toposort(sub.outputs):
+        if PRIMITIVES[n.prim].kind == "view" and id(n.inputs[0]) in inner:
+            inner.add(id(n))
+        elif PRIMITIVES[n.prim].kind == "gather" and id(n.inputs[0]) in inner:
+            raise TracerError(f"{op}: an inner loop body gathers from a value computed from the "
+                              f"enclosing loop's state (gather of shape {n.inputs[0].shape}); nested "
+                              "loops may gather only from tensors computed outside every loop")
 
 
 def _trace(op: str, fn_inputs, init, shape, dtypes_, tree, extra_out=None):

@@ -185,8 +185,6 @@ def test_pytree_state_of_float_and_int(fusion, rng):
     assert_close(out["v"].numpy(), v, rtol=1e-6, what="float32 leaf")
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: an inner loop body reading a captured tensor "
-                   "or the outer counter reads the wrong elements (see the closing note)")
 def test_nested_loops_forward(fusion, rng):
     """The inner trip count depends on the outer counter and on another tensor."""
     n, m = rng.integers(0, 5, 13), rng.integers(0, 3, 13)
@@ -201,6 +199,51 @@ def test_nested_loops_forward(fusion, rng):
         return np_fori(0, m + i, lambda j, u: [np.sin(u[0]) * c + 0.1 * u[0] + 0.01 * j], s)
     want = np_fori(0, n, np_outer, [x])[0]
     assert_close(got.numpy(), want, what="nested")
+
+
+@pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
+def test_nested_while_and_fori_reading_the_enclosing_body(jitted, fusion, rng):
+    """Inside a fori body: a while loop whose condition reads the outer counter and whose
+    body gathers a table at an index carried by the outer state, then a fori whose trip
+    count, and body, read the outer counter and the outer state. N = 1000 elements (the
+    blocked-lanes path), bitwise against a scalar float64 reference."""
+    size = 1000
+    n, m = rng.integers(0, 5, size), rng.integers(0, 3, size)
+    x, c = rng.uniform(-1, 1, size), rng.uniform(0.5, 1.5, size)
+    table, k0 = rng.uniform(-1, 1, 7), rng.integers(0, 7, size)
+    qm, qc, qtable = qt.asarray(m), qt.asarray(c), qt.asarray(table)
+
+    def outer(i, s):
+        v, k = s
+        w = qt.while_loop(lambda u: u < 2.0 + 0.1 * i,
+                          lambda u: u * 1.5 + 0.1 + qt.abs(qtable[k]), qt.abs(v) + 0.1)
+        v2 = qt.fori_loop(0, qm + i, lambda j, u: qt.sin(u) * qc + 0.1 * u + 0.01 * j + 0.001 * i * v, v)
+        return v2 + 0.01 * w, (k * 3 + 1) % 7
+
+    def f(x, k):
+        return qt.fori_loop(0, qt.asarray(n), outer, (x, k))
+    got_v, got_k = (qt.jit(f) if jitted else f)(qt.asarray(x), qt.asarray(k0))
+    want_v, want_k = x.copy(), k0.copy()
+    for e in range(size):
+        v, k = x[e], k0[e]
+        for i in range(n[e]):
+            w = abs(v) + 0.1
+            while w < 2.0 + 0.1 * i:
+                w = w * 1.5 + 0.1 + abs(table[k])
+            u = v
+            for j in range(m[e] + i):
+                u = np.sin(u) * c[e] + 0.1 * u + 0.01 * j + 0.001 * i * v
+            v, k = u + 0.01 * w, (k * 3 + 1) % 7
+        want_v[e], want_k[e] = v, k
+    np.testing.assert_array_equal(got_k.numpy(), want_k)
+    assert_close(got_v.numpy(), want_v, rtol=1e-13, atol=1e-15, what="nested while + fori")
+
+
+def test_inner_loop_gathering_from_the_enclosing_state_is_a_tracer_error(fusion):
+    def outer(i, v):
+        return qt.fori_loop(0, 3, lambda j, u: u + v[j % 3], v)
+    with pytest.raises(qt.TracerError, match="inner loop body gathers"):
+        qt.fori_loop(0, 2, outer, qt.ones(3))
 
 
 def _gather_body(t):
