@@ -194,13 +194,14 @@ def _drop(ref: _Ref) -> None:
 _intern: dict = {}  # (struct, id of each input) -> _Ref to the live node
 COUNT_CAP = 1 << 30
 
-_IOTA = [tuple(range(n)) for n in range(64)]
-_ONE = (1,)
+_N_IOTA = 64
+_IOTA = [tuple(range(n)) for n in range(_N_IOTA)]
+_ZERO, _ONE = (0,), (1,)
 
 
 def _iota(n: int) -> tuple:
     """``tuple(range(n))``, shared (the leaf positions of an input seen first)."""
-    return _IOTA[n] if n < 64 else tuple(range(n))
+    return _IOTA[n] if n < _N_IOTA else tuple(range(n))
 
 
 def _merge(inputs) -> tuple[list, tuple]:
@@ -239,39 +240,47 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
     if n_in == 2:  # the common cases, spelled out: this is every eager op's path
         a, b = inputs
         la, lb = a.leaves, b.leaves
-        if la is lb or not lb:
+        na, nb = len(la), len(lb)
+        if la is lb or not nb:
             leaves = la
-            pa, pb = _iota(len(la)), _iota(len(lb))
-        elif not la:
-            leaves = lb
-            pa, pb = (), _iota(len(lb))
-        elif len(la) == 1 and len(lb) == 1:
+            pa = _IOTA[na] if na < _N_IOTA else _iota(na)
+            pb = _IOTA[nb] if nb < _N_IOTA else _iota(nb)
+        elif not na:
+            leaves, pa = lb, ()
+            pb = _IOTA[nb] if nb < _N_IOTA else _iota(nb)
+        elif na == 1 and nb == 1:
             if la[0] is lb[0]:
-                leaves, pa, pb = la, _IOTA[1], _IOTA[1]
+                leaves, pa, pb = la, _ZERO, _ZERO
             else:
-                leaves, pa, pb = (la[0], lb[0]), _IOTA[1], _ONE
+                leaves, pa, pb = (la[0], lb[0]), _ZERO, _ONE
         else:
             leaves, (pa, pb) = _merge(inputs)
-        struct = _struct((prim, ptoken, shape, dtype, weak, device, a.struct, pa, b.struct, pb))
-        ident = (struct, id(a), id(b))
+        parts = (prim, ptoken, shape, dtype, weak, device, a.struct, pa, b.struct, pb)
+        ident_tail = (id(a), id(b))
         count = a.count if a.count > b.count else b.count
     elif n_in == 1:
         a = inputs[0]
         leaves = a.leaves
-        struct = _struct((prim, ptoken, shape, dtype, weak, device, a.struct, _iota(len(leaves))))
-        ident = (struct, id(a))
+        na = len(leaves)
+        parts = (prim, ptoken, shape, dtype, weak, device, a.struct,
+                 _IOTA[na] if na < _N_IOTA else _iota(na))
+        ident_tail = (id(a),)
         count = a.count
     else:
         leaves, positions = _merge(inputs)
-        parts = [prim, ptoken, shape, dtype, weak, device]
+        plist = [prim, ptoken, shape, dtype, weak, device]
         count = 0
         for inp, pos in zip(inputs, positions):
-            parts.append(inp.struct)
-            parts.append(pos)
+            plist.append(inp.struct)
+            plist.append(pos)
             if inp.count > count:
                 count = inp.count
-        struct = _struct(tuple(parts))
-        ident = (struct, *map(id, inputs))
+        parts = tuple(plist)
+        ident_tail = tuple(map(id, inputs))
+    struct = _structs.get(parts)
+    if struct is None:
+        struct = _struct(parts)
+    ident = (struct, *ident_tail)
     ref = _intern.get(ident)
     if ref is not None:
         node = ref()
