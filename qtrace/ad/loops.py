@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..graph.loops import depth_source, layout
 from ..graph.node import make_input, toposort
+from ..graph.primitives import PRIMITIVES
 from ..graph.subgraph import Subgraph
 from ..tracer import dtypes
 from ..tracer import elementwise as ew
@@ -38,8 +39,41 @@ def _captured_targets(sub: Subgraph, shape: tuple) -> dict:
     return targets
 
 
-def reverse_body(sub: Subgraph, kind: str, dts: list, shape: tuple, device) -> Subgraph:
-    """The reverse body of a loop body: cotangents of the state and of captured reads."""
+def _captured_gathers(sub: Subgraph, shape: tuple) -> dict:
+    """For each captured placeholder: the gathers that read it (``table[idx]`` in the body).
+
+    Their cotangents are scattered into the table's gradient by atomic adds inside the
+    adjoint kernel. A float value read any other way than per element or by a direct
+    gather (e.g. sliced, then gathered) has no rule yet: ``NotImplementedError``.
+    """
+    nodes = toposort(sub.outputs)
+    out = {}
+    for role, leaf in sub.placeholders.values():
+        if role[0] != "captured":
+            continue
+        readers = [n for n in nodes if any(i is leaf for i in n.inputs)]
+        out[role[1]] = [n for n in readers if PRIMITIVES[n.prim].kind == "gather" and n.inputs[0] is leaf]
+        if leaf.dtype.kind != "f":
+            continue
+        for n in readers:
+            kind = PRIMITIVES[n.prim].kind
+            per_element = n.shape == shape and (n.prim == "broadcast" or kind == "elementwise")
+            if not per_element and kind != "loop" and not any(n is g for g in out[role[1]]):
+                raise NotImplementedError(
+                    f"qtrace: the gradient of a tensor read inside a loop body through {n.prim} "
+                    f"(shape {leaf.shape} -> {n.shape}) is not supported; read it per element or "
+                    "gather from it directly (table[idx])")
+    return out
+
+
+def reverse_body(sub: Subgraph, kind: str, dts: list, shape: tuple, device) -> tuple:
+    """The reverse body of a loop body: cotangents of the state and of captured reads.
+
+    Outputs: the state's cotangents, one per-element cotangent per captured value (zero
+    for values only gathered), then for every gather from a captured table its indices
+    and its cotangent. Returns the body and ``scatters``: ``(captured j, number of
+    indices)`` per gather, in output order.
+    """
     m = len(dts)
     roles = {i: r for i, (r, _) in sub.placeholders.items()}
     state = []
@@ -57,7 +91,9 @@ def reverse_body(sub: Subgraph, kind: str, dts: list, shape: tuple, device) -> S
     outs = sub.outputs[1:] if kind == "while" else sub.outputs
     n_cap = sum(1 for r in sub.roles if r[0] == "captured")
     targets = _captured_targets(sub, shape)
+    gathers = _captured_gathers(sub, shape)
     wrt = list(state) + [targets[j] for j in range(n_cap) if targets[j] is not None]
+    wrt += [g for j in range(n_cap) for g in gathers[j]]
     ct_tensors = [wrap(c) if dts[k].kind == "f" else None for k, c in enumerate(cts)]
     grads = reverse.backward(list(outs), ct_tensors, wrt)
     results = []
@@ -74,9 +110,19 @@ def reverse_body(sub: Subgraph, kind: str, dts: list, shape: tuple, device) -> S
         if g is not None and g.shape != shape:
             g = ew.add(g, zeros(shape, g.dtype))
         results.append(g._node if g is not None else zeros(shape, leaf.dtype)._node)
+    scatters = []
+    for j in range(n_cap):
+        for gather in gathers[j]:
+            g = next(it)
+            if g is None:
+                continue
+            if g.shape != shape:
+                g = ew.add(g, zeros(shape, g.dtype))
+            results += list(gather.inputs[1:]) + [g._node]
+            scatters.append((j, len(gather.inputs) - 1))
     used = {id(leaf) for n in toposort(tuple(results)) for leaf in n.leaves}
     used |= {id(n) for n in results if n.is_leaf}
-    return Subgraph(tuple(results), {i: r for i, r in roles.items() if i in used})
+    return Subgraph(tuple(results), {i: r for i, r in roles.items() if i in used}), tuple(scatters)
 
 
 def loop_vjp(node, cts: dict) -> list:
@@ -87,7 +133,7 @@ def loop_vjp(node, cts: dict) -> list:
     init = inputs[lay.init]
     dts = [n.dtype for n in init]
     shape = node.shape
-    rsub = reverse_body(sub, kind, dts, shape, node.device)
+    rsub, scatters = reverse_body(sub, kind, dts, shape, node.device)
     ct_nodes = []
     for k, dt in enumerate(dts):
         c = cts.get(k)
@@ -101,19 +147,25 @@ def loop_vjp(node, cts: dict) -> list:
     rin = tuple(inputs) + tuple(ct_nodes) + (depth,)
     captured = inputs[lay.captured]
     targets = _captured_targets(sub, shape)
+    params = (kind, m, sub, rsub, scatters)
     grads = []
     for k, dt in enumerate(dts):
         if dt.kind != "f":
             grads.append(None)
             continue
-        grads.append(wrap(record("loop_vjp", rin, (kind, m, sub, rsub, k), shape, dt)))
+        grads.append(wrap(record("loop_vjp", rin, params + (k,), shape, dt)))
     grads += [None] * (lay.bounds.stop - lay.bounds.start)
     for j, cap in enumerate(captured):
         if cap.dtype.kind != "f":
             grads.append(None)
-        elif targets[j] is None:
-            grads.append(wrap(record("loop_vjp", rin, (kind, m, sub, rsub, -1 - j), cap.shape, cap.dtype)))
-        else:
-            per_element = wrap(record("loop_vjp", rin, (kind, m, sub, rsub, m + j), shape, cap.dtype))
-            grads.append(unbroadcast(per_element, cap.shape))
+            continue
+        g = None
+        if targets[j] is not None:
+            per_element = wrap(record("loop_vjp", rin, params + (m + j,), shape, cap.dtype))
+            g = unbroadcast(per_element, cap.shape)
+        if any(t == j for t, _ in scatters):
+            # the table's gradient: zeros, then atomic adds at the gathered indices (its own task)
+            table = wrap(record("loop_vjp", rin, params + (-1 - j,), cap.shape, cap.dtype))
+            g = table if g is None else ew.add(g, table)
+        grads.append(g)
     return grads

@@ -51,8 +51,13 @@ def layout(node: Node) -> LoopLayout:
 
 
 def siblings_key(node: Node) -> tuple:
-    """Loop or call nodes computing the same thing (differing only in the component returned)."""
-    return (node.prim, node.params[:-1], tuple(id(i) for i in node.inputs))
+    """Loop or call nodes computing the same thing (differing only in the component returned).
+
+    A gathered table's gradient (a ``loop_vjp`` component < 0) is filled by atomic adds
+    over the loop's elements in a task of its own: it has no siblings.
+    """
+    own = (node.params[-1],) if node.prim == "loop_vjp" and node.params[-1] < 0 else ()
+    return (node.prim, node.params[:-1], tuple(id(i) for i in node.inputs)) + own
 
 
 def depth_source(node: Node) -> Node:

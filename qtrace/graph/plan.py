@@ -144,8 +144,8 @@ def _block_lanes(task: Task) -> None:
     loops = [i for i in task.instrs if i[0] in ("loop", "loop_vjp")]
     if task.kind != "map" or len(loops) != 1 or len(task.domain) != 1:
         return
-    if any(i[0] in ("loop", "loop_vjp") for prog in _nested(loops[0]) for i in prog[1]):
-        return  # nested loops stay scalar
+    if any(i[0] in ("loop", "loop_vjp", "atomic") for prog in _nested(loops[0]) for i in prog[1]):
+        return  # nested loops stay scalar; so do atomic adds (every lane would run them)
     task.lanes = LANES
     if task.stack is not None:
         depth, fb, ib = task.stack
@@ -192,8 +192,8 @@ def _renumber_args(task: Task, drop: set) -> None:
 def _renumber_loads(instrs, new: dict) -> list:
     out = []
     for i in instrs:
-        if i[0] == "load":
-            i = (i[0], i[1], new[i[2]], i[3])
+        if i[0] in ("load", "atomic"):
+            i = (i[0], i[1], new[i[2]]) + i[3:]
         elif i[0] in ("loop", "loop_vjp"):
             i = tuple(("prog", tuple(_renumber_loads(x[1], new)), x[2])
                       if isinstance(x, tuple) and x and x[0] == "prog" else x for x in i)

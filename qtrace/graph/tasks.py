@@ -180,10 +180,6 @@ class TaskBuilder:
                 return self.emit(("const", node.dtype.str, 0))
             return self.value(src, src_ix)
         if k == "loop":
-            if node.params[-1] < 0:
-                raise NotImplementedError(
-                    "qtrace: the gradient with respect to a tensor gathered inside a loop body is not "
-                    "supported yet (gradients of the loop state and of tensors read per element are)")
             return self.emit(("get", node.dtype.str, self.loop(node, ix), node.params[-1]))
         raise AssertionError(f"qtrace: {node.prim} cannot be computed inside another task")
 
@@ -198,14 +194,42 @@ class TaskBuilder:
         return tuple(out), ok
 
     # -- loops ------------------------------------------------------------------------
-    def program(self, outputs, env: dict, ix: tuple) -> tuple:
-        """A loop body's program: ``("prog", instrs, output ssa ids)``."""
+    def program(self, outputs, env: dict, ix: tuple, finish=None) -> tuple:
+        """A loop body's program: ``("prog", instrs, output ssa ids)``.
+
+        ``finish(child builder, output ssa ids)`` may emit more (the atomic adds of a
+        reverse body) and returns the output ids the loop carries.
+        """
         child = TaskBuilder(self.s, self.group, self.t, self.ext, instrs=[], env=env, args=self._args)
         outs = tuple(child.value(o, broadcast_index(ix, o.shape)) for o in outputs)
+        if finish is not None:
+            outs = finish(child, outs)
         return ("prog", tuple(child.instrs), outs)
 
-    def loop(self, node: Node, ix: tuple) -> int:
-        key = ("loop",) + siblings_key(node) + (ix,)
+    def _scatter_cotangents(self, node: Node, table: Node | None):
+        """``finish`` for a reverse body: atomic adds of gathered reads' cotangents into
+        ``table``'s gradient (when building that component), the rest carried."""
+        lay = layout(node)
+        carried = lay.n_state + lay.n_captured
+
+        def finish(child, outs):
+            pos = carried
+            for j, n_coords in node.params[4]:
+                coords, ct = outs[pos:pos + n_coords], outs[pos + n_coords]
+                pos += n_coords + 1
+                if table is None or -1 - j != table.params[-1]:
+                    continue
+                dst, ok = child.coordinates(table, list(coords), "gather (x[idx]) in a loop body")
+                if ok:
+                    child.emit(("atomic", table.dtype.str, child.arg(table, write=True),
+                                child.address(table, dst), ct))
+            return outs[:carried]
+        return finish
+
+    def loop(self, node: Node, ix: tuple, table: Node | None = None) -> int:
+        """The loop instruction of ``node`` and its siblings at ``ix``; ``table``: the
+        gathered table gradient (a ``loop_vjp`` component) this task accumulates."""
+        key = ("loop",) + siblings_key(node) + (ix, id(table))
         ssa = self._memo.get(key)
         if ssa is not None:
             return ssa
@@ -250,7 +274,7 @@ class TaskBuilder:
             instr = ("loop", dts, lay.kind, lay.n_state, cprog, bprog, tuple(per_element))
         else:
             rsub = node.params[3]
-            rprog = self.program(rsub.outputs, env_for(rsub), ix)
+            rprog = self.program(rsub.outputs, env_for(rsub), ix, self._scatter_cotangents(node, table))
             pushed = sorted({i[2] for i in rprog[1] if i[0] == "state"})
             fb = sum(int(dts[k][2:]) for k in pushed if dts[k][1] == "f")
             ib = sum(int(dts[k][2:]) for k in pushed if dts[k][1] != "f")
@@ -316,6 +340,19 @@ def build_tasks(schedule: Schedule, group) -> list:
         t.stores.append((b.arg(root, write=True), b.address(root, full), v))
         t.nodes.append(root)
         return [t]
+    if root.prim == "loop_vjp" and root.params[-1] < 0:
+        # a table's gradient: zeros, then the adjoint loop adds every gathered read's cotangent
+        init = Task("map", root.shape)
+        b = TaskBuilder(schedule, group, init, _extents(root.shape))
+        ix = _vars(root.ndim)
+        init.stores.append((b.arg(root, write=True), b.address(root, ix),
+                            b.emit(("const", root.dtype.str, 0))))
+        domain = root.inputs[0].shape
+        run = Task("map", domain)
+        b = TaskBuilder(schedule, group, run, _extents(domain))
+        b.loop(root, _vars(len(domain)), table=root)
+        run.nodes.append(root)
+        return [init, run]
     if k == "scatter":
         x, vals, coords = root.inputs[0], root.inputs[1], root.inputs[2:]
         init = Task("map", root.shape)

@@ -167,6 +167,9 @@ class KernelEmitter:
                 v = env["counter"]
             elif op == "inv":
                 v = env["inv"][instr[2]]
+            elif op == "atomic":  # ("atomic", dtype, arg, index, value): *arg[index] += value
+                v = self.b.atomic_rmw("fadd", self.pointer(instr[2], instr[3], values), values[instr[4]],
+                                      "monotonic")
             elif op == "get":
                 v = values[instr[2]][instr[3]]
             elif op in ("loop", "loop_vjp") and top and self.loop_override is not None:
