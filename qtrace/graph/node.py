@@ -83,13 +83,20 @@ def _struct(parts: tuple) -> Struct:
     return s
 
 
+def _ints(t: tuple) -> tuple:
+    # equal structs may hold equal tuples of int-likes (16 == np.int64(16)): the key is
+    # that of plain ints, whichever of them was interned first
+    return tuple(map(int, t))
+
+
 def _own_key(s: Struct) -> str:
     p = s.parts
     if p[0] == "input":
         _, strides, shape, dtype, weak, device = p
-        return content_hash(("input", (strides,), shape, dtype.str, weak, str(device)))
+        return content_hash(("input", (_ints(strides),), _ints(shape), dtype.str, bool(weak),
+                             str(device)))
     prim, ptoken, shape, dtype, weak, device = p[:6]
-    parts = [prim, ptoken, repr(shape), dtype.str, "w" if weak else "", device.name]
+    parts = [prim, ptoken, repr(_ints(shape)), dtype.str, "w" if weak else "", device.name]
     for i in range(6, len(p), 2):
         parts.append(p[i]._key)
         parts.extend(map(str, p[i + 1]))

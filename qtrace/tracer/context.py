@@ -95,6 +95,14 @@ def record(prim: str, inputs: tuple, params: tuple, shape: tuple, dtype: np.dtyp
     return make_node(prim, params, shape, dtype, inputs, device, weak)
 
 
+def record_checked(prim: str, inputs: tuple, shape: tuple, dtype: np.dtype, weak: bool,
+                   device: Device) -> Node:
+    """:func:`record` without its checks, for a caller that made them: ``prim`` exists and
+    takes no params, ``inputs`` is a tuple of nodes on ``device``, ``shape`` a tuple,
+    ``dtype`` a ``numpy.dtype`` (the elementwise fast path)."""
+    return make_node(prim, (), shape, dtype, inputs, device, weak)
+
+
 def buffered(node: Node) -> Node:
     """``node``, as something that has a buffer when evaluated (a constant gets a copy task).
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.node import make_node
 from ..graph.primitives import COMPARISONS, ELEMENTWISE_UFUNCS, broadcast_shapes, ufunc_of
 from . import dtypes
-from .context import record
+from .context import record, record_checked
 from .convert import astype, cast, const_node, operand, place, promote, wrap
 from .creation import full
 from .tensor import Tensor
@@ -131,7 +130,7 @@ def apply2(name: str, x, y) -> Tensor:
         nx = cast(nx, loop[0], weak=False)
     if ny.dtype != loop[1]:
         ny = cast(ny, loop[1], weak=False)
-    return Tensor(make_node(name, (), shape, loop[2], (nx, ny), device, weak))
+    return Tensor(record_checked(name, (nx, ny), shape, loop[2], weak, device))
 
 
 def apply1(name: str, x) -> Tensor:
@@ -150,7 +149,7 @@ def apply1(name: str, x) -> Tensor:
     loop, weak = recipe[0], recipe[1]
     if nx.dtype != loop[0]:
         nx = cast(nx, loop[0], weak=False)
-    return Tensor(make_node(name, (), nx.shape, loop[1], (nx,), nx.device, weak))
+    return Tensor(record_checked(name, (nx,), nx.shape, loop[1], weak, nx.device))
 
 
 _FLIP = {"less": "greater", "less_equal": "greater_equal", "greater": "less",
