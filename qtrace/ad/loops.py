@@ -145,6 +145,10 @@ def loop_vjp(node, cts: dict) -> list:
     else:
         depth = record("loop", inputs, (kind, m, sub, m), shape, dtypes.int64)
     rin = tuple(inputs) + tuple(ct_nodes) + (depth,)
+    if any(n.prim == "loop" for n in toposort(sub.outputs)):
+        # loops nested in the body: their reverse stacks above ours, sized by the largest
+        # nested trip count, which the forward loop records (its component m + 1)
+        rin += (record("loop", inputs, (kind, m, sub, m + 1), shape, dtypes.int64),)
     captured = inputs[lay.captured]
     targets = _captured_targets(sub, shape)
     params = (kind, m, sub, rsub, scatters)

@@ -13,7 +13,9 @@ each counted in ``qt.stats()``:
    sized from those counts (path 2 without caching, since they are fresh each run).
 
 Stacks belong to workers, not elements: ``workers x depth x entry bytes``, floats and
-integers in separate stacks. ``qt.config.adstack_max_depth`` caps the depth (a debug
+integers in separate stacks. Loops nested in a differentiated loop's body push above its
+rows: a second level sized by the largest nested trip count, which the forward loop
+records as it runs (path 2 again, uncached). ``qt.config.adstack_max_depth`` caps the depth (a debug
 setting that provokes the overflow diagnostic).
 """
 
@@ -77,15 +79,20 @@ class DepthSource:
         return d
 
 
-def scratch(workers: int, depth: int, fb: int, ib: int):
-    """Per-worker stack blocks ``[capacity][floats][ints]``; returns (array, stride, cap)."""
-    cap = depth
-    if config.adstack_max_depth is not None:
-        cap = min(cap, int(config.adstack_max_depth))
-    fbytes = (cap * fb + 63) // 64 * 64
-    stride = HEADER + fbytes + (cap * ib + 63) // 64 * 64
+def scratch(workers: int, levels: list):
+    """Per-worker stack blocks; returns (array, stride).
+
+    ``levels``: ``(depth, float row bytes, int row bytes)`` per level — the loop's own
+    rows, then (for loops nested in its body) the rows above them. A block is a header
+    ``[level-0 depth, float bytes, int bytes]`` (64 bytes), the float stack, the int stack.
+    """
+    caps = [d if config.adstack_max_depth is None else min(d, int(config.adstack_max_depth))
+            for d, _, _ in levels]
+    fbytes = sum(c * fb for c, (_, fb, _) in zip(caps, levels))
+    ibytes = sum(c * ib for c, (_, _, ib) in zip(caps, levels))
+    stride = HEADER + (fbytes + 63) // 64 * 64 + (ibytes + 63) // 64 * 64
     block = cpu.aligned_empty((workers * stride,), np.dtype(np.uint8))
-    for w in range(workers):
-        block[w * stride: w * stride + 8].view(np.int64)[0] = cap
-    bump("adstack_bytes", workers * cap * (fb + ib))
-    return block, stride, cap
+    header = block.reshape(workers, stride)[:, :24].view(np.int64)
+    header[:] = (caps[0], fbytes, ibytes)
+    bump("adstack_bytes", workers * (fbytes + ibytes))
+    return block, stride

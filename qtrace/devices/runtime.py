@@ -65,8 +65,8 @@ class Plan:
                 self.checks.append((t, t.checks))
             stack = None
             if t.stack is not None:
-                depth, fb, ib = t.stack
-                stack = (adstack.DepthSource(depth, slot_of, leaf_slots), fb, ib)
+                stack = [(adstack.DepthSource(depth, slot_of, leaf_slots), fb, ib)
+                         for depth, fb, ib in t.stack]
             self.steps.append((kernels[t.symbol], (t.domain[0], packer, row, stack), step.slots,
                                step.frees, parallel))
         self.n_launches = sum(1 for s in self.steps if s[0] is not None)
@@ -134,8 +134,7 @@ class Plan:
                 workers = min(threads, extent) if parallel and threads > 1 else 1
                 block, stride = None, 0
                 if stack is not None:
-                    source, fb, ib = stack
-                    block, stride, _ = adstack.scratch(workers, source.depth(bufs), fb, ib)
+                    block, stride = adstack.scratch(workers, [(s.depth(bufs), fb, ib) for s, fb, ib in stack])
                 base = pointer(block) if block is not None else None
                 if workers > 1:
                     cpu.pool().run(fn, extent, args, st, base, stride)

@@ -97,8 +97,8 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
             _block_lanes(item)
             item.finalize()
             step = Step("kernel", item, None, [slot(n) for n in item.arg_nodes])
-            if item.stack is not None:  # the host reads the trip counts to size the adstack
-                base = depth_source(item.stack[0])
+            for depth, _, _ in item.stack or ():  # the host reads trip counts to size the adstack
+                base = depth_source(depth)
                 if base.prim != "const":
                     step.reads.append(slot(base))
             steps.append(step)
@@ -148,8 +148,8 @@ def _block_lanes(task: Task) -> None:
         return  # nested loops stay scalar; so do atomic adds (every lane would run them)
     task.lanes = LANES
     if task.stack is not None:
-        depth, fb, ib = task.stack
-        task.stack = (depth, fb * LANES, ib * LANES)  # a stack row holds every lane of a block
+        ((depth, fb, ib),) = task.stack  # one level: nested loops are not blocked
+        task.stack = ((depth, fb * LANES, ib * LANES),)  # a stack row holds every lane of a block
 
 
 def _nested(instr) -> list:
@@ -168,8 +168,7 @@ def _drop_dead_stores(raw: list, outputs: tuple) -> None:
             needed |= {id(i) for i in item.root.inputs}
             continue
         needed |= {id(n) for j, n in enumerate(item.arg_nodes) if j not in item.writes}
-        if item.stack is not None:
-            needed.add(id(depth_source(item.stack[0])))
+        needed |= {id(depth_source(depth)) for depth, _, _ in item.stack or ()}
     for kind, item in raw:
         if kind != "kernel" or item.kind != "map":
             continue

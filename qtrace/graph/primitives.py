@@ -134,11 +134,14 @@ define("matmul", "library")       # NumPy matmul semantics for 1-D/2-D operands
 
 # --- per-element loops (one output component per node: params end with the component) --
 # loop:     inputs (init..., lower, upper, captured...) for fori, (init..., captured...) for
-#           while; params (kind, n_state, body Subgraph, component). Component n_state of
-#           a while loop is the per-element trip count.
-# loop_vjp: inputs (init..., lower, upper | count, captured..., ct...); params (kind,
-#           n_state, body, reverse body, component): cotangents of init, then per-element
-#           cotangents of captured values.
+#           while; params (kind, n_state, body Subgraph, component). Component n_state is
+#           the per-element trip count, n_state + 1 the largest trip count of the loops
+#           nested in the body (sizes their adstack).
+# loop_vjp: inputs (init..., lower, upper | count, captured..., ct..., depth[, nested
+#           depth]); params (kind, n_state, body, reverse body, scatters, component):
+#           cotangents of init, then per-element cotangents of captured values; a
+#           component -1-j is the gradient of captured table j read by gathers (filled by
+#           atomic adds; ``scatters`` lists (j, number of indices) per gather).
 define("loop", "loop")
 define("loop_vjp", "loop")
 # call: a qt.jit function called inside a derivative, run as its own cached plan; inputs

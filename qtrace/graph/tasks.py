@@ -49,7 +49,8 @@ class Task:
     nodes: list = field(default_factory=list)    # graph nodes computed here (for reports)
     has_loops: bool = False
     lanes: int = 0                               # >0: the loop runs in blocks of this many lanes
-    stack: tuple | None = None                   # (depth node, float bytes, int bytes) of an adstack
+    stack: tuple | None = None                   # adstack levels: ((depth node, float bytes, int bytes), ...)
+    nested_rows: list = field(default_factory=list)  # (float, int) row bytes of nested loop_vjps (building)
     key: str = ""
 
     def finalize(self) -> None:
@@ -180,6 +181,10 @@ class TaskBuilder:
                 return self.emit(("const", node.dtype.str, 0))
             return self.value(src, src_ix)
         if k == "loop":
+            if node.params[-1] < 0:
+                raise NotImplementedError(
+                    "qtrace: the gradient of a tensor gathered inside a nested loop's body is not "
+                    "supported yet")
             return self.emit(("get", node.dtype.str, self.loop(node, ix), node.params[-1]))
         raise AssertionError(f"qtrace: {node.prim} cannot be computed inside another task")
 
@@ -226,6 +231,21 @@ class TaskBuilder:
             return outs[:carried]
         return finish
 
+    def _stack_levels(self, node: Node, lay, fb: int, ib: int, inner: list) -> None:
+        """Adstack sizing of a ``loop_vjp``: a top-level one owns the task's stack (level 0:
+        its trip counts; level 1, above it: the loops nested in its body, sized by the
+        largest nested trip count its forward recorded). A nested one reports its row."""
+        if self.env:
+            if inner:
+                raise NotImplementedError(
+                    "qtrace: reverse mode through loops nested three deep is not supported yet")
+            self.t.nested_rows.append((fb, ib))
+            return
+        levels = [(node.inputs[lay.depth], fb, ib)]
+        if inner:
+            levels.append((node.inputs[lay.depth + 1], max(f for f, _ in inner), max(i for _, i in inner)))
+        self.t.stack = tuple(levels)
+
     def loop(self, node: Node, ix: tuple, table: Node | None = None) -> int:
         """The loop instruction of ``node`` and its siblings at ``ix``; ``table``: the
         gathered table gradient (a ``loop_vjp`` component) this task accumulates."""
@@ -265,22 +285,21 @@ class TaskBuilder:
         cprog = self.program(outs[:1], env, ix) if lay.kind == "while" else None
         bprog = self.program(outs[1:] if lay.kind == "while" else outs, env, ix)
         dts = tuple(n.dtype.str for n in node.inputs[lay.init])
-        if lay.reverse and self.env:
-            raise NotImplementedError(
-                "qtrace: reverse mode through a loop nested in another loop's body is not "
-                "supported yet (the inner loop would need its own adstack region)")
         per_element += [v[3] for v in invariants.values()]
         if not lay.reverse:
             instr = ("loop", dts, lay.kind, lay.n_state, cprog, bprog, tuple(per_element))
         else:
             rsub = node.params[3]
+            mark = len(self.t.nested_rows)
             rprog = self.program(rsub.outputs, env_for(rsub), ix, self._scatter_cotangents(node, table))
+            inner = self.t.nested_rows[mark:]
+            del self.t.nested_rows[mark:]
             pushed = sorted({i[2] for i in rprog[1] if i[0] == "state"})
             fb = sum(int(dts[k][2:]) for k in pushed if dts[k][1] == "f")
             ib = sum(int(dts[k][2:]) for k in pushed if dts[k][1] != "f")
             check = len(self.t.checks)
             self.t.checks.append(("adstack", f"loop_{sub.key[:12]}", 0, 0))
-            self.t.stack = (node.inputs[lay.depth], fb, ib)
+            self._stack_levels(node, lay, fb, ib, inner)
             instr = ("loop_vjp", dts, lay.kind, lay.n_state, cprog, bprog, rprog,
                      tuple(per_element), tuple(pushed), check)
         ssa = self._memo[key] = self.emit(instr)

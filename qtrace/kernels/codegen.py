@@ -16,7 +16,7 @@ from llvmlite import ir
 from . import lanes, scalar
 from .intrinsics import intrinsic
 
-I8, I64 = ir.IntType(8), ir.IntType(64)
+I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 PTR = ir.PointerType()
 
 
@@ -177,7 +177,7 @@ class KernelEmitter:
             elif op == "loop":
                 v = self.emit_loop(instr, values)
             elif op == "loop_vjp":
-                v = self.emit_loop_vjp(instr, values)
+                v = self.emit_loop_vjp(instr, values, env)
             else:
                 raise AssertionError(op)
             values.append(v)
@@ -196,7 +196,11 @@ class KernelEmitter:
         return phis
 
     def emit_loop(self, instr, values) -> tuple:
-        """A per-element loop: state in phi nodes, the body program emitted once inside."""
+        """A per-element loop: state in phi nodes, the body program emitted once inside.
+
+        Its value: the final state, the trip count, and the largest trip count of the loops
+        nested in its body (what their reverse needs on the adstack).
+        """
         _, dts, kind, m, cprog, bprog, ins = instr
         b = self.b
         init = [values[i] for i in ins[:m]]
@@ -208,7 +212,7 @@ class KernelEmitter:
         b.branch(head)
         b.position_at_end(head)
         state = self._phis(self._state_types(dts), init, pre)
-        count = self._phis([I64], [ir.Constant(I64, 0)], pre)[0]
+        count, nested = self._phis([I64, I64], [ir.Constant(I64, 0)] * 2, pre)
         env = {"state": state, "inv": [values[i] for i in ins[m + (2 if kind == "fori" else 0):]]}
         if kind == "fori":
             counter = b.add(lo, count)
@@ -222,20 +226,28 @@ class KernelEmitter:
         bv = self.run(bprog[1], env)
         new = [bv[o] for o in bprog[2]]
         nxt = b.add(count, ir.Constant(I64, 1))
+        most = nested
+        for p, inner in enumerate(bprog[1]):
+            if inner[0] == "loop":
+                c = bv[p][inner[3]]
+                most = b.select(b.icmp_signed(">", c, most), c, most)
         latch = b.block
         for p, v in zip(state, new):
             p.add_incoming(v, latch)
         count.add_incoming(nxt, latch)
+        nested.add_incoming(most, latch)
         b.branch(head)
         b.position_at_end(done)
-        return tuple(state) + (count,)
+        return tuple(state) + (count, nested)
 
-    def emit_loop_vjp(self, instr, values) -> tuple:
+    def emit_loop_vjp(self, instr, values, outer_env) -> tuple:
         """The adjoint of a per-element loop: replay pushing to the adstack, then pop.
 
-        The stack is this worker's scratch block: ``[capacity][floats...][ints...]``. An
-        element that would need more entries than the capacity stops its replay, reports
-        the overflow in ``status`` (the launch then raises) and never writes past it.
+        The stack is this worker's scratch block (``qtrace.devices.adstack.scratch``): a
+        header with the float and int stacks' sizes in bytes, then the two stacks. A loop
+        nested in another's body pushes above the rows the enclosing loop holds. An element
+        that would need more than the stack holds stops its replay, reports the overflow
+        in ``status`` (the launch then raises) and never writes past it.
         """
         _, dts, kind, m, cprog, bprog, rprog, ins, pushed, check = instr
         b = self.b
@@ -245,6 +257,8 @@ class KernelEmitter:
         nb = 2 if kind == "fori" else 0
         lo, hi = (values[ins[m]], values[ins[m + 1]]) if kind == "fori" else (None, None)
         cts_in = [values[i] for i in ins[m + nb: m + nb + m]]
+        inv = [values[i] for i in ins[m + nb + m:]]
+        fbase, ibase = outer_env.get("stack", (ir.Constant(I64, 0), ir.Constant(I64, 0)))
         offsets, fb, ib = {}, 0, 0
         for k in pushed:
             if sdt[k].kind == "f":
@@ -253,16 +267,27 @@ class KernelEmitter:
             else:
                 offsets[k] = ("i", ib)
                 ib += sdt[k].itemsize
-        cap = b.load(self.scratch, typ=I64)
+        fcap = b.load(b.gep(self.scratch, [ir.Constant(I64, 8)], source_etype=I8), typ=I64)
+        icap = b.load(b.gep(self.scratch, [ir.Constant(I64, 16)], source_etype=I8), typ=I64)
         fstack = b.gep(self.scratch, [ir.Constant(I64, 64)], source_etype=I8)
-        fbytes = b.and_(b.add(b.mul(cap, ir.Constant(I64, fb)), ir.Constant(I64, 63)), ir.Constant(I64, -64))
+        fbytes = b.and_(b.add(fcap, ir.Constant(I64, 63)), ir.Constant(I64, -64))
         istack = b.gep(fstack, [fbytes], source_etype=I8)
 
         def slot(depth, k):
             where, off = offsets[k]
-            base, size = (fstack, fb) if where == "f" else (istack, ib)
-            pos = b.add(b.mul(depth, ir.Constant(I64, size)), ir.Constant(I64, off))
-            return b.gep(base, [pos], source_etype=I8)
+            stack, start, size = (fstack, fbase, fb) if where == "f" else (istack, ibase, ib)
+            pos = b.add(b.add(start, b.mul(depth, ir.Constant(I64, size))), ir.Constant(I64, off))
+            return b.gep(stack, [pos], source_etype=I8)
+
+        def room_for(depth):
+            """Whether row ``depth`` fits in both stacks."""
+            rows = b.add(depth, ir.Constant(I64, 1))
+            ok = ir.Constant(I1, 1)
+            for start, size, cap in ((fbase, fb, fcap), (ibase, ib, icap)):
+                if size:
+                    end = b.add(start, b.mul(rows, ir.Constant(I64, size)))
+                    ok = b.and_(ok, b.icmp_signed("<=", end, cap))
+            return ok
 
         # forward replay, pushing the state each iteration of the reverse will need
         pre = b.block
@@ -275,7 +300,7 @@ class KernelEmitter:
         b.position_at_end(head)
         state = self._phis(types, init, pre)
         depth = self._phis([I64], [ir.Constant(I64, 0)], pre)[0]
-        env = {"state": state}
+        env = {"state": state, "inv": inv}
         if kind == "fori":
             counter = b.add(lo, depth)
             go = b.icmp_signed("<", counter, hi)
@@ -285,7 +310,7 @@ class KernelEmitter:
         b.cbranch(go, room, fdone)
         head_exit = b.block
         b.position_at_end(room)
-        b.cbranch(b.icmp_signed(">=", depth, cap), overflow, push)
+        b.cbranch(room_for(depth), push, overflow)
         b.position_at_end(overflow)
         if self.status is not None:
             b.store(ir.Constant(I64, check + 1), self.status)
@@ -324,7 +349,10 @@ class KernelEmitter:
                 popped.append(b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if sdt[k].kind == "b" else v)
             else:
                 popped.append(ir.Constant(ty, ir.Undefined))
-        renv = {"state": popped, "ct": cts, "counter": b.add(lo, j1) if kind == "fori" else j1}
+        renv = {"state": popped, "ct": cts, "counter": b.add(lo, j1) if kind == "fori" else j1, "inv": inv,
+                # loops nested in the reverse body push above this element's rows
+                "stack": (b.add(fbase, b.mul(total, ir.Constant(I64, fb))),
+                          b.add(ibase, b.mul(total, ir.Constant(I64, ib))))}
         rv = self.run(rprog[1], renv)
         outs = [rv[o] for o in rprog[2]]
         cap_vals = outs[m:]

@@ -400,10 +400,8 @@ def test_while_bisection_gradient(fusion, rng):
         assert_close(got[i], fd, rtol=1e-5, atol=1e-5, what=f"d/darg{i} vs finite differences")
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: reverse mode through nested loops "
-                   "(depends on the nested forward bug; see the closing note)")
-def test_nested_loops_gradient(fusion, rng):
-    size = 13
+@pytest.mark.parametrize("size", [13, PARALLEL_MIN_WORK * 4 + 1], ids=["small", "threads"])
+def test_nested_loops_gradient(size, fusion, rng):
     n, m = rng.integers(0, 5, size), rng.integers(0, 3, size)
     x, c = rng.uniform(-1, 1, size), rng.uniform(0.5, 1.5, size)
     qm, qn = qt.asarray(m), qt.asarray(n)
@@ -423,6 +421,53 @@ def test_nested_loops_gradient(fusion, rng):
     want = jax.jit(jax.grad(jloss, argnums=(0, 1)))(x, c)
     assert_close(got[0], np.asarray(want[0]), what="nested d/dx vs JAX")
     assert_close(got[1], np.asarray(want[1]), what="nested d/dc vs JAX")
+
+
+def test_nested_while_in_fori_and_fori_in_while_gradients(fusion, rng):
+    """Reverse through a while loop nested in a fori body (reading the outer counter and
+    state, carrying an int) and through a fori nested in a while body; float64 vs JAX."""
+    size = 257
+    n, m = rng.integers(0, 4, size), rng.integers(0, 3, size)
+    x, c = rng.uniform(0.1, 1.0, size), rng.uniform(0.5, 1.5, size)
+
+    def inner_while(xp, loop, i, v, c):
+        def body(s):
+            u, k = s
+            return u * 0.7 + 0.05 * c * v + 0.01 * i + 0.3, k + 1
+        return loop(lambda s: s[0] < 1.0 + 0.05 * i, body, (v * 0.5, xp.zeros(size, xp.int64)))
+
+    def loss_a(xp, fori, wloop):
+        def f(x, c):
+            def outer(i, s):
+                v = s[0]
+                u, k = inner_while(xp, wloop, i, v, c)
+                return (xp.sin(u) * c + 0.1 * v + 0.01 * xp.astype(k, v.dtype),)
+            return xp.sum(fori(0, xp.asarray(n), outer, (x,))[0] ** 2)
+        return f
+
+    def loss_b(xp, fori, wloop):
+        def f(x, c):
+            def body(s):
+                v, t = s
+                w = fori(0, xp.asarray(m) + 1, lambda j, u: (xp.sin(u[0]) * c * 0.5 + 0.2 * v,), (v,))[0]
+                return v + 0.3 + 0.1 * w * w, t + 1
+            v, _ = wloop(lambda s: s[0] < 2.0, body, (x, xp.zeros(size, xp.int64)))
+            return xp.sum(v * c)
+        return f
+
+    def q_fori(lo, hi, body, init):
+        return qt.fori_loop(lo, hi, body, init)
+
+    def j_fori(lo, hi, body, init):
+        return jax_fori(lo, hi, body, init, 8)
+
+    def j_while(cond, body, init):
+        return jax_while(cond, body, init, 60)
+    for name, loss in (("while in fori", loss_a), ("fori in while", loss_b)):
+        want = jax.jit(jax.grad(loss(jnp, j_fori, j_while), argnums=(0, 1)))(x, c)
+        got = grads(loss(qt, q_fori, qt.while_loop), (qt.asarray(x), qt.asarray(c)), (0, 1))
+        assert_close(got[0], np.asarray(want[0]), what=f"{name}: d/dx vs JAX")
+        assert_close(got[1], np.asarray(want[1]), what=f"{name}: d/dc vs JAX")
 
 
 def float_int_body(xp, c):
