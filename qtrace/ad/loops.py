@@ -141,7 +141,10 @@ def loop_vjp(node, cts: dict) -> list:
     if kind == "fori":
         # from the bounds before broadcasting: constants fold, scalars stay 0-d (host-sized)
         lo, hi = (depth_source(n) for n in inputs[lay.bounds])
-        depth = ew.maximum(ew.subtract(wrap(hi), wrap(lo)), 0)._node
+        if lo.prim == "const" and lo.params[0] == 0:
+            depth = hi  # the sizing clamps at 0: nothing to compute, the counts are read as they are
+        else:
+            depth = ew.maximum(ew.subtract(wrap(hi), wrap(lo)), 0)._node
     else:
         depth = record("loop", inputs, (kind, m, sub, m), shape, dtypes.int64)
     rin = tuple(inputs) + tuple(ct_nodes) + (depth,)

@@ -33,6 +33,8 @@ def view_index(node: Node, ix: tuple, ext: dict) -> tuple:
     src = node.inputs[0]
     if node.prim == "broadcast":
         return broadcast_index(ix, src.shape)
+    if node.prim == "wrt":
+        return ix
     if node.prim == "transpose":
         out = [None] * len(ix)
         for k, p in enumerate(node.params[0]):

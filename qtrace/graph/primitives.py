@@ -107,7 +107,7 @@ TRANSCENDENTAL = frozenset({
 
 define("select", "elementwise")   # select(cond, x, y) == where
 define("convert", "elementwise")  # params: () ; output dtype is the node's dtype
-define("wrt", "elementwise")      # identity marking a value differentiated against; params: (level, index)
+define("wrt", "view")             # identity marking a differentiated value; params: (level, index)
 
 # --- leaves ---------------------------------------------------------------------------
 define("input", "leaf")
