@@ -81,7 +81,6 @@ def emit_blocked(em) -> None:
     nb = 2 if kind == "fori" else 0
     state = [arrays.new(_mem(ty)) for ty in types]
     lo_a = arrays.new(I64) if kind == "fori" else None
-    hi_a = arrays.new(I64) if kind == "fori" else None
     cts = [arrays.new(_mem(ty)) for ty in types] if reverse else []
     count = arrays.new(I64)
     with b.goto_entry_block():
@@ -104,25 +103,26 @@ def emit_blocked(em) -> None:
             values = em.run(t.instrs[:pos], {})
             for k in range(m):
                 arrays.store(state[k], lane, _to_mem(b, values[ins[k]]))
-            if kind == "fori":
+            trips = ir.Constant(I64, 0)  # while: counted as the lanes run
+            if kind == "fori":  # the trip count is known before the loop runs
                 lo, hi = values[ins[m]], values[ins[m + 1]]
                 arrays.store(lo_a, lane, lo)
-                arrays.store(hi_a, lane, hi)
                 n = b.sub(hi, lo)
+                trips = b.select(b.icmp_signed(">", n, trips), n, trips)
                 cur = b.load(maxn, typ=I64)
                 b.store(b.select(b.icmp_signed(">", n, cur), n, cur), maxn)
             if reverse:
                 for k in range(m):
                     arrays.store(cts[k], lane, _to_mem(b, values[ins[m + nb + k]]))
-            arrays.store(count, lane, ir.Constant(I64, 0))
+            arrays.store(count, lane, trips)
         em.loop(ir.Constant(I64, 0), n_lanes, phase1)
 
         # phase 2: the loop, iteration-major over the block
         def phase2():
             if reverse:
-                _reverse(em, instr, arrays, state, lo_a, hi_a, cts, count, maxn, base, n_lanes, types)
+                _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, types)
             else:
-                _forward(em, instr, arrays, state, lo_a, hi_a, count, maxn, base, n_lanes, types)
+                _forward(em, instr, arrays, state, lo_a, count, maxn, base, n_lanes, types)
         if not fast:
             phase2()
         else:
@@ -141,7 +141,8 @@ def emit_blocked(em) -> None:
                 def restore(lane):
                     for dst, src, ty in zip(state + cts, saved, types + types):
                         arrays.store(dst, lane, arrays.load(src, lane, _mem(ty)))
-                    arrays.store(count, lane, ir.Constant(I64, 0))
+                    if kind == "while":
+                        arrays.store(count, lane, ir.Constant(I64, 0))
                 em.loop(ir.Constant(I64, 0), n_lanes, restore)
                 phase2()
 
@@ -222,7 +223,7 @@ def _counted(em, extent, body):
     b.position_at_end(done)
 
 
-def _advance(em, instr, arrays, state, lo_a, hi_a, count, base, n_lanes, types, t, push=None):
+def _advance(em, instr, arrays, state, lo_a, count, base, n_lanes, types, t, push=None):
     """One iteration ``t`` of every lane of the block; returns the 'any lane ran' flag."""
     b = em.b
     kind = instr[2]
@@ -236,9 +237,8 @@ def _advance(em, instr, arrays, state, lo_a, hi_a, count, base, n_lanes, types, 
         s = _lane_state(em, arrays, state, lane, types)
         env = {"state": s}
         if kind == "fori":
-            counter = b.add(arrays.load(lo_a, lane, I64), t)
-            active = b.icmp_signed("<", counter, arrays.load(hi_a, lane, I64))
-            env["counter"] = counter
+            active = b.icmp_signed("<", t, arrays.load(count, lane, I64))
+            env["counter"] = b.add(arrays.load(lo_a, lane, I64), t)
         else:
             done_iters = arrays.load(count, lane, I64)
             still = b.icmp_signed("==", done_iters, t)  # ran every earlier iteration
@@ -254,27 +254,28 @@ def _advance(em, instr, arrays, state, lo_a, hi_a, count, base, n_lanes, types, 
         _check_fast_math(em, active)
         for k, a in enumerate(state):
             arrays.store(a, lane, _to_mem(b, b.select(active, new[bprog[2][k]], s[k])))
-        cnt = arrays.load(count, lane, I64)
-        arrays.store(count, lane, b.select(active, b.add(cnt, ir.Constant(I64, 1)), cnt))
+        if kind == "while":
+            cnt = arrays.load(count, lane, I64)
+            arrays.store(count, lane, b.select(active, b.add(cnt, ir.Constant(I64, 1)), cnt))
         b.store(b.or_(b.load(ran, typ=I1), active), ran)
     em.loop(ir.Constant(I64, 0), n_lanes, lane_step)
     return b.load(ran, typ=I1)
 
 
-def _forward(em, instr, arrays, state, lo_a, hi_a, count, maxn, base, n_lanes, types):
+def _forward(em, instr, arrays, state, lo_a, count, maxn, base, n_lanes, types):
     b = em.b
     if instr[2] == "fori":
         def step(t):
-            _advance(em, instr, arrays, state, lo_a, hi_a, count, base, n_lanes, types, t)
+            _advance(em, instr, arrays, state, lo_a, count, base, n_lanes, types, t)
         _counted(em, b.load(maxn, typ=I64), step)
     else:
         # while: iterate until no lane of the block is running
         _counted(em, ir.Constant(I64, 1 << 62),
-                 lambda t: b.not_(_advance(em, instr, arrays, state, lo_a, hi_a, count, base, n_lanes,
+                 lambda t: b.not_(_advance(em, instr, arrays, state, lo_a, count, base, n_lanes,
                                            types, t)))
 
 
-def _reverse(em, instr, arrays, state, lo_a, hi_a, cts, count, maxn, base, n_lanes, types):
+def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, types):
     """Replay pushing ``[t][lane]`` rows, then run the reverse body from the last row down."""
     b = em.b
     _, dts_s, kind, m, cprog, bprog, rprog, ins, pushed, check = instr
@@ -316,7 +317,7 @@ def _reverse(em, instr, arrays, state, lo_a, hi_a, cts, count, maxn, base, n_lan
     def replay(t):
         # a row beyond the capacity is an overflow only if some lane actually runs in it
         room = b.icmp_signed("<", t, cap)
-        ran = _advance(em, instr, arrays, state, lo_a, hi_a, count, base, n_lanes, types, t, push(t, room))
+        ran = _advance(em, instr, arrays, state, lo_a, count, base, n_lanes, types, t, push(t, room))
         overflow = b.and_(ran, b.not_(room))
         with b.if_then(overflow, likely=False):
             b.store(ir.Constant(I64, check + 1), em.status)

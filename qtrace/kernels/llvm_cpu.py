@@ -1,7 +1,8 @@
 """The CPU back end: optimise task IR for the host and load it with MCJIT.
 
 Code is generated for the host triple with the host CPU's features, optimised by LLVM's
-new pass-builder pipeline at O3 (which runs the loop and SLP vectorizers), emitted as
+new pass-builder pipeline at O3 (which runs the loop and SLP vectorizers, at the host's
+full vector width), emitted as
 an object file and added to one process-wide MCJIT engine. Object bytes are what a
 disk cache stores; loading them again skips every compile step.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 
 import llvmlite
@@ -70,10 +72,22 @@ def new_module(name: str) -> ir.Module:
     return module
 
 
+def _full_width(text: str) -> str:
+    """Let the vectorizer use the host's full vector width.
+
+    On AVX-512 hosts LLVM prefers 256-bit vectors by default (a guard against the clock
+    drop of early AVX-512 parts); qtrace's kernels are long arithmetic loops, where 512-bit
+    vectors win (B3's loops run about 2x faster). Elsewhere the attribute changes nothing.
+    """
+    if "+avx512f" not in _state["features"].split(","):
+        return text
+    return re.sub(r"^(define [^\n]*\))", r'\1 "prefer-vector-width"="512"', text, flags=re.M)
+
+
 def optimize(module: ir.Module) -> llvm.ModuleRef:
     """Parse, verify and run the O3 pipeline; returns the optimised module."""
     s = _init()
-    mod = llvm.parse_assembly(str(module))
+    mod = llvm.parse_assembly(_full_width(str(module)))
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
