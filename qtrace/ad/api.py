@@ -9,6 +9,7 @@ from ..tracer.context import ad_scope, record
 from ..tracer.convert import wrap
 from ..tracer.creation import asarray, ones_like, zeros_like
 from ..tracer.tensor import Tensor
+from .loops import reuse_replays
 from .reverse import backward
 
 
@@ -19,6 +20,16 @@ def _mark(x, level: int, index: int, op: str) -> Tensor:
                         f"argument {index} has dtype {t.dtype}")
     n = t._node
     return wrap(record("wrt", (n,), (level, index), n.shape, n.dtype, weak=n.weak))
+
+
+def _share_replays(out: Tensor, grads: tuple):
+    """The value and gradients, with loop results read from their adjoints' replays."""
+    leaves, tree = pytree.flatten(grads)
+    nodes = (out._node,) + tuple(g._node for g in leaves)
+    new = reuse_replays(nodes)
+    if all(a is b for a, b in zip(new, nodes)):
+        return out, grads
+    return wrap(new[0]), pytree.unflatten(tree, [wrap(n) for n in new[1:]])
 
 
 def _as_tensor_out(x, op: str) -> Tensor:
@@ -109,6 +120,7 @@ def value_and_grad(fn, argnums=0, has_aux: bool = False):
         if out.dtype.kind != "f":
             raise TypeError(f"qt.grad: the function must return a floating-point scalar, got {out.dtype}")
         grads = vjp_fn(ones_like(out))
+        out, grads = _share_replays(out, grads)
         g = grads if multiple else grads[0]
         value = (out, res[2]) if has_aux else out
         return value, g

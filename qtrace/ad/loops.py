@@ -9,7 +9,7 @@ element's loop onto the adstack and runs this reverse body once per iteration, p
 from __future__ import annotations
 
 from ..graph.loops import depth_source, layout
-from ..graph.node import make_input, toposort
+from ..graph.node import make_input, make_node, substitute, toposort
 from ..graph.primitives import PRIMITIVES
 from ..graph.subgraph import Subgraph
 from ..tracer import dtypes
@@ -123,6 +123,48 @@ def reverse_body(sub: Subgraph, kind: str, dts: list, shape: tuple, device) -> t
     used = {id(leaf) for n in toposort(tuple(results)) for leaf in n.leaves}
     used |= {id(n) for n in results if n.is_leaf}
     return Subgraph(tuple(results), {i: r for i, r in roles.items() if i in used}), tuple(scatters)
+
+
+def reuse_replays(nodes: tuple) -> tuple:
+    """``nodes`` reading forward loop results from their adjoint's replay where possible.
+
+    The adjoint kernel replays each element's loop before running it backwards, so the
+    final state is computed there anyway. When nothing the adjoint needs depends on the
+    forward loop (its cotangents do not, and its depth is known without running it), the
+    loop's results are read from the adjoint instead (components after its cotangents)
+    and the forward loop never runs: ``value_and_grad`` of a loop costs one loop task.
+    """
+    order = toposort(nodes)
+    forward: dict = {}
+    for n in order:
+        if n.prim == "loop":
+            forward.setdefault(_forward_key(n.params[:3], n.inputs), []).append(n)
+    mapping: dict = {}
+    for v in order:
+        if v.prim != "loop_vjp" or v.params[-1] < 0:
+            continue
+        lay = layout(v)
+        key = _forward_key(v.params[:3], v.inputs[:lay.captured.stop])
+        loops = [n for n in forward.get(key, []) if n.params[-1] < lay.n_state]
+        if not loops or id(loops[0]) in mapping or _depends_on(v.inputs[lay.captured.stop:], key):
+            continue
+        first = lay.n_state + lay.n_captured
+        for n in loops:
+            mapping[id(n)] = make_node("loop_vjp", v.params[:-1] + (first + n.params[-1],), n.shape,
+                                       n.dtype, v.inputs, v.device)
+    return substitute(tuple(nodes), mapping) if mapping else tuple(nodes)
+
+
+def _forward_key(params: tuple, inputs: tuple) -> tuple:
+    return (params, tuple(id(i) for i in inputs))
+
+
+def _depends_on(nodes: tuple, key: tuple) -> bool:
+    """Whether any of ``nodes`` is computed from a component of the loop ``key`` names."""
+    for n in toposort(nodes):
+        if n.prim == "loop" and _forward_key(n.params[:3], n.inputs) == key:
+            return True
+    return False
 
 
 def loop_vjp(node, cts: dict) -> list:

@@ -416,6 +416,18 @@ def graph_key(outputs: tuple) -> tuple[str, tuple]:
     return content_hash(tuple(specs)), tuple(leaves)
 
 
+def substitute(outputs: tuple, mapping: dict) -> tuple:
+    """``outputs`` rebuilt with nodes replaced per ``mapping`` (``id(node) -> node``)."""
+    new = dict(mapping)
+    for n in toposort(outputs):
+        if id(n) in new:
+            continue
+        inputs = tuple(new.get(id(i), i) for i in n.inputs)
+        if any(a is not b for a, b in zip(inputs, n.inputs)):
+            new[id(n)] = make_node(n.prim, n.params, n.shape, n.dtype, inputs, n.device, n.weak)
+    return tuple(new.get(id(o), o) for o in outputs)
+
+
 def toposort(outputs) -> list[Node]:
     """Non-leaf nodes reachable from ``outputs``, each after all of its inputs."""
     order: list[Node] = []

@@ -357,7 +357,8 @@ class KernelEmitter:
         outs = [rv[o] for o in rprog[2]]
         cap_vals = outs[m:]
         rlatch = b.block
-        return self._finish_reverse(rhead, rpre, rlatch, rdone, cts, outs[:m], j, j1, cap_vals)
+        # value: the cotangents, then the final state of the replay (the forward's result)
+        return self._finish_reverse(rhead, rpre, rlatch, rdone, cts, outs[:m], j, j1, cap_vals) + tuple(state)
 
     def _finish_reverse(self, rhead, rpre, rlatch, rdone, cts, new_cts, j, j1, cap_vals) -> tuple:
         b = self.b

@@ -152,6 +152,7 @@ def emit_blocked(em) -> None:
             if reverse:
                 result = tuple(_from_mem(b, arrays.load(a, lane, _mem(ty)), ty) for a, ty in zip(cts, types))
                 result += tuple(arrays.load(a, lane, ty) for a, ty in em.lane_acc)
+                result += tuple(_lane_state(em, arrays, state, lane, types))  # the replay's final state
             else:
                 result = tuple(_lane_state(em, arrays, state, lane, types))
                 result += (arrays.load(count, lane, I64),)

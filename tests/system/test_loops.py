@@ -348,6 +348,41 @@ def test_b3_gradient(kind, fusion, rng):
         assert_close(gc, fd_c, rtol=1e-6, atol=1e-7, what="d/dc vs finite differences")
 
 
+@pytest.mark.parametrize("size", [29, PARALLEL_MIN_WORK * 4 + 5], ids=["small", "blocked lanes"])
+def test_value_and_grad_reads_the_loop_result_from_the_adjoint_replay(size, fusion, rng):
+    """``value_and_grad`` of ``sum(loop)``: the adjoint's replay yields the loop's result,
+    so the forward loop does not run separately (one loop kernel + the sum), and the value
+    is right; ``sum(loop ** 2)`` (cotangent reads the result) keeps the forward loop."""
+    n = rng.integers(0, 9, size)
+    x, c = rng.uniform(-2, 2, size), rng.uniform(0.5, 1.5, size)
+    want_v, hx, hc = b3_numpy(x, c, n)
+    f = qt.value_and_grad(b3_qt(qt.asarray(n)), argnums=(0, 1))
+    qt.reset_stats()
+    value, (gx, gc) = f(qt.asarray(x), qt.asarray(c))
+    qt.eval(value, gx, gc)
+    if fusion:  # unfused, every wrt marker and broadcast is a task of its own
+        assert qt.stats()["kernel_launches"] == 2, qt.stats()
+    assert_close(value.numpy(), want_v.sum(), what="value")
+    assert_close(gx.numpy(), hx, what="d/dx")
+    assert_close(gc.numpy(), hc, what="d/dc")
+
+    def squared(x, c):
+        return qt.sum(qt.fori_loop(0, qt.asarray(n), lambda i, v: qt.sin(v) * c + 0.5 * v, x) ** 2)
+    value, (gx, gc) = qt.value_and_grad(squared, argnums=(0, 1))(qt.asarray(x), qt.asarray(c))
+    assert_close(value.numpy(), (want_v ** 2).sum(), what="value of sum(loop ** 2)")
+    _, jx, jc = _squared_jax(x, c, n)
+    assert_close(gx.numpy(), jx, what="d/dx of sum(loop ** 2)")
+    assert_close(gc.numpy(), jc, what="d/dc of sum(loop ** 2)")
+
+
+def _squared_jax(x, c, n):
+    def loss(x, c):
+        (v,) = jax_fori(0, jnp.asarray(n), lambda i, s: (jnp.sin(s[0]) * c + 0.5 * s[0],), (x,),
+                        int(n.max(initial=0)))
+        return jnp.sum(v ** 2)
+    return (None,) + tuple(np.asarray(g) for g in jax.grad(loss, argnums=(0, 1))(x, c))
+
+
 def test_b3_gradient_under_jit(fusion, rng):
     """``qt.jit(qt.grad(...))`` of a loop: same gradient; new data does not retrace."""
     size = 23
