@@ -275,16 +275,18 @@ def load_drjit_llvm() -> tuple[ModuleType | None, type | None, str]:
     return dr, Float32, ""
 
 
-def _init_warp(wp: ModuleType) -> None:
+def _init_warp(wp: ModuleType, **options) -> None:
     if hasattr(wp, "LOG_ERROR"):  # warp >= 1.10 replaced `quiet` by a log level
         wp.config.log_level = wp.LOG_ERROR
     else:
         wp.config.quiet = True
+    for key, value in options.items():
+        setattr(wp.config, key, value)
     wp.init()
 
 
-def _init_quadrants(qd: ModuleType) -> None:
-    qd.init(arch=qd.cpu, log_level="error")
+def _init_quadrants(qd: ModuleType, **options) -> None:
+    qd.init(arch=qd.cpu, log_level="error", **options)
 
 
 # Peers whose benchmarks are hand-written kernels: how to initialise them for the CPU,
@@ -293,13 +295,16 @@ _KERNEL_PEERS = {"warp": (_init_warp, "_warp_kernels"),
                  "quadrants": (_init_quadrants, "_quadrants_kernels")}
 
 
-def load_kernel_peer(name: str) -> tuple[ModuleType | None, ModuleType | None, str]:
+def load_kernel_peer(name: str, **init_options) -> tuple[ModuleType | None, ModuleType | None, str]:
     """A kernel-language peer (``warp``, ``quadrants``), initialised once for the CPU,
     and the module with the benchmarks' kernels for it.
 
-    Returns ``(peer module, kernels module, "")`` or ``(None, None, note)``.
+    ``init_options`` go to the peer's initialisation (Quadrants: keyword arguments of
+    ``qd.init``, e.g. ``ad_stack_experimental_enabled=True``; Warp: ``wp.config``
+    attributes); a call with other options than an earlier one initialises the peer
+    again. Returns ``(peer module, kernels module, "")`` or ``(None, None, note)``.
     """
-    key = name + " kernels"
+    key = name + " kernels" + (repr(sorted(init_options.items())) if init_options else "")
     if key not in _loaded:
         module, reason = load_peer(name)
         if module is None:
@@ -308,7 +313,7 @@ def load_kernel_peer(name: str) -> tuple[ModuleType | None, ModuleType | None, s
             init, kernels_name = _KERNEL_PEERS[name]
             try:
                 with _silenced(), contextlib.redirect_stdout(sys.stderr):
-                    init(module)
+                    init(module, **init_options)
                     kernels = importlib.import_module(
                         f"{__package__}.{kernels_name}" if __package__ else kernels_name)
                 _loaded[key] = (kernels, "")

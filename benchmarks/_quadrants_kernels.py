@@ -27,3 +27,32 @@ def b2_step(x: F32_1D, v: F32_1D, dt: qd.f32):
         vi = v[i] + dt * a
         v[i] = vi
         x[i] = x[i] + dt * vi
+
+
+I32_1D = qd.types.ndarray(dtype=qd.i32, ndim=1)
+
+
+@qd.kernel
+def b3_forward(x: F32_1D, c: F32_1D, trips: I32_1D, out: F32_1D):
+    """B3 forward: per element, ``trips[i]`` steps of ``v = sin(v)*c + 0.5*v``."""
+    for i in x:
+        v = x[i]
+        ci = c[i]
+        for _ in range(trips[i]):
+            v = qd.sin(v) * ci + 0.5 * v
+        out[i] = v
+
+
+@qd.kernel
+def b3_loss(x: F32_1D, c: F32_1D, trips: I32_1D, loss: F32_1D):
+    """B3 loss: the same loop, ``loss[0] += out[i]``; differentiated with ``b3_loss.grad``.
+
+    The loop's trip count is data-dependent, so reverse mode needs the adstack
+    (``qd.init(..., ad_stack_experimental_enabled=True)``), which stores the iterates.
+    """
+    for i in x:
+        v = x[i]
+        ci = c[i]
+        for _ in range(trips[i]):
+            v = qd.sin(v) * ci + 0.5 * v
+        loss[0] += v

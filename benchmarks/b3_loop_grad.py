@@ -15,8 +15,25 @@ gradient stays bounded), trip counts ``n`` uniform in [0, 64] (int32).
   (``jnp.where(i < n, step(v), v)``), since ``while_loop`` cannot be reversed and a
   ``fori_loop`` with static bounds (a ``scan``) can; ``jax.jit(forward)`` and
   ``jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))``, ``block_until_ready``.
-* Dr.Jit, Quadrants, Warp: rows of BENCHMARKS.md, not written here (a skip note either
-  way: not installed, or no B3 version yet).
+* Dr.Jit (LLVM backend): ``dr.while_loop`` (symbolic) over the state ``(i, v)`` with the
+  condition ``i < n``, on ``drjit.llvm.ad`` arrays; forward ``dr.eval`` +
+  ``dr.sync_thread``; forward+backward on fresh copies of ``x``, ``c`` with
+  ``dr.enable_grad``, ``loss = dr.sum(out)``, ``dr.backward(loss)``, ``dr.grad``. Reverse
+  mode through the loop needs ``max_iterations`` (Dr.Jit reserves storage for that many
+  iterates); it is given the data's largest trip count, a hint the other systems do not
+  get (the row's note says so).
+* Quadrants (CPU): hand-written kernels in ``_quadrants_kernels.py``, a parallel loop
+  over the elements with an inner ``for _ in range(n[i])``; the loss kernel accumulates
+  ``loss[0] += v`` and is differentiated under ``qd.ad.Tape(loss=loss)`` (its ``.grad``
+  kernel), which for a dynamic trip count needs the adstack
+  (``qd.init(..., ad_stack_experimental_enabled=True)``); gradients zeroed before each
+  call, ``qd.sync`` after.
+* Warp (CPU): kernels in ``_warp_kernels.py``. Forward: a dynamic ``range(n[i])`` loop.
+  Warp's adjoint of a dynamic loop does not store the iterates, so its gradient of this
+  recurrence is wrong; the timed forward+backward therefore uses the loop unrolled to 64
+  (``wp.static``, ``max_unroll=64``) with a ``k < n[i]`` mask (straight-line code), and
+  ``loss`` by ``wp.atomic_add``, under ``wp.Tape``. The error of the dynamic loop's
+  gradient is measured once, untimed, and printed in the row's note.
 
 Each system runs in its own subprocess (this file with ``--worker SYSTEM``), so the
 peak RSS reported is that system's alone: the worker's peak resident set size at its end
@@ -32,7 +49,8 @@ Checks against float64 NumPy on the same float32 inputs (the forward loop, then 
 adjoint recurrence ``gc += gv*sin(v_k); gv *= cos(v_k)*c + 0.5`` run backwards over the
 stored iterates, vectorized over elements, masked per iteration): forward ``out`` and
 the gradient (both ``x`` and ``c`` components, and the loss value), norm-wise relative
-error ``max|got - ref| / max|ref|`` <= 1e-4 (PASS/FAIL).
+error ``max|got - ref| / max|ref|`` <= 1e-4 (PASS/FAIL). A system whose package is not
+installed gets a skip note.
 
 The subprocess machinery (:func:`run_workers`, :func:`serve`, :func:`worker_table`) is
 shared with ``b6_autodiff.py``.
@@ -75,13 +93,15 @@ class Work:
     Each case's ``system`` is the key of its table (e.g. ``"fwd"``). ``results()``
     returns the arrays the parent checks (called after timing); ``counters`` maps a
     table key to an untimed call returning qtrace counters per call; ``setup_rss_mb`` is
-    the peak RSS (:func:`own_peak_rss_mb`) after imports and inputs, before any compilation.
+    the peak RSS (:func:`own_peak_rss_mb`) after imports and inputs, before any compilation;
+    ``notes`` maps a table key to a note for the system's row (e.g. a hint it was given).
     """
 
     cases: list[h.Case]
     results: Callable[[], dict[str, np.ndarray]]
     counters: dict[str, Callable[[], dict[str, float]]] = field(default_factory=dict)
     setup_rss_mb: float | None = None
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 def own_peak_rss_mb() -> float:
@@ -120,6 +140,7 @@ def serve(prepare: dict[str, Callable[[dict], Work | str]], system: str, cfg: di
                                             warmup=cfg["warmup"])
             report["peak_rss_mb"] = own_peak_rss_mb()
             report["setup_rss_mb"] = work.setup_rss_mb
+            report["notes"] = work.notes
             report["samples"], report["errors"], report["counters"] = {}, {}, {}
             for key, timing in timings.items():
                 if isinstance(timing, Exception):
@@ -185,6 +206,7 @@ def run_workers(script: str, systems: list[str], cfg: dict, rounds: int,
             done["counters"] = rep["counters"]
             done["peak_rss_mb"] = max(done.get("peak_rss_mb", 0.0), rep["peak_rss_mb"])
             done["setup_rss_mb"] = rep["setup_rss_mb"]
+            done["notes"] = rep.get("notes", {})
             if os.path.exists(out):
                 done["out"] = out
     return merged
@@ -254,8 +276,10 @@ def load_for_versions(reports: dict[str, dict]) -> None:
     printed by ``_harness.main`` names them (the parent's own RSS is not reported)."""
     if any(name.startswith("qtrace") for name in reports):
         h.load_qtrace()
-    if any(name.startswith("JAX") for name in reports):
-        h.load_peer("jax")
+    for prefix, peer in (("JAX", "jax"), ("Dr.Jit", "drjit"), ("Quadrants", "quadrants"),
+                         ("Warp", "warp")):
+        if any(name.startswith(prefix) and "skip" not in rep for name, rep in reports.items()):
+            h.load_peer(peer)
 
 
 def worker_argv(argv) -> tuple[str, dict] | None:
@@ -394,9 +418,146 @@ def prepare_qtrace(cfg: dict) -> Work | str:
                 setup_rss_mb=setup)
 
 
-# Systems that run in a worker, and peers with only a skip note (system -> module).
-SYSTEMS = {"JAX fori_loop to max + mask": prepare_jax, "qtrace fori_loop": prepare_qtrace}
-PEERS_NOT_WRITTEN = {"Dr.Jit": "drjit", "Quadrants": "quadrants", "Warp": "warp"}
+def prepare_drjit(cfg: dict) -> Work | str:
+    dr, _, reason = h.load_drjit_llvm()
+    if dr is None:
+        return reason
+    from drjit.llvm.ad import Float32, Int32
+
+    p = _Problem(cfg["n"], cfg["seed"])
+    hint = max(p.max_trips, 1)
+
+    def forward(x, c, n, max_iterations=-1):
+        _, v = dr.while_loop((Int32(0), x), lambda i, v: i < n,
+                             lambda i, v: (i + 1, step(dr, v, c)),
+                             mode="symbolic", max_iterations=max_iterations)
+        return v
+
+    x, c, n = Float32(p.x), Float32(p.c), Int32(p.trips)
+    dr.eval(x, c, n)
+    dr.sync_thread()
+    setup = own_peak_rss_mb()
+    res = {}
+
+    def run_fwd():
+        out = forward(x, c, n)
+        dr.eval(out)
+        dr.sync_thread()
+        res["out"] = out
+
+    def run_grad():
+        xg, cg = Float32(x), Float32(c)  # fresh leaves: gradients do not accumulate
+        dr.enable_grad(xg, cg)
+        loss = dr.sum(forward(xg, cg, n, max_iterations=hint))
+        dr.backward(loss)
+        value, gx, gc = dr.detach(loss), dr.grad(xg), dr.grad(cg)
+        dr.eval(value, gx, gc)
+        dr.sync_thread()
+        res["grad"] = value, gx, gc
+
+    def results():
+        value, gx, gc = res["grad"]
+        return {"out": res["out"].numpy(), "loss": np.asarray(value.numpy()[0]),
+                "gx": gx.numpy(), "gc": gc.numpy()}
+
+    notes = {"fwd": "symbolic dr.while_loop, no hint",
+             "grad": f"max_iterations={hint} hint (the data's largest trip count), "
+                     "required for reverse mode"}
+    return Work([h.Case("fwd", run_fwd), h.Case("grad", run_grad)], results,
+                setup_rss_mb=setup, notes=notes)
+
+
+def prepare_quadrants(cfg: dict) -> Work | str:
+    qd, kernels, reason = h.load_kernel_peer("quadrants", ad_stack_experimental_enabled=True)
+    if qd is None:
+        return reason
+    if not hasattr(qd, "ad") or not hasattr(qd.ad, "Tape"):
+        return "this quadrants has no qd.ad.Tape"
+    p = _Problem(cfg["n"], cfg["seed"])
+    x, c = (qd.ndarray(qd.f32, shape=p.n, needs_grad=True) for _ in range(2))
+    n = qd.ndarray(qd.i32, shape=p.n)
+    out = qd.ndarray(qd.f32, shape=p.n)
+    loss = qd.ndarray(qd.f32, shape=1, needs_grad=True)
+    x.from_numpy(p.x)
+    c.from_numpy(p.c)
+    n.from_numpy(p.trips)
+    qd.sync()
+    setup = own_peak_rss_mb()
+
+    def run_fwd():
+        kernels.b3_forward(x, c, n, out)
+        qd.sync()
+
+    def run_grad():
+        x.grad.fill(0.0)
+        c.grad.fill(0.0)
+        with qd.ad.Tape(loss=loss):  # zeroes loss, seeds loss.grad = 1, runs b3_loss.grad
+            kernels.b3_loss(x, c, n, loss)
+        qd.sync()
+
+    try:  # untimed probe: an installed Quadrants that cannot reverse this loop is a skip
+        with h._silenced():
+            run_grad()
+    except Exception as exc:
+        return "quadrants cannot differentiate the dynamic-trip loop: " + h._short(exc)
+
+    def results():
+        return {"out": out.to_numpy(), "loss": np.asarray(loss.to_numpy()[0]),
+                "gx": x.grad.to_numpy(), "gc": c.grad.to_numpy()}
+
+    notes = {"fwd": "kernel, inner range(n[i]) loop",
+             "grad": "qd.ad.Tape, adstack (ad_stack_experimental_enabled=True), no hint"}
+    return Work([h.Case("fwd", run_fwd), h.Case("grad", run_grad)], results,
+                setup_rss_mb=setup, notes=notes)
+
+
+def prepare_warp(cfg: dict) -> Work | str:
+    wp, kernels, reason = h.load_kernel_peer("warp")
+    if wp is None:
+        return reason
+    p = _Problem(cfg["n"], cfg["seed"])
+    top = kernels.B3_MAX_TRIPS
+    if p.max_trips > top:
+        return f"Warp's B3 kernel is unrolled to {top} steps; the data has {p.max_trips}"
+    dev = "cpu"
+    x, c = (wp.array(a, dtype=wp.float32, device=dev, requires_grad=True) for a in (p.x, p.c))
+    n = wp.array(p.trips, dtype=wp.int32, device=dev)
+    out = wp.empty(p.n, dtype=wp.float32, device=dev)
+    loss = wp.zeros(1, dtype=wp.float32, device=dev, requires_grad=True)
+    wp.synchronize_device(dev)
+    setup = own_peak_rss_mb()
+
+    def run_fwd():
+        wp.launch(kernels.b3_forward, dim=p.n, inputs=[x, c, n, out], device=dev)
+        wp.synchronize_device(dev)
+
+    def grad(kernel):
+        for a in (x.grad, c.grad, loss.grad, loss):
+            a.zero_()
+        tape = wp.Tape()
+        with tape:
+            wp.launch(kernel, dim=p.n, inputs=[x, c, n, loss], device=dev)
+        tape.backward(loss=loss)  # seeds loss.grad = 1
+        wp.synchronize_device(dev)
+
+    def results():
+        arrays = {"out": out.numpy(), "loss": np.asarray(loss.numpy()[0]),
+                  "gx": x.grad.numpy().copy(), "gc": c.grad.numpy().copy()}
+        grad(kernels.b3_loss_dynamic)  # untimed: the dynamic loop's (wrong) gradient
+        arrays["gx_dynamic"], arrays["gc_dynamic"] = x.grad.numpy(), c.grad.numpy()
+        return arrays
+
+    notes = {"fwd": "kernel, range(n[i]) loop",
+             "grad": f"loop unrolled to {top} + mask (wp.static), wp.Tape"}
+    return Work([h.Case("fwd", run_fwd),
+                 h.Case("grad", lambda: grad(kernels.b3_loss_unrolled))], results,
+                setup_rss_mb=setup, notes=notes)
+
+
+# Systems, each run in its own worker (system -> prepare function).
+SYSTEMS = {"JAX fori_loop to max + mask": prepare_jax, "Dr.Jit while_loop": prepare_drjit,
+           "Quadrants kernel": prepare_quadrants, "Warp kernel": prepare_warp,
+           "qtrace fori_loop": prepare_qtrace}
 REFERENCE = "qtrace fori_loop"
 
 
@@ -413,17 +574,19 @@ def run(quick: bool = False, n: int | None = None, repeats: int | None = None,
         p = _Problem(n, seed)
         ref_out, ref_gx, ref_gc = reference(p.x, p.c, p.trips)
         ref_loss, loss_scale = float(ref_out.sum()), float(np.abs(ref_out).sum()) or 1.0
-        notes = peer_notes(PEERS_NOT_WRITTEN, systems, "B3")
         kw = dict(unit="ms", per="call", error_kind="max rel err")
         trips = f"trips uniform in [0, {MAX_TRIPS}], mean {p.trips.mean():.1f}, max {p.max_trips}"
         fwd_title = f"B3 loop, forward only: N={n:,} float32, {trips}"
         grad_title = (f"B3 loop, forward+backward (value and grad w.r.t. x, c): N={n:,} float32, "
                       f"{trips}")
 
+        def row_note(rep, key, *more):
+            return "; ".join(x for x in (rep.get("notes", {}).get(key, ""), *more) if x)
+
         def finish_fwd(system, arrays, timing, rep):
             extra, note = qtrace_extra(rep["counters"].get("fwd", {}))
             return h.timed_row(fwd_title, system, timing, error=h.max_rel_err(arrays["out"], ref_out),
-                               tol=TOL, extra=extra, note=note, **kw)
+                               tol=TOL, extra=extra, note=row_note(rep, "fwd", note), **kw)
 
         def finish_grad(system, arrays, timing, rep):
             err_x = h.max_rel_err(arrays["gx"], ref_gx)
@@ -434,11 +597,17 @@ def run(quick: bool = False, n: int | None = None, repeats: int | None = None,
             counters, note = qtrace_extra(rep["counters"].get("grad", {}))
             extra = {**memory_extra(rep), "err x": f"{err_x:.1e}", "err c": f"{err_c:.1e}",
                      **counters}
+            dynamic = ""
+            if "gx_dynamic" in arrays:  # Warp: the untimed gradient through its dynamic loop
+                dx = h.max_rel_err(arrays["gx_dynamic"], ref_gx)
+                dc = h.max_rel_err(arrays["gc_dynamic"], ref_gc)
+                verdict = "right" if max(dx, dc) <= TOL else "WRONG"
+                dynamic = f"range(n[i]) loop's gradient (untimed) {verdict}: err x {dx:.1e}, c {dc:.1e}"
             return h.timed_row(grad_title, system, timing, error=max(err_x, err_c, err_loss),
-                               tol=TOL, extra=extra, note=note, **kw)
+                               tol=TOL, extra=extra, note=row_note(rep, "grad", note, dynamic), **kw)
 
-        rows = worker_table(fwd_title, "fwd", reports, finish_fwd, REFERENCE, notes, **kw)
-        rows += worker_table(grad_title, "grad", reports, finish_grad, REFERENCE, notes, **kw)
+        rows = worker_table(fwd_title, "fwd", reports, finish_fwd, REFERENCE, **kw)
+        rows += worker_table(grad_title, "grad", reports, finish_grad, REFERENCE, **kw)
     return rows
 
 
