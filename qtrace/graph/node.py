@@ -376,27 +376,11 @@ def graph_struct(outputs: tuple) -> tuple[tuple, tuple]:
     if len(outputs) == 1:
         out = outputs[0]
         return (out.struct, len(out.leaves)), out.leaves
-    leaves: list[Node] = []
-    where: dict[int, int] = {}
+    leaves, positions = _merge(outputs)
     spec = []
-    for out in outputs:
-        spec.append(out.struct)
-        ol = out.leaves
-        if not where and ol and not leaves:
-            leaves.extend(ol)
-            for i, leaf in enumerate(ol):
-                where[id(leaf)] = i
-            spec.append(_iota(len(ol)))
-            continue
-        positions = []
-        for leaf in ol:
-            pos = where.get(id(leaf))
-            if pos is None:
-                pos = where[id(leaf)] = len(leaves)
-                leaves.append(leaf)
-            positions.append(pos)
-        spec.append(tuple(positions))
-    return tuple(spec), tuple(leaves)
+    for out, pos in zip(outputs, positions):
+        spec += (out.struct, pos)
+    return tuple(spec), leaves
 
 
 def graph_key(outputs: tuple) -> tuple[str, tuple]:
