@@ -25,6 +25,8 @@ COUNTERS = (
     "adstack_bytes",
     "bytes_host_to_device",
     "bytes_device_to_host",
+    "evaluations",          # pending graphs evaluated (eager code)
+    "auto_evaluations",     # of which: automatic cuts of a long pending graph
 )
 
 _lock = threading.Lock()           # registration, folding, stats and reset (not bump)

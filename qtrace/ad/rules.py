@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 from ..tracer import elementwise as ew
-from ..tracer import indexing, linalg, reductions, shape_ops
-from ..tracer.convert import astype
+from ..tracer import indexing, linalg, reductions, shape_ops, views
+from ..tracer.convert import astype, wrap
 from ..tracer.creation import ones_like, zeros, zeros_like
 from ..tracer.tensor import Tensor
 
@@ -406,6 +406,14 @@ def _place_back(ct: Tensor, shape: tuple, starts: tuple, steps: tuple) -> Tensor
                 parts.append(zeros(tuple(zshape), g.dtype))
             g = shape_ops.concatenate([parts[0], g, parts[1]], axis=axis)
     return g
+
+
+@vjp_rule("slice_update")
+def _slice_update(node, ct, xs, out):
+    starts, steps = node.params
+    region = xs[1].shape
+    kept = wrap(views.update_node(ct._node, zeros(region, ct.dtype)._node, starts, steps))
+    return [kept, wrap(views.slice_node(ct._node, starts, steps, region))]
 
 
 @vjp_rule("concatenate")

@@ -56,6 +56,35 @@ def view_index(node: Node, ix: tuple, ext: dict) -> tuple:
     raise NotImplementedError(f"qtrace: no index rule for view primitive {node.prim!r}")
 
 
+def region_axes(node: Node) -> list:
+    """``(axis, lo, hi, start, step)`` of every axis a ``slice_update`` does not cover whole.
+
+    ``lo..hi`` (inclusive) bound the region along the axis; its elements are those at
+    ``start + k*step``.
+    """
+    starts, steps = node.params
+    out = []
+    for a, (start, step, n, size) in enumerate(zip(starts, steps, node.inputs[1].shape, node.shape)):
+        last = start + (n - 1) * step
+        lo, hi = min(start, last), max(start, last)
+        if n == 0 or lo > 0 or hi < size - 1 or (n > 1 and abs(step) != 1):
+            out.append((a, lo, hi, start, step))
+    return out
+
+
+def update_index(node: Node, ix: tuple, ext: dict) -> tuple:
+    """Where a ``slice_update`` evaluated at ``ix`` reads its values (clamped into range)."""
+    starts, steps = node.params
+    out = []
+    for i, start, step, n in zip(ix, starts, steps, node.inputs[1].shape):
+        if step > 0:
+            k = ix_.floordiv(ix_.add(i, ix_.const(-start)), step, ext)
+        else:
+            k = ix_.floordiv(ix_.add(ix_.scale(i, -1), ix_.const(start)), -step, ext)
+        out.append(ix_.clip(k, 0, max(n - 1, 0), ext))
+    return tuple(out)
+
+
 def input_index(consumer: Node, pos: int, ix: tuple, ext: dict):
     """Where ``consumer`` evaluated at ``ix`` reads input ``pos``: an index, or ``DATA``."""
     kind = PRIMITIVES[consumer.prim].kind
@@ -64,6 +93,8 @@ def input_index(consumer: Node, pos: int, ix: tuple, ext: dict):
         return broadcast_index(ix, inp.shape)
     if kind == "view":
         return view_index(consumer, ix, ext)
+    if kind == "update":
+        return ix if pos == 0 else update_index(consumer, ix, ext)
     if kind == "gather":
         return DATA if pos == 0 else ix
     raise NotImplementedError(f"qtrace: {consumer.prim} inputs are not read per element")
@@ -85,29 +116,41 @@ def classify(reads: list, ext: dict, shape: tuple, node: Node) -> tuple:
     """
     if any(r is DATA for r in reads):
         return False, "data-dependent index (gather source)", None
+    extra = 0  # evaluations of each producer element, summed over the reads (upper bound)
     for r in reads:
+        used, repeat = [], 1
         for comp in r:
-            for atom, _ in comp.terms:
+            terms = comp.terms
+            if len(terms) == 1 and terms[0][0][0] == "clip":
+                # a region update's read: injective inside the region; outside it, the
+                # clamped index re-reads the region's edge (that much recomputation)
+                clipped, lo, hi = terms[0][0][1:]
+                inner_lo, inner_hi = ix_.bounds(clipped, ext)
+                repeat *= (inner_hi - inner_lo + 1) / (hi - lo + 1)
+                terms = clipped.terms
+            for atom, _ in terms:
                 if atom[0] == "div":
                     return False, "floor division in index", comp
                 if atom[0] == "mod":
                     return False, "remainder in index", comp
                 if atom[0] == "s":
                     return False, "data-dependent index", comp
-            if len([a for a, _ in comp.terms]) > 1:
+                if atom[0] == "clip":
+                    return False, "clamped index inside an index (unrecognised)", comp
+            if len(terms) > 1:
                 return False, "index mixes loop variables (unrecognised)", comp
-    extra = 0  # evaluations of each producer element, summed over the reads (upper bound)
-    for r in reads:
-        used = [a[1] for comp in r for a, _ in comp.terms]
+            used.extend(a[1] for a, _ in terms)
         if len(set(used)) != len(used):
             return False, "loop variable used twice (not injective)", r
-        repeat = 1
         for k, e in ext.items():
             if k not in used:
                 repeat *= e  # a broadcast: every value of k reads the same element
         extra += repeat
+    extra = round(extra, 6)
     if extra <= 1:
         return True, "injective", None
+    if extra <= 1.25 and len(reads) == 1:
+        return True, "injective inside the updated region", None
     size = 1
     for d in shape:
         size *= d

@@ -2,7 +2,9 @@
 
 An :class:`Ix` is ``const + sum(coef * atom)``. Atoms are loop variables
 ``("v", k)``, floor divisions ``("div", Ix, c)`` and remainders ``("mod", Ix, c)`` by
-positive constants, and data-dependent values ``("s", ssa)`` (a gathered index).
+positive constants, clamps ``("clip", Ix, lo, hi)`` (``min(max(Ix, lo), hi)``: where a
+region update reads its source, valid inside the region and harmless outside it) and
+data-dependent values ``("s", ssa)`` (a gathered index).
 Construction simplifies with the variables' ranges, so the view chains of common
 programs (slices, broadcasts, transposes, reshapes that split or merge axes) stay
 affine: ``(i0*N + i1) // N`` with ``0 <= i1 < N`` is ``i0``. The same canonical form
@@ -52,6 +54,8 @@ def _atom_repr(a) -> str:
         return f"i{a[1]}"
     if a[0] == "s":
         return f"%{a[1]}"
+    if a[0] == "clip":
+        return f"clip({a[1]!r}, {a[2]}, {a[3]})"
     return f"(({a[1]!r}) {'//' if a[0] == 'div' else '%'} {a[2]})"
 
 
@@ -128,6 +132,8 @@ def _atom_bounds(a, ext: dict) -> tuple:
     if a[0] == "s":
         return -INF, INF
     lo, hi = bounds(a[1], ext)
+    if a[0] == "clip":
+        return max(lo, a[2]), min(hi, a[3])
     c = a[2]
     if a[0] == "div":
         return (lo // c if lo != -INF else -INF), (hi // c if hi != INF else INF)
@@ -163,22 +169,37 @@ def mod(x: Ix, c: int, ext: dict) -> Ix:
     return Ix(0, ((("mod", rest, c), 1),))
 
 
+def clip(x: Ix, lo: int, hi: int, ext: dict) -> Ix:
+    """``min(max(x, lo), hi)`` (``lo <= hi``), simplified: no clamp where ``x`` stays inside."""
+    xlo, xhi = bounds(x, ext)
+    if lo <= xlo and xhi <= hi:
+        return x
+    if lo == hi or xhi <= lo:
+        return const(lo)
+    if xlo >= hi:
+        return const(hi)
+    return Ix(0, ((("clip", x, lo, hi), 1),))
+
+
+NESTED = ("div", "mod", "clip")  # atoms holding an Ix of their own
+
+
 def variables(x: Ix) -> set:
-    """Loop variables ``x`` depends on (also inside div/mod atoms)."""
+    """Loop variables ``x`` depends on (also inside div/mod/clip atoms)."""
     out = set()
     for a, _ in x.terms:
         if a[0] == "v":
             out.add(a[1])
-        elif a[0] in ("div", "mod"):
+        elif a[0] in NESTED:
             out |= variables(a[1])
     return out
 
 
 def affine_forms(x: Ix):
-    """``x`` and every Ix nested inside its div/mod atoms."""
+    """``x`` and every Ix nested inside its div/mod/clip atoms."""
     yield x
     for a, _ in x.terms:
-        if a[0] in ("div", "mod"):
+        if a[0] in NESTED:
             yield from affine_forms(a[1])
 
 
@@ -191,8 +212,8 @@ def substitute(x: Ix, fn) -> Ix:
             total += r.const * c
             for b, d in r.terms:
                 acc[b] = acc.get(b, 0) + d * c
-        elif a[0] in ("div", "mod"):
-            b = (a[0], substitute(a[1], fn), a[2])
+        elif a[0] in NESTED:
+            b = (a[0], substitute(a[1], fn)) + a[2:]
             acc[b] = acc.get(b, 0) + c
         else:
             acc[a] = acc.get(a, 0) + c

@@ -184,7 +184,7 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
                 g.reads[id(n)] = reads_in(g, n)
             continue
         target, rule, expr = None, None, None
-        if k not in ("elementwise", "gather"):
+        if k not in ("elementwise", "gather", "update"):
             rule = f"{n.prim} is a {k} task"
         elif not users:
             rule = "graph output"

@@ -12,6 +12,9 @@ Fusion classes:
     ``gather``       reads its first input at data-dependent indices;
     ``scatter``      writes into a copy of its first input at data-dependent indices;
     ``reduce``       folds axes of its input; ``scan`` prefix-folds one axis;
+    ``update``       its first input with a strided region replaced by its second (a write
+                     through a view: ``x[1:-1, ::2] = v``), computed per element of the
+                     output like ``elementwise``: ``inside ? v[(i - start) / step] : x[i]``;
     ``concat``       writes each input into a region of its output;
     ``library``      computed by a device library (BLAS); a fusion boundary;
     ``loop``         a per-element loop (and its adstack reverse) over a traced body;
@@ -35,8 +38,8 @@ class Primitive:
 
 
 PRIMITIVES: dict[str, Primitive] = {}
-KINDS = ("elementwise", "view", "gather", "scatter", "reduce", "scan", "concat", "library", "leaf",
-         "loop")
+KINDS = ("elementwise", "view", "gather", "scatter", "update", "reduce", "scan", "concat", "library",
+         "leaf", "loop")
 
 
 def define(name: str, kind: str, ufunc: str | None = None, rule: Callable | None = None) -> Primitive:
@@ -122,6 +125,9 @@ define("slice", "view")           # params: (starts, steps) ; output shape is th
 # --- data-dependent indexing ----------------------------------------------------------
 define("gather", "gather")        # inputs (x, idx...) ; params: (axes,)
 define("scatter", "scatter")      # inputs (x, values, idx...) ; params: (mode, axes)
+# slice_update: inputs (x, values); params (starts, steps); values has x's rank and holds the
+# region: element k of axis a of values replaces x's element starts[a] + k * steps[a]
+define("slice_update", "update")
 
 # --- reductions -----------------------------------------------------------------------
 REDUCTIONS = ("reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_any",

@@ -14,6 +14,7 @@ Instructions (tuples; ``dt`` is a dtype string such as ``'<f4'``):
     ``("bound", "<i8", a, size, check)``  index ``a`` wrapped (negative) and clamped to
                                            ``[0, size)``; out-of-range values report
                                            check ``check`` and mark the element invalid
+    ``("ix", "<i8", ix)``                the value of index expression ``ix``
 Stores: ``(arg, ix, ssa)``. Reductions: ``reduce = (prim, ssa)`` folded over ``inner``
 and stored once per domain index; scans store each prefix; ``rmw = mode`` makes the
 stores read-modify-write (atomic) updates, skipped for invalid indices.
@@ -27,7 +28,7 @@ import numpy as np
 
 from ..errors import TracerError
 from . import index as ix_
-from .access import broadcast_index, view_index
+from .access import broadcast_index, region_axes, update_index, view_index
 from .loops import layout, siblings_key
 from .node import Node, c_strides, content_hash
 from .partition import FREE, Schedule, kind
@@ -173,6 +174,11 @@ class TaskBuilder:
         if k == "elementwise":
             args = tuple(self.value(i, broadcast_index(ix, i.shape)) for i in node.inputs)
             return self.emit(("op", node.dtype.str, node.prim, args))
+        if k == "update":
+            parent, src = node.inputs
+            old = self.value(parent, ix)
+            new = self.value(src, update_index(node, ix, self.ext))
+            return self.emit(("op", node.dtype.str, "select", (self.inside(node, ix), new, old)))
         if k == "gather":
             src = node.inputs[0]
             coords = [self.value(c, ix) for c in node.inputs[1:]]
@@ -187,6 +193,23 @@ class TaskBuilder:
                     "supported yet")
             return self.emit(("get", node.dtype.str, self.loop(node, ix), node.params[-1]))
         raise AssertionError(f"qtrace: {node.prim} cannot be computed inside another task")
+
+    def inside(self, node: Node, ix: tuple) -> int:
+        """Whether ``ix`` lies in the region a ``slice_update`` replaces (a boolean SSA value)."""
+        def op(prim, *args):
+            return self.emit(("op", "|b1", prim, args))
+
+        def const(v):
+            return self.emit(("const", "<i8", v))
+        ok = None
+        for axis, lo, hi, start, step in region_axes(node):
+            i = self.emit(("ix", "<i8", ix[axis]))
+            test = op("logical_and", op("greater_equal", i, const(lo)), op("less_equal", i, const(hi)))
+            if abs(step) > 1:
+                rem = self.emit(("op", "<i8", "remainder", (i, const(abs(step)))))
+                test = op("logical_and", test, op("equal", rem, const(start % abs(step))))
+            ok = test if ok is None else op("logical_and", ok, test)
+        return ok if ok is not None else self.emit(("const", "|b1", True))
 
     def coordinates(self, src: Node, coords: list, op: str):
         """Checked indices into ``src``; ``ok`` is False if an axis is empty (nothing to read)."""
@@ -423,6 +446,8 @@ def _instr_forms(instrs):
     for instr in instrs:
         if instr[0] == "load":
             yield from ix_.affine_forms(instr[3])
+        elif instr[0] == "ix":
+            yield from ix_.affine_forms(instr[2])
         for prog in _programs(instr):
             yield from _instr_forms(prog[1])
 
@@ -438,6 +463,8 @@ def _rewrite_instrs(instrs, fn) -> list:
     for i in instrs:
         if i[0] == "load":
             i = (i[0], i[1], i[2], ix_.substitute(i[3], fn))
+        elif i[0] == "ix":
+            i = (i[0], i[1], ix_.substitute(i[2], fn))
         elif i[0] in ("loop", "loop_vjp"):
             i = tuple(("prog", tuple(_rewrite_instrs(x[1], fn)), x[2])
                       if isinstance(x, tuple) and x and x[0] == "prog" else x for x in i)
@@ -564,7 +591,7 @@ def _remap_ssa_in_ix(ix, ssa: dict):
     for atom, c in ix.terms:
         if atom[0] == "s":
             atom = ("s", ssa[atom[1]])
-        elif atom[0] in ("div", "mod"):
-            atom = (atom[0], _remap_ssa_in_ix(atom[1], ssa), atom[2])
+        elif atom[0] in ix_.NESTED:
+            atom = (atom[0], _remap_ssa_in_ix(atom[1], ssa)) + atom[2:]
         acc[atom] = acc.get(atom, 0) + c
     return ix_._make(total, acc)

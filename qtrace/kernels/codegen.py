@@ -108,6 +108,11 @@ class KernelEmitter:
                 v = values[atom[1]]
             elif atom[0] == "div":
                 v = _floor_div(b, self.index(atom[1], values), atom[2])
+            elif atom[0] == "clip":
+                x = self.index(atom[1], values)
+                lo, hi = ir.Constant(I64, atom[2]), ir.Constant(I64, atom[3])
+                x = b.select(b.icmp_signed("<", x, lo), lo, x)
+                v = b.select(b.icmp_signed(">", x, hi), hi, x)
             else:
                 x = self.index(atom[1], values)
                 v = b.sub(x, b.mul(_floor_div(b, x, atom[2]), ir.Constant(I64, atom[2])))
@@ -158,6 +163,8 @@ class KernelEmitter:
             elif op == "op":
                 args = [values[a] for a in instr[3]]
                 v = scalar.lower(b, instr[2], args, [dts[a] for a in instr[3]], dt)
+            elif op == "ix":
+                v = self.index(instr[2], values)
             elif op == "bound":
                 v = self.bound(values[instr[2]], dts[instr[2]], instr[3], instr[4],
                                len(values) if top else None)

@@ -12,35 +12,58 @@ from ..graph.device import Device
 from ..graph.node import Node, make_node
 from ..graph.primitives import PRIMITIVES, lookup
 
-_state = threading.local()
+class ThreadState:
+    """What one thread is doing: tracing depth, differentiation depth, pending tensors."""
+
+    __slots__ = ("depth", "special", "ad", "pending", "count", "cut")
+
+    def __init__(self):
+        self.depth = self.special = self.ad = 0
+        self.pending = []   # weak references to tensors and storages holding pending values
+        self.count = 0      # operations recorded since this thread last evaluated
+        self.cut = None     # the cut policy's memory (qtrace.tracer.pending)
+
+
+_local = threading.local()
+
+
+def state() -> ThreadState:
+    """This thread's :class:`ThreadState`."""
+    try:
+        return _local.s
+    except AttributeError:
+        s = _local.s = ThreadState()
+        return s
 
 
 def tracing() -> bool:
     """True while ``qt.jit`` traces a function on this thread."""
-    return getattr(_state, "depth", 0) > 0
+    return state().depth > 0
 
 
 def special() -> bool:
     """True while tracing or differentiating on this thread (one check on the fast path)."""
-    return getattr(_state, "special", 0) > 0
+    return state().special > 0
 
 
 def ad_level() -> int:
     """How many ``qt.grad``/``qt.vjp`` calls are differentiating on this thread right now."""
-    return getattr(_state, "ad", 0)
+    return state().ad
 
 
 class ad_scope:
     """Marks the current thread as differentiating (``qt.jit`` then traces through)."""
 
     def __enter__(self):
-        _state.ad = getattr(_state, "ad", 0) + 1
-        _state.special = getattr(_state, "special", 0) + 1
-        return _state.ad
+        s = state()
+        s.ad += 1
+        s.special += 1
+        return s.ad
 
     def __exit__(self, *exc):
-        _state.ad -= 1
-        _state.special -= 1
+        s = state()
+        s.ad -= 1
+        s.special -= 1
         return False
 
 
@@ -48,13 +71,15 @@ class trace_scope:
     """Marks the current thread as tracing for the duration of a ``with`` block."""
 
     def __enter__(self):
-        _state.depth = getattr(_state, "depth", 0) + 1
-        _state.special = getattr(_state, "special", 0) + 1
+        s = state()
+        s.depth += 1
+        s.special += 1
         return self
 
     def __exit__(self, *exc):
-        _state.depth -= 1
-        _state.special -= 1
+        s = state()
+        s.depth -= 1
+        s.special -= 1
         return False
 
 

@@ -100,3 +100,13 @@ def scalar_value(value, dtype: np.dtype):
     if dtype == bool_:
         return bool(value)
     return np.array(value).astype(dtype).item()
+
+
+def assignable(value, dtype: np.dtype, op: str):
+    """Python scalar ``value`` as stored into an array of ``dtype`` (``a[i] = value``):
+    NumPy's conversion — floats truncate into integers; NaN, infinities and integers out
+    of range raise (``ValueError`` / ``OverflowError``, naming ``op``)."""
+    try:
+        return np.array(value, dtype=dtype).item()
+    except (ValueError, OverflowError) as err:
+        raise type(err)(f"{op}: cannot store {value!r} in an array of {dtype}: {err}") from None

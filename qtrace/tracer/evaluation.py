@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from ..graph import evaluate as graph_evaluate
 from ..graph.device import CPU, Device
-from ..graph.node import result_leaf
-from .context import ad_level, concrete_error
+from . import pending
+from .context import ad_level, concrete_error, is_abstract
 from .tensor import Tensor
 
 
 def eval(*tensors) -> None:  # noqa: A001 - the SPEC's name
-    """Compute every pending tensor given, together (one graph, fused across them).
+    """Compute the tensors given, with every other pending value this thread still holds
+    (one graph, fused across them).
 
     Example:
         >>> import qtrace as qt
@@ -18,31 +19,21 @@ def eval(*tensors) -> None:  # noqa: A001 - the SPEC's name
         >>> qt.reset_stats(); qt.eval(y, z); qt.stats()["kernel_launches"]
         1
     """
-    pending, owners = [], {}
     for t in tensors:
         if not isinstance(t, Tensor):
             raise TypeError(f"qt.eval: expected qt.Tensor arguments, got {type(t).__name__}")
-        n = t._node
-        if n.prim == "input":
-            continue
-        for leaf in n.leaves:  # is_abstract, inline
-            if leaf.buffer is None:
-                raise concrete_error("qt.eval")
-        mine = owners.get(id(n))
-        if mine is None:
-            owners[id(n)] = [t]
-            pending.append(n)
-        else:
-            mine.append(t)
-    if not pending:
-        return
-    buffers = graph_evaluate.evaluate(tuple(pending))
     if ad_level():  # while differentiating, tensors stay connected to their graph
+        nodes = tuple(dict.fromkeys(t._node for t in tensors if t._node.prim != "input"))
+        for n in nodes:
+            if is_abstract(n):
+                raise concrete_error("qt.eval")
+        if nodes:
+            graph_evaluate.evaluate(nodes)
         return
-    for n, buf in zip(pending, buffers):
-        leaf = result_leaf(n, buf)
-        for t in owners[id(n)]:
-            t._node = leaf
+    for t in tensors:
+        if is_abstract(t._node):
+            raise concrete_error("qt.eval")
+    pending.flush(tensors)
 
 
 def sync() -> None:

@@ -24,6 +24,6 @@ def explain(fn, *args, **kwargs) -> Explanation:
     """
     jitted = fn if isinstance(fn, Jitted) else Jitted(fn)
     static, tree, descs = jitted.signature(args, kwargs)
-    out_leaves, _, _ = jitted._trace_graph(static, tree, descs)
+    out_leaves, _, _, _ = jitted._trace_graph(static, tree, descs)
     nodes = tuple(leaf._node for leaf in out_leaves if isinstance(leaf, Tensor))
     return explain_nodes(nodes, config.fusion)

@@ -17,10 +17,13 @@ import operator
 import numpy as np
 
 from ..errors import TracerError
+from ..graph.node import Node
+from ..graph.primitives import broadcast_shapes
+from . import dtypes, views
 from .context import record, tracing
 from .convert import cast, const_node, input_node, operand, wrap
 from .elementwise import apply
-from .shape_ops import as_tensor, broadcast_to, reshape, slice_view
+from .shape_ops import as_tensor, broadcast_to, reshape
 from .tensor import Tensor
 
 SCATTER_MODES = ("set", "add", "multiply", "min", "max")
@@ -129,6 +132,9 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
         axis_of[i] = axis
         size = x.shape[axis]
         if kinds[i] == "array":
+            if _marker(k, "mask") and k[2] != size:
+                raise IndexError(f"{op}: boolean index did not match indexed array along axis {axis}; "
+                                 f"size of axis is {size} but size of corresponding boolean axis is {k[2]}")
             fixed[i] = _index_tensor(k, op)
         elif kinds[i] == "int":
             fixed[i] = _int_index(k, size, axis, op)
@@ -171,34 +177,105 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
     return None, (shape, coords)
 
 
-def _basic(x: Tensor, entries: list, op: str) -> Tensor:
-    starts, steps, dims, out_shape = [], [], [], []
-    axis = 0
-    for k in entries:
-        if k is None:
-            out_shape.append(1)
-            continue
-        if _marker(k, "sep"):
-            continue
-        size = x.shape[axis]
-        if isinstance(k, slice):
-            r = range(*k.indices(size))
-            starts.append(r.start if len(r) else 0)
-            steps.append(r.step)
-            dims.append(len(r))
-            out_shape.append(len(r))
+def basic_key(shape: tuple, key):
+    """``(starts, steps, counts, result shape)`` of a basic index into ``shape`` (integers,
+    slices, ``None``, ``...``), or ``None`` if ``key`` holds arrays or masks.
+
+    Integers are slices of one element (``counts`` 1) that the result shape drops.
+    """
+    if type(key) is not tuple:
+        key = (key,)
+    n = len(shape)
+    consumed, ellipsis = 0, False
+    for k in key:
+        tk = type(k)
+        if tk is slice or tk is int:
+            consumed += 1
+        elif k is None:
+            pass
+        elif k is Ellipsis:
+            if ellipsis:
+                raise IndexError("an index can only have a single ellipsis ('...')")
+            ellipsis = True
+        elif isinstance(k, (np.integer, int)) and not isinstance(k, (bool, np.bool_)):
+            consumed += 1
         else:
-            starts.append(_int_index(k, size, axis, op))
+            return None
+    if consumed > n:
+        raise IndexError(f"too many indices for array: array is {n}-dimensional, but {consumed} "
+                         "were indexed")
+    starts, steps, counts, out = [], [], [], []
+    axis = 0
+    for k in key:
+        if k is None:
+            out.append(1)
+            continue
+        if k is Ellipsis:
+            for _ in range(n - consumed):
+                d = shape[axis]
+                starts.append(0)
+                steps.append(1)
+                counts.append(d)
+                out.append(d)
+                axis += 1
+            continue
+        size = shape[axis]
+        if type(k) is slice:
+            start, stop, step = k.indices(size)
+            count = len(range(start, stop, step))
+            starts.append(start if count else 0)
+            steps.append(step)
+            counts.append(count)
+            out.append(count)
+        else:
+            i = int(k)
+            if not -size <= i < size:
+                raise IndexError(f"index {i} is out of bounds for axis {axis} with size {size}")
+            starts.append(i % size)
             steps.append(1)
-            dims.append(1)
+            counts.append(1)
         axis += 1
-    view = slice_view(x, tuple(starts), tuple(steps), tuple(dims))
-    return reshape(view, tuple(out_shape))
+    while axis < n:
+        d = shape[axis]
+        starts.append(0)
+        steps.append(1)
+        counts.append(d)
+        out.append(d)
+        axis += 1
+    return tuple(starts), tuple(steps), tuple(counts), tuple(out)
+
+
+def _basic_steps(shape: tuple, plan) -> tuple:
+    """The view steps of a basic index (see :mod:`qtrace.tracer.views`)."""
+    starts, steps, counts, out = plan
+    chain = ()
+    if counts != shape or any(starts) or any(s != 1 for s in steps):
+        chain = (("slice", starts, steps, counts),)
+    if out != counts:
+        chain += (("reshape", out),)
+    return chain
+
+
+def _basic(x: Tensor, entries: list, op: str) -> Tensor:
+    key = tuple(slice(None) if _marker(k, "sep") else k for k in entries)
+    plan = basic_key(x.shape, key)
+    if plan is None:
+        bad = next(k for k in key if not (k is None or k is Ellipsis or isinstance(k, slice) or (
+            isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)))))
+        raise IndexError(f"{op}: only integers, slices (`:`), ellipsis (`...`), None and integer "
+                         f"or boolean arrays are valid indices, got {type(bad).__name__}")
+    return views.view_chain(x, _basic_steps(x.shape, plan))
 
 
 def getitem(x, key) -> Tensor:
     """``x[key]`` with NumPy semantics (views for basic indices, a gather for arrays)."""
-    t = as_tensor(x, "getitem")
+    t = x if type(x) is Tensor else as_tensor(x, "getitem")
+    try:
+        plan = basic_key(t.shape, key)
+    except IndexError as err:
+        raise IndexError(f"qt.Tensor.__getitem__: {err}") from None
+    if plan is not None:
+        return views.view_chain(t, _basic_steps(t.shape, plan))
     view, adv = _plan(t, key, "qt.Tensor.__getitem__")
     if view is not None:
         return view
@@ -282,8 +359,112 @@ class AtProperty:
 
 
 def setitem(x: Tensor, key, value) -> None:
-    """``x[key] = value``: rebinds ``x`` to an updated copy (other references keep the old value)."""
-    x._node = scatter(x, key, value, "set")._node
+    """``x[key] = value`` as NumPy does it: the write is seen by ``x``, its base and every
+    view of that memory (see :mod:`qtrace.tracer.views`).
+
+    Basic indices write a strided region (``slice_update``), a boolean mask of ``x``'s
+    leading shape selects (``where``: no data-dependent shape, no recompilation for a new
+    number of ``True``), integer arrays scatter.
+    """
+    op = "qt.Tensor.__setitem__"
+    if views.is_read_only(x):
+        raise ValueError(f"{op}: assignment destination is read-only (a qt.broadcast_to view)")
+    try:
+        plan = basic_key(x.shape, key)
+    except IndexError as err:
+        raise IndexError(f"{op}: {err}") from None
+    if plan is not None:
+        starts, steps, counts, out = plan
+        src = views.reshape_node(assigned_values(x, value, out, op), counts)
+        views.assign(x, views.update_node(x._node, src, starts, steps))
+        return
+    mask = _leading_mask(x, key, op)
+    if mask is not None:
+        views.assign(x, _masked_update(x, mask, value, op))
+        return
+    views.assign(x, scatter(x, key, value, "set")._node)
+
+
+def assigned_values(x: Tensor, value, shape: tuple, op: str) -> Node:
+    """``value`` converted to ``x``'s dtype (NumPy's assignment casting) and broadcast to
+    ``shape`` (leading axes of length 1 in ``value`` may go, as in NumPy)."""
+    v = operand(value, op)
+    if v.node is None:
+        node = const_node(dtypes.assignable(v.value, x.dtype, op), x.dtype, x.device)
+    else:
+        node = cast(v.node, x.dtype, weak=False)
+    vs = node.shape
+    while len(vs) > len(shape) and vs[0] == 1:
+        vs = vs[1:]
+    if vs != node.shape:
+        node = views.reshape_node(node, vs)
+    try:
+        ok = broadcast_shapes(op, vs, shape) == shape
+    except ValueError:
+        ok = False
+    if not ok:
+        shown = v.node.shape if v.node is not None else ()
+        raise ValueError(f"{op}: could not broadcast input array from shape {shown} into shape {shape}")
+    return views.broadcast_node(node, shape)
+
+
+def _leading_mask(x: Tensor, key, op: str):
+    """The boolean mask tensor when ``key`` is one mask over leading axes of ``x``, else None.
+
+    A mask whose shape does not match those axes raises ``IndexError`` (as NumPy).
+    """
+    k = key[0] if type(key) is tuple and len(key) == 1 else key
+    if not _is_bool_array(k) and not isinstance(k, (bool, np.bool_)):
+        return None
+    m = k if isinstance(k, Tensor) else wrap(input_node(np.asarray(k, dtype=bool), op))
+    check_mask(x.shape, m.shape, op)
+    return m
+
+
+def check_mask(shape: tuple, mask_shape: tuple, op: str) -> None:
+    """NumPy's rule: a boolean index matches the axes it indexes exactly."""
+    if len(mask_shape) > len(shape):
+        raise IndexError(f"{op}: too many indices for array: array is {len(shape)}-dimensional, "
+                         f"but the boolean index is {len(mask_shape)}-dimensional")
+    for axis, (d, m) in enumerate(zip(shape, mask_shape)):
+        if d != m:
+            raise IndexError(f"{op}: boolean index did not match indexed array along axis {axis}; "
+                             f"size of axis is {d} but size of corresponding boolean axis is {m}")
+
+
+def _masked_update(x: Tensor, mask: Tensor, value, op: str) -> Node:
+    """``x`` with the elements where ``mask`` (over leading axes) is True replaced by ``value``.
+
+    A value broadcastable to ``x[mask]``'s trailing shape is written by a select; a value
+    with one row per True element (``x[mask] = x[mask] ** 2``) is placed by rank (the
+    ``k``-th True element takes row ``k``).
+    """
+    trail = x.shape[mask.ndim:]
+    m = views.broadcast_node(views.reshape_node(mask._node, mask.shape + (1,) * len(trail)), x.shape)
+    v = operand(value, op)
+    vshape = () if v.node is None else v.node.shape
+    per_true = len(vshape) > len(trail) and (len(vshape) - len(trail) > 1 or vshape[0] != 1)
+    if per_true:
+        new = _by_rank(x, mask, cast(v.node, x.dtype, weak=False), op)
+    else:
+        new = assigned_values(x, value, x.shape, op)
+    return record("select", (m, new, x._node), (), x.shape, x.dtype, weak=x._node.weak)
+
+
+def _by_rank(x: Tensor, mask: Tensor, rows: Node, op: str) -> Node:
+    """``rows[k]`` placed at the ``k``-th True element of ``mask`` (the others: row 0)."""
+    if tracing():
+        raise TracerError(f"{op}: assigning one value per True element of a mask inside qt.jit needs "
+                          "the number of True elements; use qt.where(mask, values, x)")
+    flat = views.reshape_node(mask._node, (mask.size,))
+    count = int(np.count_nonzero(wrap(flat).numpy()))
+    if rows.shape[0] != count:
+        raise ValueError(f"{op}: NumPy boolean array indexing assignment cannot assign {rows.shape[0]} "
+                         f"input values to the {count} output values where the mask is true")
+    ranks = record("cumsum", (cast(flat, dtypes.int64, weak=False),), (0,), (mask.size,), dtypes.int64)
+    rank = apply("maximum", apply("subtract", wrap(ranks), 1), 0)
+    picked = getitem(wrap(rows), wrap(views.reshape_node(rank._node, mask.shape)))
+    return views.broadcast_node(picked._node, x.shape)
 
 
 def gather_at(x: Tensor, coords: list) -> Tensor:

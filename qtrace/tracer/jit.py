@@ -15,7 +15,7 @@ from ..graph import node as graph_node
 from ..graph.device import CPU, Device
 from ..graph.subgraph import Subgraph, cut
 from ..stats import bump
-from . import dtypes, pytree
+from . import dtypes, pytree, views
 from .context import ad_level, buffered, is_abstract, record, special, trace_scope, tracing
 from .convert import const_node, input_node
 from .tensor import Tensor
@@ -84,7 +84,7 @@ def _buffer(leaf, desc: int) -> np.ndarray:
 
 class _Entry:
     __slots__ = ("plan", "bind", "captured", "out_tree", "out_kinds", "out_meta", "flat_tuple",
-                 "all_tensors")
+                 "all_tensors", "mutated", "aliases")
 
 
 _new_tensor = object.__new__
@@ -192,12 +192,15 @@ class Jitted:
             else:
                 bufs.append(entry.captured[-src - 1])
         outs = entry.plan.run(bufs) if entry.plan is not None else []
+        if entry.mutated:
+            return self._run_writing(entry, leaves, outs)
         results = []
         if entry.all_tensors:
             leaf_like = graph_node.leaf_like
             for meta, buf in zip(entry.out_meta, outs):
-                t = _new_tensor(Tensor)  # a leaf: none of Tensor.__init__'s pending-size check
+                t = _new_tensor(Tensor)  # a leaf: nothing for Tensor.__init__ to note
                 t._node = leaf_like(meta, buf)
+                t._view = None
                 results.append(t)
         else:
             it = iter(outs)
@@ -210,14 +213,43 @@ class Jitted:
             return tuple(results)
         return pytree.unflatten(entry.out_tree, results)
 
+    def _run_writing(self, entry: _Entry, leaves, outs):
+        """The end of a call that wrote into its arguments: the writes land in the caller's
+        arrays (tensors and NumPy arrays, as NumPy would have written them), and a result
+        that is such an argument is the caller's object itself."""
+        n_user = len(outs) - len(entry.mutated)
+        for k, (arg, template) in enumerate(entry.mutated):
+            leaf, buf = leaves[arg], outs[n_user + k]
+            for other, obj in enumerate(leaves):
+                if other != arg and _shares_memory(obj, leaf):
+                    raise ValueError(
+                        f"qt.jit({self.__name__}): arguments {arg} and {other} are the same array (or "
+                        f"views of one array) and the function writes into argument {arg}; the trace "
+                        "treated them as distinct. Pass a copy of one of them.")
+            if isinstance(leaf, Tensor):
+                views.assign(leaf, graph_node.leaf_like(template, buf))
+            elif isinstance(leaf, np.ndarray):
+                np.copyto(leaf, buf)  # NumPy's in-place semantics for a NumPy argument
+        results, it = [], iter(outs[:n_user])
+        for kind, meta, alias in zip(entry.out_kinds, entry.out_meta, entry.aliases):
+            if kind != "tensor":
+                results.append(meta)
+                continue
+            buf = next(it)
+            caller = leaves[alias] if alias >= 0 else None
+            results.append(caller if isinstance(caller, Tensor) else Tensor(graph_node.leaf_like(meta, buf)))
+        if entry.flat_tuple:
+            return tuple(results)
+        return pytree.unflatten(entry.out_tree, results)
+
     def _trace(self, sig, static, dyn_args, dyn_kwargs, tree, descs) -> _Entry:
         if config.log_recompiles and self._last is not None:
             log.warning("qt.jit(%s): retracing because %s", self.__name__, _why(self._last, sig))
         self._last = sig
         bump("traces")
-        out_leaves, out_tree, placeholders = self._trace_graph(static, tree, descs)
+        out_leaves, out_tree, placeholders, originals = self._trace_graph(static, tree, descs)
         entry = _Entry()
-        self._finish_trace(entry, out_leaves, out_tree, placeholders)
+        self._finish_trace(entry, out_leaves, out_tree, placeholders, originals)
         return entry
 
     def signature(self, args, kwargs):
@@ -243,12 +275,13 @@ class Jitted:
                 full_args.insert(i if i >= 0 else len(full_args) + 1 + i, v)
         call_kwargs = dict(tkwargs)
         call_kwargs.update({k: v for k, v in static if isinstance(k, str)})
+        originals = [p._node for p in placeholders]
         with trace_scope():
             out = self.fn(*full_args, **call_kwargs)
         out_leaves, out_tree = pytree.flatten(out)
-        return out_leaves, out_tree, placeholders
+        return out_leaves, out_tree, placeholders, originals
 
-    def _finish_trace(self, entry, out_leaves, out_tree, placeholders):
+    def _finish_trace(self, entry, out_leaves, out_tree, placeholders, originals):
         entry.out_tree = out_tree
         entry.flat_tuple = out_tree == ("tuple", tuple, (("leaf",),) * len(out_leaves))
         entry.all_tensors = all(isinstance(leaf, (Tensor, np.ndarray)) for leaf in out_leaves)
@@ -261,19 +294,21 @@ class Jitted:
                 n = leaf._node
                 nodes.append(n)
                 entry.out_kinds.append("tensor")
-                template = graph_node.make_input(n.shape, n.dtype, n.device, buffer=None, weak=n.weak)
-                # so passing the result back in needs no signature lookup
-                template.sig = _signature_id(("tensor", n.shape, n.dtype, n.weak, n.device))
-                entry.out_meta.append(template)
+                entry.out_meta.append(_template(n))
             else:
                 entry.out_kinds.append("python")
                 entry.out_meta.append(leaf)
+        written = _writes(placeholders, originals)
+        entry.mutated = [(i, _template(n)) for i, n in written]
+        final = {id(n): i for i, n in written}
+        entry.aliases = [final.get(id(n), -1) for n in nodes]
+        nodes += [n for _, n in written]
         if not nodes:
             entry.plan, entry.bind, entry.captured = None, [], []
             return
         key, plan_leaves = graph_node.graph_key(tuple(nodes))
         entry.plan = graph_evaluate.plan_for(tuple(nodes), key)
-        where = {id(p._node): i for i, p in enumerate(placeholders)}
+        where = {id(n): i for i, n in enumerate(originals)}
         entry.bind, entry.captured = [], []
         for leaf in plan_leaves:
             if id(leaf) in where:
@@ -292,14 +327,15 @@ class Jitted:
         entry = self._subs.get(key)
         if entry is None:
             bump("traces")
-            out_leaves, out_tree, placeholders = self._trace_graph(static, tree, descs)
-            roles = {id(p._node): ("arg", i) for i, p in enumerate(placeholders)}
+            out_leaves, out_tree, placeholders, originals = self._trace_graph(static, tree, descs)
+            roles = {id(n): ("arg", i) for i, n in enumerate(originals)}
             outs = [leaf._node if isinstance(leaf, Tensor) else None for leaf in out_leaves]
-            nodes = tuple(n for n in outs if n is not None)
+            written = _writes(placeholders, originals)
+            nodes = tuple(n for n in outs if n is not None) + tuple(n for _, n in written)
             cut_outs, all_roles, captured = cut(nodes, roles)
-            entry = (Subgraph(cut_outs, all_roles), captured, out_tree, out_leaves)
+            entry = (Subgraph(cut_outs, all_roles), captured, out_tree, out_leaves, [i for i, _ in written])
             self._subs[key] = entry
-        sub, captured, out_tree, out_leaves = entry
+        sub, captured, out_tree, out_leaves, written = entry
         inputs = []
         for leaf, desc in zip(leaves, (_SIGNATURES[d] for d in descs)):
             if isinstance(leaf, Tensor):
@@ -318,6 +354,15 @@ class Jitted:
                 k += 1
             else:
                 results.append(leaf)
+        for arg in written:  # writes into arguments reach the caller's tensors
+            o = sub.outputs[k]
+            if not isinstance(leaves[arg], Tensor):
+                raise TypeError(f"qt.jit({self.__name__}): inside a derivative, a jitted function may "
+                                f"write only into qt.Tensor arguments (argument {arg} is "
+                                f"{type(leaves[arg]).__name__})")
+            views.assign(leaves[arg], record("call", inputs, (sub, len(leaves), k), o.shape, o.dtype,
+                                             weak=o.weak))
+            k += 1
         return pytree.unflatten(out_tree, results)
 
     def clear_cache(self) -> None:
@@ -326,6 +371,34 @@ class Jitted:
             self._cache.clear()
             self._flat.clear()
             self._last = None
+
+
+def _template(n) -> graph_node.Node:
+    """A placeholder leaf with ``n``'s signature, for the results holding ``n``'s values."""
+    template = graph_node.make_input(n.shape, n.dtype, n.device, buffer=None, weak=n.weak)
+    # so passing the result back in needs no signature lookup
+    template.sig = _signature_id(("tensor", n.shape, n.dtype, n.weak, n.device))
+    return template
+
+
+def _writes(placeholders, originals) -> list:
+    """``(argument index, its final value)`` of every argument the traced function wrote into."""
+    out = []
+    for i, (p, orig) in enumerate(zip(placeholders, originals)):
+        final = p._view[0].node if p._view is not None else p._node
+        if final is not orig:
+            out.append((i, final))
+    return out
+
+
+def _shares_memory(a, b) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        return a._view is not None and b._view is not None and a._view[0] is b._view[0]
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.shares_memory(a, b)
+    return False
 
 
 def _why(old, new) -> str:

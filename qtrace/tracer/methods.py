@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import elementwise as ew
-from . import indexing, linalg, reductions, shape_ops
-from .convert import astype
+from . import indexing, linalg, reductions, shape_ops, views
+from .convert import astype, cast
 from .tensor import Tensor
 
 
@@ -24,16 +26,38 @@ _BINARY = {
     "floordiv": "floor_divide", "mod": "remainder", "pow": "power", "and": "bitwise_and",
     "or": "bitwise_or", "xor": "bitwise_xor", "lshift": "left_shift", "rshift": "right_shift",
 }
+
+
+def _inplace(name: str, fn=None):
+    """``x op= y``: NumPy's ``op(x, y, out=x)`` — the result is written into ``x`` (and so seen
+    by every view of its memory), keeping ``x``'s shape and dtype."""
+    compute = fn or (lambda x, y: ew.apply2(name, x, y))
+
+    def op(self, other):
+        r = compute(self, other)
+        where = f"qt.Tensor.__i{name}__" if fn is None else "qt.Tensor.__imatmul__"
+        if r.shape != self.shape:
+            raise ValueError(f"{where}: non-broadcastable output operand with shape {self.shape} "
+                             f"doesn't match the broadcast shape {r.shape}")
+        if r.dtype != self.dtype and not np.can_cast(r.dtype, self.dtype, "same_kind"):
+            raise TypeError(f"{where}: Cannot cast ufunc '{name}' output from {r.dtype!r} to "
+                            f"{self.dtype!r} with casting rule 'same_kind'")
+        views.assign(self, cast(r._node, self.dtype, weak=self._node.weak))
+        return self
+    return op
+
+
 for _dunder, _prim in _BINARY.items():
     setattr(Tensor, f"__{_dunder}__", _binary(_prim))
     setattr(Tensor, f"__r{_dunder}__", _binary(_prim, reflected=True))
-    # x += y rebinds x to a new tensor (Python falls back to __add__ when __iadd__ is absent)
+    setattr(Tensor, f"__i{_dunder}__", _inplace(_prim))
 
 for _dunder, _prim in {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
                        "gt": "greater", "ge": "greater_equal"}.items():
     setattr(Tensor, f"__{_dunder}__", _binary(_prim))
 
 Tensor.__matmul__ = lambda self, other: linalg.matmul(self, other)
+Tensor.__imatmul__ = _inplace("matmul", linalg.matmul)
 Tensor.__rmatmul__ = lambda self, other: linalg.matmul(other, self)
 Tensor.__neg__ = lambda self: ew.apply1("negative", self)
 Tensor.__pos__ = lambda self: ew.apply1("positive", self)
@@ -64,7 +88,7 @@ Tensor.reshape = _reshape
 Tensor.transpose = _transpose
 Tensor.astype = astype
 Tensor.ravel = shape_ops.ravel
-Tensor.flatten = shape_ops.ravel
+Tensor.flatten = shape_ops.flatten
 Tensor.squeeze = shape_ops.squeeze
 Tensor.swapaxes = shape_ops.swapaxes
 Tensor.flip = shape_ops.flip
@@ -81,4 +105,4 @@ Tensor.cumsum = reductions.cumsum
 Tensor.clip = ew.clip
 Tensor.round = ew.round
 Tensor.dot = linalg.dot
-Tensor.copy = lambda self: Tensor(self._node)
+Tensor.copy = lambda self: Tensor(self._node)  # values are immutable nodes: a new owner is a copy

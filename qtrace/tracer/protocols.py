@@ -6,7 +6,7 @@ import numpy as np
 
 from ..graph import buffers
 from ..graph.primitives import ELEMENTWISE_UFUNCS
-from . import creation, elementwise, linalg, reductions, shape_ops
+from . import composites, creation, elementwise, linalg, reductions, shape_ops
 from .convert import astype
 from .tensor import Tensor
 
@@ -91,3 +91,4 @@ Tensor.__array_ufunc__ = array_ufunc
 Tensor.__array_function__ = array_function
 Tensor.__dlpack__ = dlpack
 Tensor.__dlpack_device__ = dlpack_device
+FUNCTIONS.update(composites.NUMPY_FUNCTIONS)

@@ -9,7 +9,9 @@ import numpy as np
 from ..config import config
 from ..graph.device import Device
 from ..graph.primitives import broadcast_shapes
+from . import views
 from .context import record
+from .views import broadcast_node, reshape_node, slice_node, transpose_node  # noqa: F401
 from .convert import const_node, operand, place, promote, wrap
 from .tensor import Tensor
 
@@ -51,8 +53,11 @@ def _shape_arg(shape) -> tuple:
     return (operator.index(shape),)
 
 
-def reshape(x, *shape) -> Tensor:
-    """``numpy.reshape`` (C order; one dimension may be -1).
+def reshape(x, *shape, copy=None) -> Tensor:
+    """``numpy.reshape`` (C order; one dimension may be -1): a view where NumPy makes one.
+
+    Like NumPy, the result shares ``x``'s memory when the new shape can be laid over the
+    old strides (always for a contiguous ``x``), and is a copy otherwise.
 
     Example:
         >>> import qtrace as qt
@@ -62,36 +67,41 @@ def reshape(x, *shape) -> Tensor:
     t = as_tensor(x, "reshape")
     if len(shape) == 1:
         shape = shape[0]
-    shape = _shape_arg(shape)
-    size = t.size
+    shape = resolve_shape(_shape_arg(shape), t.size, "reshape")
+    if shape == t.shape and copy is not True:
+        return views.alias(t)
+    if copy is True:
+        return wrap(reshape_node(t._node, shape))
+    return views.view(t, ("reshape", shape), copy is False)
+
+
+def resolve_shape(shape: tuple, size: int, op: str) -> tuple:
+    """``shape`` with its ``-1`` resolved against ``size``; ``ValueError`` if it does not fit."""
     if shape.count(-1) > 1:
-        raise ValueError(f"qt.reshape: can only specify one unknown dimension, got {shape}")
+        raise ValueError(f"qt.{op}: can only specify one unknown dimension, got {shape}")
     if -1 in shape:
         known = int(np.prod([d for d in shape if d != -1]))
         if known == 0 or size % known:
-            raise ValueError(f"qt.reshape: cannot reshape array of size {size} into shape {shape}")
+            raise ValueError(f"qt.{op}: cannot reshape array of size {size} into shape {shape}")
         shape = tuple(size // known if d == -1 else d for d in shape)
     if any(d < 0 for d in shape) or int(np.prod(shape)) != size:
-        raise ValueError(f"qt.reshape: cannot reshape array of size {size} into shape {shape}")
-    if shape == t.shape:
-        return t
-    n = t._node
-    if n.prim == "const":
-        return broadcast_to(t, shape)
-    if n.prim == "reshape":
-        n = n.inputs[0]
-        if n.shape == shape:
-            return wrap(n)
-    return wrap(record("reshape", (n,), (shape,), shape, n.dtype, weak=n.weak))
+        raise ValueError(f"qt.{op}: cannot reshape array of size {size} into shape {shape}")
+    return shape
 
 
 def ravel(x) -> Tensor:
-    """``numpy.ravel``: the elements as a 1-D tensor (C order)."""
+    """``numpy.ravel``: the elements as a 1-D tensor (C order; a view where NumPy makes one)."""
     return reshape(x, -1)
 
 
+def flatten(x) -> Tensor:
+    """``ndarray.flatten``: a 1-D copy of the elements (C order)."""
+    t = as_tensor(x, "flatten")
+    return wrap(reshape_node(t._node, (t.size,)))
+
+
 def transpose(x, axes=None) -> Tensor:
-    """``numpy.transpose``: permute axes (reverse them when ``axes`` is None)."""
+    """``numpy.transpose``: permute axes (reverse them when ``axes`` is None); a view."""
     t = as_tensor(x, "transpose")
     nd = t.ndim
     if axes is None:
@@ -101,16 +111,8 @@ def transpose(x, axes=None) -> Tensor:
         if sorted(perm) != list(range(nd)):
             raise ValueError(f"qt.transpose: axes {tuple(axes)} don't match array of dimension {nd}")
     if perm == tuple(range(nd)):
-        return t
-    n = t._node
-    if n.prim == "transpose":
-        inner = n.params[0]
-        perm = tuple(inner[p] for p in perm)
-        n = n.inputs[0]
-        if perm == tuple(range(nd)):
-            return wrap(n)
-    shape = tuple(n.shape[p] for p in perm)
-    return wrap(record("transpose", (n,), (perm,), shape, n.dtype, weak=n.weak))
+        return views.alias(t)
+    return views.view(t, ("transpose", perm))
 
 
 def permute_dims(x, axes) -> Tensor:
@@ -127,13 +129,21 @@ def swapaxes(x, axis1: int, axis2: int) -> Tensor:
     return transpose(t, perm)
 
 
-def moveaxis(x, source: int, destination: int) -> Tensor:
-    """``numpy.moveaxis`` for one axis."""
+def moveaxis(x, source, destination) -> Tensor:
+    """``numpy.moveaxis``: move axes (an int or a sequence each) to new positions; a view."""
     t = as_tensor(x, "moveaxis")
-    s = normalize_axis(source, t.ndim, "moveaxis")
-    d = normalize_axis(destination, t.ndim, "moveaxis")
-    perm = [a for a in range(t.ndim) if a != s]
-    perm.insert(d, s)
+    src = source if isinstance(source, (tuple, list)) else (source,)
+    dst = destination if isinstance(destination, (tuple, list)) else (destination,)
+    if len(src) != len(dst):
+        raise ValueError("qt.moveaxis: `source` and `destination` arguments must have the same number "
+                         "of elements")
+    src = [normalize_axis(a, t.ndim, "moveaxis") for a in src]
+    dst = [normalize_axis(a, t.ndim, "moveaxis") for a in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ValueError("qt.moveaxis: repeated axis in `source` or `destination`")
+    perm = [a for a in range(t.ndim) if a not in src]
+    for d, s_ in sorted(zip(dst, src)):
+        perm.insert(d, s_)
     return transpose(t, perm)
 
 
@@ -163,15 +173,12 @@ def squeeze(x, axis=None) -> Tensor:
 
 
 def broadcast_to(x, shape) -> Tensor:
-    """``numpy.broadcast_to``: a read-only broadcast view."""
+    """``numpy.broadcast_to``: a read-only broadcast view (writing through it raises)."""
     t = as_tensor(x, "broadcast_to")
     shape = _shape_arg(shape)
     if broadcast_shapes("qt.broadcast_to", t.shape, shape) != shape:
         raise ValueError(f"qt.broadcast_to: cannot broadcast shape {t.shape} to {shape}")
-    if shape == t.shape:
-        return t
-    n = t._node
-    return wrap(record("broadcast", (n,), (shape,), shape, n.dtype, weak=n.weak))
+    return views.view(t, ("broadcast", shape))
 
 
 def broadcast_arrays(*args) -> list:
@@ -183,14 +190,11 @@ def broadcast_arrays(*args) -> list:
 
 def slice_view(t: Tensor, starts: tuple, steps: tuple, shape: tuple) -> Tensor:
     """Strided sub-view: element ``i`` of axis ``k`` is input element ``starts[k] + i*steps[k]``."""
-    n = t._node
-    if shape == n.shape and all(s == 0 for s in starts) and all(s == 1 for s in steps):
-        return t
-    return wrap(record("slice", (n,), (tuple(starts), tuple(steps)), shape, n.dtype, weak=n.weak))
+    return views.view(t, ("slice", tuple(starts), tuple(steps), tuple(shape)))
 
 
 def flip(x, axis=None) -> Tensor:
-    """``numpy.flip``: reverse the order of elements along ``axis`` (all axes if None)."""
+    """``numpy.flip``: reverse the order of elements along ``axis`` (all axes if None); a view."""
     t = as_tensor(x, "flip")
     axes = normalize_axes(axis, t.ndim, "flip")
     starts = tuple(t.shape[a] - 1 if a in axes and t.shape[a] else 0 for a in range(t.ndim))

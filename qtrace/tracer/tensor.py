@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import config
 from ..graph import evaluate as _evaluate
-from ..graph.node import Node, result_leaf
+from ..graph.node import Node
 from .context import ad_level, concrete_error, is_abstract
+
+# installed by qtrace.tracer.pending (which imports this module): note, flush, array_view
+_note = _flush = _array_view = None
+
+
+def install(note, flush, array_view) -> None:
+    global _note, _flush, _array_view
+    _note, _flush, _array_view = note, flush, array_view
 
 
 class Tensor:
@@ -27,13 +34,14 @@ class Tensor:
         array([1.   , 2.683, 2.819, 1.282])
     """
 
-    __slots__ = ("_node", "__weakref__")
+    __slots__ = ("_node", "_view", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, node: Node):
         self._node = node
-        if node.count > config.max_pending_nodes and not is_abstract(node):
-            self._materialize()
+        self._view = None   # (Storage, steps) once it has views or is one (see views.py)
+        if node.inputs:
+            _note(self)
 
     # -- metadata ---------------------------------------------------------------------
     @property
@@ -85,10 +93,14 @@ class Tensor:
             return node.buffer
         if is_abstract(node):
             raise concrete_error("qt.Tensor value")
-        (buf,) = _evaluate.evaluate((node,))
-        if not ad_level():  # while differentiating, the tensor must stay connected to its graph
-            self._node = result_leaf(node, buf)
-        return buf
+        if self._view is not None:  # a view of evaluated memory: a NumPy view of it, no copy
+            arr = _array_view(self)
+            if arr is not None:
+                return arr
+        if ad_level():  # while differentiating, the tensor must stay connected to its graph
+            (buf,) = _evaluate.evaluate((node,))
+            return buf
+        return _flush((self,))[0]
 
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (computed now if pending). Do not write into it.

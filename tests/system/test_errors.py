@@ -264,14 +264,30 @@ def test_boolean_mask_in_jit_suggests_where(rng):
     np.testing.assert_array_equal(qt.asarray(x)[qt.asarray(x) > 0].numpy(), x[x > 0])
 
 
-def test_boolean_mask_assignment_in_jit_suggests_where(rng):
+def test_boolean_mask_read_in_jit_suggests_where(rng):
+    @qt.jit
+    def f(x):
+        return x[x > 0]
+
+    with pytest.raises(qt.TracerError, match="qt.where"):
+        f(qt.asarray(rng.standard_normal(5)))
+
+
+def test_boolean_mask_assignment_works_in_jit_and_writes_the_argument(rng):
+    """``x[mask] = v`` has a data-independent shape: it is a select, allowed under jit, and
+    the write reaches the caller's array as it would in NumPy."""
     @qt.jit
     def f(x):
         x[x > 0] = 0.0
         return x
 
-    with pytest.raises(qt.TracerError, match="qt.where"):
-        f(qt.asarray(rng.standard_normal(5)))
+    a = rng.standard_normal(5)
+    t = qt.asarray(a)
+    out = f(t)
+    want = np.where(a > 0, 0.0, a)
+    np.testing.assert_array_equal(np.asarray(out), want)
+    np.testing.assert_array_equal(np.asarray(t), want)
+    assert out is t
 
 
 @pytest.mark.parametrize("how", ["float", "int", "bool", "if", "item", "numpy", "tolist",

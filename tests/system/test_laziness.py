@@ -133,19 +133,27 @@ def test_other_references_keep_their_value_after_evaluation(rng):
 
 
 def test_pending_graph_size_limit_forces_evaluation(rng):
+    """A program that never reads a value is evaluated automatically, at the same place of
+    its loop every time, so the graphs between cuts are bounded and one plan serves them."""
     qt.config.max_pending_nodes = 50
     x = rng.standard_normal(16)
     t = qt.asarray(x)
     qt.reset_stats()
     y = t
-    for _ in range(200):
+    for i in range(800):
         y = y * 1.001 + 0.5
-    launched = _launches()
-    assert launched > 0, "the pending graph grew past max_pending_nodes without evaluating"
-    # it stays bounded: no tensor keeps more pending work than the limit allows
-    assert y._node.count <= 2 * 50 + 2
+        if i == 399:
+            s = qt.stats()
+    assert s["kernel_launches"] > 0, "the pending graph grew past max_pending_nodes without evaluating"
+    assert s["auto_evaluations"] >= 2
+    # it stays bounded: no tensor keeps more pending work than the policy allows
+    assert y._node.count <= 2 * 4 * 50 + 2
+    # cuts after the first land at the learned anchor (this loop's line): every chunk is
+    # the same graph, so the automatic evaluations of the second half compile nothing new
+    assert qt.stats()["compiles"] == s["compiles"]
+    assert qt.stats()["auto_evaluations"] > s["auto_evaluations"]
     ref = x.copy()
-    for _ in range(200):
+    for _ in range(800):
         ref = ref * 1.001 + 0.5
     np.testing.assert_allclose(y.numpy(), ref, rtol=1e-12)
 

@@ -1,0 +1,205 @@
+"""The pending work of each thread: which live tensors hold unevaluated values, and when
+they are evaluated.
+
+Every tensor (or view storage) that a thread makes pending is noted here by a weak
+reference. An evaluation on that thread — a value asked for (``print``, ``float``,
+``.numpy()``), ``qt.eval``, or a *cut* — evaluates **every** live pending value of the
+thread at once, as one graph: a value that several live tensors need is computed once
+and stored, so the next evaluation starts from it instead of from the beginning (an
+N-body step reads ``pos`` each step; ``vel``, never read, is still stored with it).
+This is what NumPy computes anyway: values the program still holds; values it dropped
+are never computed.
+
+Cuts. A program that never reads a value (a time-stepping loop that only writes arrays)
+is evaluated automatically once ``config.max_pending_nodes`` operations are pending. To
+find the same cached plans on every pass of a Python loop, the cut is placed at the same
+place in the loop each time: the first automatic cut learns an *anchor* — among the
+source locations recording operations over the next stretch of the program, the one in
+the outermost function that occurs least often (a statement of the outermost loop) —
+and later cuts happen when the anchor records again. The pending graphs between cuts
+are then identical pass after pass (one plan, compiled once, replayed). A program with
+no such location is cut after four times the limit. ``qt.explain_pending()`` reports
+the policy's state.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+
+from ..config import config
+from ..graph import evaluate as graph_evaluate
+from ..graph.node import result_leaf
+from ..stats import bump
+from .context import concrete_error, is_abstract, state
+from . import tensor
+from .views import Storage, array_view, set_base
+
+LEARN = 1   # cut-policy phases (ThreadState.cut)
+ANCHORED = 2
+
+
+class CutPolicy:
+    """Where this thread cuts its pending graph (see the module docstring)."""
+
+    __slots__ = ("phase", "anchor", "seen", "cuts")
+
+    def __init__(self):
+        self.phase = 0
+        self.anchor = None   # (prim, shape, source site) of the op to cut at
+        self.seen: dict = {}  # site -> [user depth, occurrences, first prim, first shape]
+        self.cuts = 0
+
+
+def note(owner) -> None:
+    """``owner`` (a Tensor or a Storage) now holds a pending value."""
+    s = state()
+    if s.special:
+        return
+    s.pending.append(weakref.ref(owner))
+    s.count += 1
+    if s.count >= config.max_pending_nodes:
+        _consider_cut(s, owner)
+
+
+def _site(skip: int = 3):
+    """The source location recording the current operation: ``(code, offset)`` of the
+    innermost user frames (outside qtrace) and how deep the user's stack is."""
+    f = sys._getframe(skip)
+    while f is not None and f.f_globals.get("__name__", "").startswith("qtrace"):
+        f = f.f_back
+    site = []
+    depth = 0
+    while f is not None:
+        if len(site) < 3:
+            site.append((f.f_code, f.f_lasti))
+        depth += 1
+        f = f.f_back
+    return tuple(site), depth
+
+
+def _consider_cut(s, owner) -> None:
+    policy = s.cut
+    if policy is None:
+        policy = s.cut = CutPolicy()
+    node = owner.node if type(owner) is Storage else owner._node
+    limit = config.max_pending_nodes
+    if policy.phase == ANCHORED:
+        prim, shape, site = policy.anchor
+        if (node.prim == prim and node.shape == shape and _site()[0] == site) or s.count >= 4 * limit:
+            _cut(policy)
+        return
+    site, depth = _site()
+    entry = policy.seen.get(site)
+    if entry is None:
+        policy.seen[site] = [depth, 1, node.prim, node.shape]
+    else:
+        entry[1] += 1
+    if s.count < 2 * limit:
+        return
+    # the anchor: outermost user frames first, then the rarest site among them
+    best = min(policy.seen.items(), key=lambda kv: (kv[1][0], kv[1][1]))
+    depth, _, prim, shape = best[1]
+    policy.anchor = (prim, shape, best[0])
+    policy.seen = {}
+    policy.phase = ANCHORED
+    _cut(policy)
+
+
+def _cut(policy: CutPolicy) -> None:
+    policy.cuts += 1
+    bump("auto_evaluations")
+    flush(())
+
+
+def flush(requested: tuple) -> list:
+    """Evaluate every live pending value of this thread, and ``requested`` (tensors).
+
+    Returns the buffer of each requested tensor.
+    """
+    s = state()
+    refs, s.pending, s.count = s.pending, [], 0
+    nodes: list = []
+    owners: dict = {}   # id(node) -> [owners]
+
+    def add(owner, required: bool) -> None:
+        if type(owner) is not Storage and owner._view is not None:
+            st = owner._view[0]
+            if st.node.prim != "input":
+                owner = st  # a view of a pending base: the base is evaluated
+            elif array_view(owner) is not None:
+                return  # a view of evaluated memory: nothing to compute
+        node = owner.node if type(owner) is Storage else owner._node
+        if node.prim == "input" or (node.prim == "const" and not required):
+            return
+        if is_abstract(node):
+            if required:
+                raise concrete_error("qt.Tensor value")
+            return
+        mine = owners.get(id(node))
+        if mine is None:
+            owners[id(node)] = [owner]
+            nodes.append(node)
+        elif not any(o is owner for o in mine):
+            mine.append(owner)
+
+    for t in requested:
+        add(t, True)
+    for r in refs:
+        o = r()
+        if o is not None:
+            add(o, False)
+    if nodes:
+        bump("evaluations")
+        buffers = graph_evaluate.evaluate(tuple(nodes))
+        for node, buf in zip(nodes, buffers):
+            leaf = result_leaf(node, buf)
+            for owner in owners[id(node)]:
+                if type(owner) is Storage:
+                    if owner.node is node:  # not rewritten meanwhile (by another thread)
+                        set_base(owner, leaf)
+                elif owner._node is node:
+                    owner._node = leaf
+    out = []
+    for t in requested:
+        n = t._node
+        if n.prim == "input" and n.buffer is not None:
+            out.append(n.buffer)
+            continue
+        arr = array_view(t)
+        if arr is None:  # written to by another thread meanwhile
+            return flush(requested)
+        out.append(arr)
+    return out
+
+
+def reset() -> None:
+    """Forget this thread's cut policy (the next automatic cut learns its anchor again)."""
+    state().cut = None
+
+
+def describe() -> dict:
+    """The pending state of this thread: operations since the last evaluation, live pending
+    owners, automatic cuts so far and the anchor (``None`` until the first cut)."""
+    s = state()
+    live = sum(1 for r in s.pending if r() is not None)
+    policy = s.cut
+    anchor = None
+    if policy is not None and policy.anchor is not None:
+        prim, shape, site = policy.anchor
+        code, offset = site[0] if site else (None, 0)
+        where = f"{code.co_filename}:{_line(code, offset)}" if code is not None else "?"
+        anchor = f"{prim}{list(shape)} recorded at {where}"
+    return {"pending_ops": s.count, "live_pending": live, "limit": config.max_pending_nodes,
+            "automatic_cuts": policy.cuts if policy else 0, "anchor": anchor}
+
+
+def _line(code, offset: int) -> int:
+    for start, end, line in code.co_lines():
+        if start <= offset < end and line is not None:
+            return line
+    return code.co_firstlineno
+
+
+
+tensor.install(note, flush, array_view)

@@ -1,0 +1,315 @@
+"""NumPy's views for lazy tensors: storages shared by views, writes seen through all of them.
+
+A tensor that has views, or is one, points to a :class:`Storage`: the current value of
+the array they share (the *base*, a graph node) and weak references to the tensors
+viewing it. Each of those tensors also holds its *steps*, the view operations that
+derive it from the base:
+
+    ``("slice", starts, steps, shape)``  basic indexing (integers are size-1 slices
+                                         followed by a reshape)
+    ``("reshape", shape)``               a reshape NumPy would make without copying
+    ``("transpose", perm)``              ``.T``, ``transpose``, ``swapaxes``, ``moveaxis``
+    ``("broadcast", shape)``             ``broadcast_to`` (read-only, as in NumPy)
+
+A write through any of them (``v[key] = x``, ``v += x``) is *functionalized*, as
+PyTorch's lazy back ends do it: the view's new value is pushed back through the inverse
+of each step — a slice becomes a ``slice_update`` of its parent, reshapes and transposes
+invert — the storage's base becomes the result, and every live view derives its value
+from the new base again. Nothing is copied eagerly: the updates are graph nodes that
+fuse like any other. Views of an evaluated base are view nodes over its leaf (index
+remaps that kernels read in place) and hold no pending work; reading one returns a
+NumPy view of the base's buffer.
+
+Tensors that nobody viewed have no storage: a write rebinds them to the updated value.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ..graph.node import Node, c_strides
+from .context import record
+from .tensor import Tensor
+
+READ_ONLY = "broadcast"
+
+
+class Storage:
+    """The memory that a base tensor and its views share (its current value: ``node``)."""
+
+    __slots__ = ("node", "views", "__weakref__")
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.views: list = []   # weak references to every tensor on this storage
+
+    def __repr__(self) -> str:
+        return f"Storage({self.node!r}, {len(self.views)} views)"
+
+
+# -- graph nodes of view operations (one definition each; the tensor functions use them) --
+def reshape_node(n: Node, shape: tuple) -> Node:
+    """The graph node of ``n`` reshaped (C order) to ``shape`` (same size)."""
+    if shape == n.shape:
+        return n
+    if n.prim == "const":
+        return record("broadcast", (n,), (shape,), shape, n.dtype, weak=n.weak)
+    if n.prim == "reshape":
+        n = n.inputs[0]
+        if n.shape == shape:
+            return n
+    return record("reshape", (n,), (shape,), shape, n.dtype, weak=n.weak)
+
+
+def transpose_node(n: Node, perm: tuple) -> Node:
+    """The graph node of ``n`` with its axes permuted by ``perm``."""
+    if n.prim == "transpose":
+        inner = n.params[0]
+        perm = tuple(inner[p] for p in perm)
+        n = n.inputs[0]
+    if perm == tuple(range(n.ndim)):
+        return n
+    shape = tuple(n.shape[p] for p in perm)
+    return record("transpose", (n,), (perm,), shape, n.dtype, weak=n.weak)
+
+
+def broadcast_node(n: Node, shape: tuple) -> Node:
+    """The graph node of ``n`` broadcast (NumPy rules, already checked) to ``shape``."""
+    if shape == n.shape:
+        return n
+    return record("broadcast", (n,), (shape,), shape, n.dtype, weak=n.weak)
+
+
+def slice_node(n: Node, starts: tuple, steps: tuple, shape: tuple) -> Node:
+    """The node of the strided sub-view of ``n``: element ``i`` of axis ``k`` is element
+    ``starts[k] + i*steps[k]`` of ``n`` (a slice of a slice is one slice)."""
+    if shape == n.shape and not any(starts) and all(s == 1 for s in steps):
+        return n
+    if n.prim == "slice":
+        s0, st0 = n.params
+        starts = tuple(a + b * c for a, b, c in zip(s0, starts, st0))
+        steps = tuple(b * c for b, c in zip(steps, st0))
+        n = n.inputs[0]
+    return record("slice", (n,), (starts, steps), shape, n.dtype, weak=n.weak)
+
+
+def update_node(parent: Node, new: Node, starts: tuple, steps: tuple) -> Node:
+    """``parent`` with the strided region ``starts + k*steps`` (``new``'s shape) replaced by ``new``."""
+    if new.shape == parent.shape and not any(starts) and all(s == 1 for s in steps):
+        return new
+    return record("slice_update", (parent, new), (starts, steps), parent.shape, parent.dtype,
+                  weak=parent.weak)
+
+
+def apply_step(n: Node, step: tuple) -> Node:
+    """The node of the view ``step`` of ``n``."""
+    kind = step[0]
+    if kind == "slice":
+        return slice_node(n, step[1], step[2], step[3])
+    if kind == "reshape":
+        return reshape_node(n, step[1])
+    if kind == "transpose":
+        return transpose_node(n, step[1])
+    return broadcast_node(n, step[1])
+
+
+def undo_step(parent: Node, step: tuple, new: Node) -> Node:
+    """``parent``'s value after its view ``step`` was overwritten with ``new``."""
+    kind = step[0]
+    if kind == "slice":
+        return update_node(parent, new, step[1], step[2])
+    if kind == "reshape":
+        return reshape_node(new, parent.shape)
+    if kind == "transpose":
+        inverse = [0] * len(step[1])
+        for i, p in enumerate(step[1]):
+            inverse[p] = i
+        return transpose_node(new, tuple(inverse))
+    raise AssertionError(kind)  # broadcasts are read-only: refused before
+
+
+def _array_step(arr: np.ndarray, step: tuple) -> np.ndarray:
+    """The NumPy view ``step`` of ``arr`` (never a copy)."""
+    kind = step[0]
+    if kind == "slice":
+        key = []
+        for start, st, n in zip(step[1], step[2], step[3]):
+            stop = start + st * n
+            key.append(slice(start, stop if stop >= 0 else None, st) if n else slice(0, 0))
+        return arr[tuple(key)]
+    if kind == "reshape":
+        return np.reshape(arr, step[1], copy=False)
+    if kind == "transpose":
+        return arr.transpose(step[1])
+    return np.broadcast_to(arr, step[1])
+
+
+def derive(base: Node, steps: tuple) -> Node:
+    """The node of the view ``steps`` of ``base`` (view nodes: free index remaps in kernels)."""
+    n = base
+    for step in steps:
+        n = apply_step(n, step)
+    return n
+
+
+def array_view(t: Tensor):
+    """``t``'s value as a NumPy view of its evaluated base's buffer, or None (no storage, a
+    pending base, or a layout NumPy cannot view)."""
+    v = t._view
+    if v is None or v[0].node.prim != "input" or v[0].node.buffer is None:
+        return None
+    arr = v[0].node.buffer
+    try:
+        for step in v[1]:
+            arr = _array_step(arr, step)
+    except ValueError:
+        return None
+    return arr
+
+
+# -- the tensors' side ------------------------------------------------------------------
+def _storage(t: Tensor) -> tuple:
+    """``(storage, steps)`` of ``t``, giving it a storage of its own first if it has none."""
+    v = t._view
+    if v is None:
+        st = Storage(t._node)
+        st.views.append(weakref.ref(t))
+        v = t._view = (st, ())
+    return v
+
+
+def view(t: Tensor, step: tuple, must_view: bool = False) -> Tensor:
+    """A new tensor viewing ``t`` through ``step``.
+
+    A reshape whose result NumPy could not lay over ``t``'s strides is a copy instead
+    (``must_view``: raise, like ``numpy.reshape(copy=False)``).
+    """
+    if step[0] == "reshape":
+        st, steps = _storage(t)
+        if strides_of(st.node.shape, steps, step[1]) is None:
+            if must_view:
+                raise ValueError(f"qt.reshape: cannot reshape a non-contiguous view of shape "
+                                 f"{t.shape} to {step[1]} without copying")
+            return Tensor(reshape_node(t._node, step[1]))
+    return view_chain(t, (step,))
+
+
+def view_chain(t: Tensor, chain: tuple) -> Tensor:
+    """A new tensor viewing ``t`` through the view steps ``chain`` (each valid as a view)."""
+    v = t._view
+    if v is None:
+        st = Storage(t._node)
+        st.views.append(weakref.ref(t))
+        steps = ()
+        t._view = (st, steps)
+    else:
+        st, steps = v
+    node = derive(t._node, chain)
+    if st.node.prim == "input":
+        out = Tensor.__new__(Tensor)  # a view of evaluated memory: no pending work to note
+        out._node = node
+    else:
+        out = Tensor(node)
+    out._view = (st, steps + chain)
+    st.views.append(weakref.ref(out))
+    return out
+
+
+def alias(t: Tensor) -> Tensor:
+    """A new tensor for all of ``t`` (``t[...]``): another view of the same memory."""
+    return view_chain(t, ())
+
+
+def strides_of(base_shape: tuple, steps: tuple, reshape_to: tuple | None = None):
+    """Element strides of the view ``steps`` of a C-contiguous array of ``base_shape``
+    (then reshaped to ``reshape_to``, if given): ``None`` if that reshape needs a copy."""
+    shape, strides = base_shape, c_strides(base_shape)
+    for step in steps + ((("reshape", reshape_to),) if reshape_to is not None else ()):
+        kind = step[0]
+        if kind == "slice":
+            strides = tuple(s * st for s, st in zip(strides, step[2]))
+            shape = step[3]
+        elif kind == "transpose":
+            strides = tuple(strides[p] for p in step[1])
+            shape = tuple(shape[p] for p in step[1])
+        elif kind == "broadcast":
+            lead = len(step[1]) - len(shape)
+            strides = (0,) * lead + tuple(0 if d == 1 and n != 1 else s
+                                          for s, d, n in zip(strides, shape, step[1][lead:]))
+            shape = step[1]
+        else:
+            strides = _reshaped_strides(shape, strides, step[1])
+            if strides is None:
+                return None
+            shape = step[1]
+    return strides
+
+
+def _reshaped_strides(shape: tuple, strides: tuple, new: tuple):
+    """Strides for viewing an array of ``shape``/``strides`` as ``new``, or None if NumPy
+    would have to copy (the rule of NumPy's ``_attempt_nocopy_reshape``)."""
+    if 0 in shape:
+        return c_strides(new)
+    old = [(d, s) for d, s in zip(shape, strides) if d != 1]
+    out = [0] * len(new)
+    oi, ni = 0, 0
+    while oi < len(old) and ni < len(new):
+        oj, nj = oi + 1, ni + 1
+        op, np_ = old[oi][0], new[ni]
+        while op != np_:
+            if np_ < op:
+                np_ *= new[nj]
+                nj += 1
+            else:
+                op *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):  # the old axes merged here must be contiguous
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new[k]
+        oi, ni = oj, nj
+    last = out[ni - 1] if ni else 1
+    for k in range(ni, len(new)):  # trailing size-1 axes
+        out[k] = last
+    return tuple(out)
+
+
+def is_read_only(t: Tensor) -> bool:
+    v = t._view
+    return v is not None and any(step[0] == READ_ONLY for step in v[1])
+
+
+def assign(t: Tensor, new: Node) -> None:
+    """Make ``new`` (``t``'s shape and dtype) the value of ``t`` and of all that shares its memory."""
+    from . import pending
+    v = t._view
+    if v is None:
+        t._node = new
+        pending.note(t)
+        return
+    st, steps = v
+    if any(step[0] == READ_ONLY for step in steps):
+        raise ValueError("assignment destination is read-only (a qt.broadcast_to view)")
+    parents = [st.node]
+    for step in steps[:-1]:
+        parents.append(apply_step(parents[-1], step))
+    for step, parent in zip(reversed(steps), reversed(parents)):
+        new = undo_step(parent, step, new)
+    set_base(st, new)
+    pending.note(st)
+
+
+def set_base(st: Storage, base: Node) -> None:
+    """Give storage ``st`` the value ``base`` and every live view of it its new value."""
+    st.node = base
+    live = []
+    for ref in st.views:
+        t = ref()
+        if t is not None:
+            t._node = derive(base, t._view[1])
+            live.append(ref)
+    st.views = live
