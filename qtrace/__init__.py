@@ -132,8 +132,20 @@ from .tracer.shape_ops import (
 
 __version__ = "0.1.0"
 
+# NumPy's constants (plain Python floats, as numpy.pi is)
+e = 2.718281828459045
+pi = 3.141592653589793
+inf = float("inf")
+nan = float("nan")
+newaxis = None
+
 
 __all__ = [
+    "e",
+    "pi",
+    "inf",
+    "nan",
+    "newaxis",
     "Device",
     "Tensor",
     "TracerError",

@@ -77,8 +77,9 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
                 horizontal.append((task, raw[target][1], why))
                 if why is None:
                     fused += 1
-                    for i in task.writes:
-                        producer[id(task.arg_nodes[i])] = target
+                    for i in task.writes:  # a node written by several tasks (a concatenation's
+                        n = task.arg_nodes[i]  # pieces) is ready after the last of them
+                        producer[id(n)] = max(producer.get(id(n), -1), target)
                     continue
             for i in task.writes:
                 producer[id(task.arg_nodes[i])] = len(raw)

@@ -12,6 +12,7 @@ from ..graph.device import Device
 from ..graph.node import Node, make_node
 from ..graph.primitives import PRIMITIVES, lookup
 
+
 class ThreadState:
     """What one thread is doing: tracing depth, differentiation depth, pending tensors."""
 

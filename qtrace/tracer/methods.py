@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import composites, indexing, linalg, reductions, shape_ops, views
 from . import elementwise as ew
-from . import indexing, linalg, reductions, shape_ops, views
 from .convert import astype, cast
 from .tensor import Tensor
 
@@ -105,4 +105,17 @@ Tensor.cumsum = reductions.cumsum
 Tensor.clip = ew.clip
 Tensor.round = ew.round
 Tensor.dot = linalg.dot
+Tensor.var = composites.var
+Tensor.std = composites.std
+Tensor.repeat = composites.repeat
+Tensor.trace = composites.trace
+Tensor.cumprod = composites.cumprod
+
+
+def _fill(self, value) -> None:
+    """``ndarray.fill``: set every element to ``value`` (in place, seen by every view)."""
+    indexing.setitem(self, Ellipsis, value)
+
+
+Tensor.fill = _fill
 Tensor.copy = lambda self: Tensor(self._node)  # values are immutable nodes: a new owner is a copy

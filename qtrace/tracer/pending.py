@@ -31,8 +31,8 @@ from ..config import config
 from ..graph import evaluate as graph_evaluate
 from ..graph.node import result_leaf
 from ..stats import bump
-from .context import concrete_error, is_abstract, state
 from . import tensor
+from .context import concrete_error, is_abstract, state
 from .views import Storage, array_view, set_base
 
 LEARN = 1   # cut-policy phases (ThreadState.cut)

@@ -6,8 +6,8 @@ import numpy as np
 
 from ..graph import buffers
 from ..graph.primitives import ELEMENTWISE_UFUNCS
-from . import composites, creation, elementwise, linalg, reductions, shape_ops
-from .convert import astype
+from . import composites, creation, elementwise, indexing, linalg, reductions, shape_ops, views
+from .convert import astype, cast
 from .tensor import Tensor
 
 UFUNC_TO_QT = {getattr(np, ufunc): elementwise.FUNCTIONS[name] for name, ufunc in ELEMENTWISE_UFUNCS.items()}
@@ -30,25 +30,92 @@ FUNCTIONS = {
 }
 
 
+# ufunc methods: ``np.add.reduce(t)``, ``np.add.accumulate``, ``np.multiply.outer``, ``np.add.at``
+_REDUCE = {np.add: reductions.sum, np.multiply: reductions.prod, np.maximum: reductions.max,
+           np.minimum: reductions.min, np.logical_and: reductions.all, np.logical_or: reductions.any}
+_ACCUMULATE = {np.add: reductions.cumsum, np.multiply: composites.cumprod}
+_AT = {np.add: "add", np.multiply: "multiply", np.maximum: "max", np.minimum: "min"}
+
+# NumPy functions that only consume values (printing, saving): they run in NumPy on the
+# computed values and return no array, so nothing a derivative needs can be lost
+_VALUE_CONSUMERS = frozenset(f for f in (
+    np.save, np.savez, np.savez_compressed, np.savetxt, np.array2string, np.array_repr,
+    np.array_str) if f is not None)
+
+
+def _unsupported(what: str) -> TypeError:
+    return TypeError(
+        f"qtrace: {what} is not implemented for qt.Tensor. qtrace never runs it in NumPy behind "
+        "your back (the result would leave the graph: no laziness, no gradient, no jit). Convert "
+        "explicitly with np.asarray(t) to compute it in NumPy, or express it with qtrace operations.")
+
+
 def array_ufunc(self, ufunc, method, *inputs, **kwargs):
-    """``np.sin(t)`` and ``ndarray + t`` return tensors; other ufunc uses defer to NumPy."""
-    fn = UFUNC_TO_QT.get(ufunc)
-    if method != "__call__" or fn is None or kwargs.get("out") is not None:
-        return _numpy_fallback(getattr(ufunc, method), inputs, kwargs)
+    """``np.sin(t)``, ``ndarray + t`` and ``np.add.reduce(t)`` return tensors; ``out=`` writes
+    into its target as NumPy does. Anything else raises ``TypeError`` (never a silent
+    fallback to NumPy)."""
+    name = f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+    out = kwargs.pop("out", None)
+    if method == "at":
+        return _ufunc_at(ufunc, name, *inputs, **kwargs)
     dtype = kwargs.pop("dtype", None)
-    kwargs.pop("casting", None)
-    if kwargs:
-        return NotImplemented
-    out = fn(*inputs)
-    return astype(out, dtype) if dtype is not None else out
+    kwargs.pop("casting", None) if method == "__call__" else None
+    if method == "__call__":
+        fn = UFUNC_TO_QT.get(ufunc)
+        if fn is None or kwargs:
+            raise _unsupported(name + (f" with {sorted(kwargs)}" if fn is not None else ""))
+        result = fn(*inputs)
+    elif method == "reduce" and ufunc in _REDUCE:
+        result = _REDUCE[ufunc](inputs[0], axis=kwargs.pop("axis", 0), keepdims=kwargs.pop("keepdims", False))
+        if kwargs:
+            raise _unsupported(f"{name} with {sorted(kwargs)}")
+    elif method == "accumulate" and ufunc in _ACCUMULATE:
+        result = _ACCUMULATE[ufunc](inputs[0], axis=kwargs.pop("axis", 0))
+        if kwargs:
+            raise _unsupported(f"{name} with {sorted(kwargs)}")
+    elif method == "outer" and ufunc in UFUNC_TO_QT and not kwargs:
+        a, b = (shape_ops.as_tensor(x, name) for x in inputs)
+        result = UFUNC_TO_QT[ufunc](shape_ops.reshape(a, a.shape + (1,) * b.ndim), b)
+    else:
+        raise _unsupported(name)
+    if dtype is not None:
+        result = astype(result, dtype)
+    if out is None:
+        return result
+    return _write_out(out[0] if isinstance(out, tuple) else out, result, name)
+
+
+def _write_out(target, result, name: str):
+    """NumPy's ``out=``: ``result`` written into ``target`` (same_kind casting, target's shape)."""
+    if isinstance(target, Tensor):
+        if result.shape != target.shape or not np.can_cast(result.dtype, target.dtype, "same_kind"):
+            raise ValueError(f"{name}: cannot write a result of shape {result.shape} and dtype "
+                             f"{result.dtype} into out= of shape {target.shape} and dtype {target.dtype}")
+        views.assign(target, cast(result._node, target.dtype, weak=False))
+        return target
+    if isinstance(target, np.ndarray):  # a NumPy array asked for the value: computed now
+        np.copyto(target, np.asarray(result), casting="same_kind")
+        return target
+    raise TypeError(f"{name}: out= must be a qt.Tensor or a NumPy array, got {type(target).__name__}")
+
+
+def _ufunc_at(ufunc, name: str, a, indices, b=None, **kwargs):
+    """``np.add.at(t, idx, v)``: unbuffered in-place update of ``t`` (repeated indices accumulate)."""
+    if kwargs or ufunc not in _AT or not isinstance(a, Tensor):
+        raise _unsupported(name)
+    updated = indexing.scatter(a, indices, 1 if b is None else b, _AT[ufunc])
+    views.assign(a, updated._node)
 
 
 def array_function(self, func, types, args, kwargs):
-    """NumPy functions qtrace has run on tensors; others run in NumPy on the values."""
+    """NumPy functions qtrace implements run on tensors; value consumers (printing, saving)
+    run in NumPy on the computed values; anything else raises ``TypeError``."""
     fn = FUNCTIONS.get(func)
-    if fn is None:
-        return _numpy_fallback(func, args, kwargs)
-    return fn(*args, **kwargs)
+    if fn is not None:
+        return fn(*args, **kwargs)
+    if func in _VALUE_CONSUMERS:
+        return func(*_to_numpy(args), **{k: _to_numpy(v) for k, v in kwargs.items()})
+    raise _unsupported(f"numpy.{func.__name__}")
 
 
 def _to_numpy(x):
@@ -57,12 +124,6 @@ def _to_numpy(x):
     if isinstance(x, (list, tuple)):
         return type(x)(_to_numpy(v) for v in x)
     return x
-
-
-def _numpy_fallback(func, args, kwargs):
-    args = _to_numpy(args)
-    kwargs = {k: _to_numpy(v) for k, v in kwargs.items()}
-    return func(*args, **kwargs)
 
 
 def dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -92,3 +153,34 @@ Tensor.__array_function__ = array_function
 Tensor.__dlpack__ = dlpack
 Tensor.__dlpack_device__ = dlpack_device
 FUNCTIONS.update(composites.NUMPY_FUNCTIONS)
+UFUNC_TO_QT.update(composites.NUMPY_UFUNCS)
+# what a program asks of an array without computing anything new
+FUNCTIONS.update({
+    np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim, np.size: lambda a, axis=None: (
+        a.size if axis is None else a.shape[axis]),
+    np.result_type: lambda *xs: np.result_type(*(x.dtype if isinstance(x, Tensor) else x for x in xs)),
+    np.iscomplexobj: lambda x: False, np.isrealobj: lambda x: True,
+    np.copyto: lambda dst, src, casting="same_kind", where=True: _copyto(dst, src, casting, where),
+    np.may_share_memory: lambda a, b, max_work=None: _shares(a, b),
+    np.shares_memory: lambda a, b, max_work=None: _shares(a, b),
+})
+
+
+def _copyto(dst, src, casting, where):
+    if not isinstance(dst, Tensor):
+        raise TypeError("numpy.copyto: a qt.Tensor source needs a qt.Tensor destination; "
+                        "convert with np.asarray first")
+    value = shape_ops.as_tensor(src, "copyto")
+    if casting != "unsafe" and not np.can_cast(value.dtype, dst.dtype, casting):
+        raise TypeError(f"numpy.copyto: Cannot cast from {value.dtype!r} to {dst.dtype!r} according "
+                        f"to the rule {casting!r}")
+    if where is True:
+        indexing.setitem(dst, Ellipsis, value)
+    else:
+        indexing.setitem(dst, Ellipsis, elementwise.where(where, value, dst))
+
+
+def _shares(a, b) -> bool:
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        return a is b or (a._view is not None and b._view is not None and a._view[0] is b._view[0])
+    return False

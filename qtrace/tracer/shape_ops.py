@@ -11,9 +11,9 @@ from ..graph.device import Device
 from ..graph.primitives import broadcast_shapes
 from . import views
 from .context import record
-from .views import broadcast_node, reshape_node, slice_node, transpose_node  # noqa: F401
 from .convert import const_node, operand, place, promote, wrap
 from .tensor import Tensor
+from .views import broadcast_node, reshape_node, slice_node, transpose_node  # noqa: F401
 
 
 def as_tensor(x, op: str) -> Tensor:

@@ -474,19 +474,10 @@ CHAIN_OPS = {
     "var": lambda xp, x: x - xp.var(x, axis=0, keepdims=True),
 }
 CHAINS = [(a, b) for a in CHAIN_OPS for b in CHAIN_OPS]
-# A core fusion bug (not in the composites): with fusion on, the gradient of some chains
-# reads memory nothing wrote (``qt.grad`` of ``sum(roll(roll(x, 2), 2) * w)``; a forward-only
-# reproducer: ``c = concatenate([ones(1), t[:3]]); g = concatenate([ones(2), c[:2]]) * 2.0;
-# g * c + concatenate([g[1:], zeros(1)])``). Whether the garbage happens to be right depends
-# on which memory is reused, hence ``strict=False``.
-FUSION_BUG = {("roll", "roll"), ("diff", "diff"), ("hstack", "hstack"), ("pad-edge", "pad-edge")}
 
 
 @pytest.mark.parametrize("first,second", CHAINS, ids=[f"{a}-{b}" for a, b in CHAINS])
-def test_chained_gradient(first, second, rng, fusion, request):
-    if fusion and (first, second) in FUSION_BUG:
-        request.applymarker(pytest.mark.xfail(reason="core fusion bug: reads of unwritten memory "
-                                                     "in fused gradients of chained views", strict=False))
+def test_chained_gradient(first, second, rng, fusion):
     x, w = rng.standard_normal((3, 5)), rng.standard_normal((3, 5))
 
     def f(xp, t):

@@ -598,3 +598,16 @@ def test_explain_svg_marks_a_boundary_read_through_a_view(arrays):
     assert "boundary (broadcast read" in str(report), str(report)
     svg = report.svg()
     assert "#d62728" in svg and "broadcast read" in svg, svg
+
+
+def test_horizontal_merge_waits_for_every_piece_of_a_concatenation(fusion):
+    """A concatenation is written by one task per piece; a task reading it may only be merged
+    into an earlier task once the last piece is written (found through chained ``roll``)."""
+    t = qt.asarray([1.5, 2.0, 3.0, 0.5])
+    c = qt.concatenate([qt.ones(1), t[:3]])
+    g = qt.concatenate([qt.ones(2), c[:2]]) * 2.0
+    out = g * c + qt.concatenate([g[1:], qt.zeros(1)])
+    a = np.array([1.5, 2.0, 3.0, 0.5])
+    cn = np.concatenate([np.ones(1), a[:3]])
+    gn = np.concatenate([np.ones(2), cn[:2]]) * 2.0
+    np.testing.assert_array_equal(out.numpy(), gn * cn + np.concatenate([gn[1:], np.zeros(1)]))

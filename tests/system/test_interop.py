@@ -144,7 +144,44 @@ def test_array_function(rng, fusion):
     np.testing.assert_allclose(w.numpy(), np.where(x > 0, x, 0.0))
 
 
-def test_array_function_fallback_computes_in_numpy(rng):
+@pytest.mark.parametrize("call", [
+    lambda t: np.unique(t), lambda t: np.partition(t, 2), lambda t: np.add.reduceat(t, [0, 2]),
+    lambda t: np.sin(t, where=t > 0), lambda t: np.fft.fft(t), lambda t: np.searchsorted(t, 0.5)])
+def test_numpy_functions_qtrace_lacks_raise_type_error(rng, call):
+    """Never a silent fallback: NumPy would compute on the values and drop laziness and
+    gradients; qtrace names the function and says how to proceed."""
+    t = qt.asarray(rng.standard_normal(6))
+    with pytest.raises(TypeError, match=r"numpy\.\w+.*np\.asarray"):
+        call(t)
+
+
+def test_no_numpy_function_drops_a_gradient(rng):
+    """A NumPy function reached on a tensor under qt.grad either differentiates (as JAX does)
+    or raises; it never returns a value whose gradient is silently zero."""
+    x = rng.standard_normal(5)
+    w = rng.standard_normal(5)
+    g = qt.grad(lambda t: qt.sum(np.roll(t, 2) * w))(qt.asarray(x))
+    np.testing.assert_allclose(g.numpy(), np.roll(w, -2))
+    g = qt.grad(lambda t: qt.sum(np.logaddexp(t, 0.5 * t)))(qt.asarray(x))
+    np.testing.assert_allclose(g.numpy(), (np.exp(x) + 0.5 * np.exp(0.5 * x)) / (np.exp(x) + np.exp(0.5 * x)))
+    with pytest.raises(TypeError):
+        qt.grad(lambda t: qt.sum(np.sort(t)))(qt.asarray(x))
+
+
+def test_value_consumers_and_ufunc_methods(rng, tmp_path):
     x = rng.standard_normal(6)
-    r = np.sort(qt.asarray(x))
-    np.testing.assert_array_equal(np.asarray(r), np.sort(x))
+    t = qt.asarray(x)
+    np.save(tmp_path / "t.npy", t)
+    np.testing.assert_array_equal(np.load(tmp_path / "t.npy"), x)
+    np.testing.assert_allclose(np.add.reduce(t).item(), x.sum())
+    np.testing.assert_allclose(np.asarray(np.multiply.outer(t, t)), np.multiply.outer(x, x))
+    np.testing.assert_allclose(np.asarray(np.add.accumulate(t)), np.add.accumulate(x))
+    acc, ref = qt.zeros(3), np.zeros(3)
+    np.add.at(acc, [0, 0, 2], t[:3])
+    np.add.at(ref, [0, 0, 2], x[:3])
+    np.testing.assert_allclose(np.asarray(acc), ref)
+    out, ref = qt.zeros(6), np.zeros(6)
+    view = out[::2]
+    np.sin(t[::2], out=view)
+    np.sin(x[::2], out=ref[::2])
+    np.testing.assert_allclose(np.asarray(out), ref)
