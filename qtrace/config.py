@@ -68,7 +68,7 @@ class Config:
         self.cache_dir: str = os.environ.get("QTRACE_CACHE_DIR") or _default_cache_dir()
         self.offline_cache: bool = _flag("QTRACE_OFFLINE_CACHE", True)
         self.check_bounds: bool = True
-        self.max_pending_nodes: int = 20000
+        self.max_pending_nodes: int = 1000
         self.adstack_max_depth: int | None = None
 
     def codegen_options(self) -> tuple:

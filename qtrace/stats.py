@@ -17,7 +17,8 @@ COUNTERS = (
     "compiles",
     "cache_hits_memory",
     "cache_hits_disk",
-    "kernel_launches",
+    "kernel_launches",      # native launches (a run of small tasks is one sequence launch)
+    "tasks_run",            # tasks executed (each a kernel; several may share a launch)
     "tasks_fused",
     "adstack_host_sized",
     "adstack_device_sized",

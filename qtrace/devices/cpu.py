@@ -12,10 +12,12 @@ import math
 import queue
 import sys
 import threading
+import time
 
 import numpy as np
 
 from ..config import config
+from ..kernels import interrupt
 
 ALIGN = 64
 SMALL = 1 << 14
@@ -139,11 +141,45 @@ class WorkerPool:
             for i in range(1, parts):
                 block = scratch + i * stride if scratch is not None else None
                 self._queues[i - 1].put((fn, bounds[i], bounds[i + 1], args, status, block))
-            fn(bounds[0], bounds[1], args, status, scratch)
-            errors = [self._done.get() for _ in range(parts - 1)]
+            waiting = parts - 1
+            try:
+                interruptible(fn, bounds[0], bounds[1], args, status, scratch)
+                errors = []
+                while waiting:
+                    errors.append(self._done.get())
+                    waiting -= 1
+            except BaseException:  # Ctrl-C: the workers stop at their next chunk
+                interrupt.set_abort(True)
+                try:
+                    while waiting:
+                        self._done.get()
+                        waiting -= 1
+                finally:
+                    interrupt.set_abort(False)
+                raise
         for err in errors:
             if err is not None:  # pragma: no cover
                 raise err
+
+
+SLICE_SECONDS = 0.02  # the calling thread's share runs in pieces of about this long
+
+
+def interruptible(fn, start: int, end: int, args, status, scratch) -> None:
+    """``fn`` over ``[start, end)`` on this thread, in pieces short enough that Python
+    handles a Ctrl-C between them (the first piece measures the speed)."""
+    piece = min(end - start, 1 << 14)
+    while start < end:
+        stop = min(start + piece, end)
+        t0 = time.perf_counter()
+        fn(start, stop, args, status, scratch)
+        elapsed = time.perf_counter() - t0
+        done = stop - start
+        start = stop
+        if elapsed > 0:
+            piece = max(1, int(done * SLICE_SECONDS / elapsed))
+        else:
+            piece = end - start
 
 
 _pool: WorkerPool | None = None

@@ -16,9 +16,10 @@ import numpy as np
 
 from ..config import config
 from ..errors import AdstackOverflowError
+from ..graph import origins
 from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
-from ..kernels import codegen, llvm_cpu
+from ..kernels import codegen, llvm_cpu, sequence
 from ..stats import bump
 from . import adstack, cpu
 
@@ -69,7 +70,9 @@ class Plan:
                          for depth, fb, ib in t.stack]
             self.steps.append((kernels[t.symbol], (t.domain[0], packer, row, stack), step.slots,
                                step.frees, parallel))
-        self.n_launches = sum(1 for s in self.steps if s[0] is not None)
+        self.n_tasks = sum(1 for s in self.steps if s[0] is not None)
+        self.steps = _sequences(self.steps, len(self.slot_meta))
+        self.n_launches = sum(1 for s in self.steps if s[0] is not None or s[1][0] == "sequence")
         self._fast = self._fast_path()
 
     def _fast_path(self):
@@ -102,6 +105,7 @@ class Plan:
             pointer = cpu.pointer
             fn(0, extent, pack(*[pointer(bufs[s]) for s in slots]), None, None)
             bump("kernel_launches")
+            bump("tasks_run")
             return [bufs[s] for s in outs]
         bufs = list(leaf_buffers)
         bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
@@ -111,7 +115,16 @@ class Plan:
         threads = config.num_threads
         pointer = cpu.pointer
         for fn, info, slots, frees, parallel in self.steps:
-            if fn is None and info[0] == "call":
+            if fn is None and info[0] == "sequence":
+                for s in slots:
+                    if bufs[s] is None:
+                        shape, dtype = self.slot_meta[s]
+                        reuse = spare.get((shape, dtype))
+                        bufs[s] = reuse.pop() if reuse else cpu.aligned_empty(shape, dtype)
+                _, table, n_tasks, pack = info
+                sequence.runner()(table.ctypes.data, n_tasks,
+                                  pack(*[pointer(b) if b is not None else 0 for b in bufs]), status_ptr)
+            elif fn is None and info[0] == "call":
                 prim, n_in, call = info
                 outs = call.run([bufs[s] for s in slots[:n_in]])
                 for s, buf in zip(slots[n_in:], outs):
@@ -124,7 +137,9 @@ class Plan:
                         reuse = spare.get((shape, dtype))
                         bufs[s] = reuse.pop() if reuse else cpu.aligned_empty(shape, dtype)
             if fn is None:
-                if info[0] == "matmul":
+                if info[0] == "sequence":
+                    pass
+                elif info[0] == "matmul":
                     a, b, out = (bufs[s] for s in slots)
                     np.matmul(a, b, out=out)
             else:
@@ -138,6 +153,8 @@ class Plan:
                 base = pointer(block) if block is not None else None
                 if workers > 1:
                     cpu.pool().run(fn, extent, args, st, base, stride)
+                elif parallel:  # long enough to be worth interrupting
+                    cpu.interruptible(fn, 0, extent, args, st, base)
                 else:
                     fn(0, extent, args, st, base)
             for s in frees:
@@ -146,6 +163,7 @@ class Plan:
                 spare.setdefault((buf.shape, buf.dtype), []).append(buf)
         if self.n_launches:
             bump("kernel_launches", self.n_launches)
+            bump("tasks_run", self.n_tasks)
         if status is not None and status[::2].any():
             row = int(np.flatnonzero(status[::2])[0])
             self._raise(row, int(status[2 * row]) - 1, int(status[2 * row + 1]))
@@ -169,8 +187,43 @@ class Plan:
                 f"qtrace adstack overflow in kernel {task.symbol}, {what}: an element needed more "
                 f"than the {value} stack entries sized for it (data changed behind qtrace's back, "
                 "qt.config.adstack_max_depth, or a bug); nothing was written out of bounds")
+        prims = ("scatter",) if what.startswith("scatter") else ("gather", "loop", "loop_vjp")
+        lines = origins.recorded_at(tuple(self.spec.schedule.outputs), prims)
+        where = ("\n  recorded at " + "\n  recorded at ".join(lines)) if lines else ""
         raise IndexError(f"qtrace {what}: index {value} is out of bounds for axis {axis} with size "
-                         f"{size}")
+                         f"{size}{where}")
+
+
+def _sequences(steps: list, n_slots: int) -> list:
+    """``steps`` with every run of two or more small kernels (on the calling thread, no
+    adstack, at most ``sequence.MAX_ARGS`` arguments) replaced by one sequence step: a
+    single launch of :mod:`qtrace.kernels.sequence`'s runner, given the address of every
+    buffer of the plan (``n_slots``)."""
+    out, run = [], []
+    pack = struct.Struct(f"{n_slots}Q").pack
+
+    def close():
+        if len(run) < 2:
+            out.extend(run)
+        else:
+            table, slots, frees = [], [], []
+            for fn, (extent, _, row, _), s, f, _ in run:
+                table += [sequence.address(fn), extent, len(s), row, *s]
+                slots += s
+                frees += f
+            out.append((None, ("sequence", np.array(table, np.int64), len(run), pack),
+                        list(dict.fromkeys(slots)), frees, False))
+        run.clear()
+
+    for step in steps:
+        fn, info, slots, _, parallel = step
+        if fn is not None and not parallel and info[3] is None and len(slots) <= sequence.MAX_ARGS:
+            run.append(step)
+        else:
+            close()
+            out.append(step)
+    close()
+    return out
 
 
 class LibraryCall:

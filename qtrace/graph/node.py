@@ -19,10 +19,11 @@ structs, compared by identity; the content hash (``blake2b``) is computed from t
 struct on first use of ``key`` — for a compile, a disk cache entry, a diagnostic — and
 kept on the struct.
 
-Nodes are interned: creating a node equal to a live one (same struct, same input nodes)
-returns the live one, which is common-subexpression elimination for free. Interning is
-lock-free: two threads racing to create the same node may both create one (both are
-correct; only that sharing is missed).
+Nodes are shared: creating a node equal to a live one recorded since the last evaluation
+(same struct, same input nodes) returns that one, which is common-subexpression
+elimination for free. The table is emptied at each evaluation (it stays small; no
+callbacks run when nodes die). Sharing is lock-free: two threads racing to create the
+same node may both create one (both are correct; only that sharing is missed).
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def _own_key(s: Struct) -> str:
         _, strides, shape, dtype, weak, device = p
         return content_hash(("input", (_ints(strides),), _ints(shape), dtype.str, bool(weak),
                              str(device)))
-    prim, ptoken, shape, dtype, weak, device = p[:6]
+    prim, params, shape, dtype, weak, device = p[:6]
+    ptoken = params if type(params) is str else repr(params) if params else ""
     parts = [prim, ptoken, repr(_ints(shape)), dtype.str, "w" if weak else "", device.name]
     for i in range(6, len(p), 2):
         parts.append(p[i]._key)
@@ -182,24 +184,16 @@ class Leaf(Node):
         return (self,)
 
 
-class _Ref(weakref.ref):
-    """The intern table's weak reference to a node; knows the entry it belongs to."""
-
-    __slots__ = ("ident",)
-
-
-def _drop(ref: _Ref) -> None:
-    # a node died: remove its entry unless another node has taken the slot meanwhile
-    ident = ref.ident
-    if _intern.get(ident) is ref:
-        try:
-            del _intern[ident]
-        except KeyError:  # pragma: no cover - removed by a racing thread
-            pass
-
-
-_intern: dict = {}  # (struct, id of each input) -> _Ref to the live node
+_recent: dict = {}  # (struct, id of each input) -> weak reference to the node made from them
+RECENT_CAP = 1 << 16
 COUNT_CAP = 1 << 30
+
+
+def forget_recent() -> None:
+    """Let common-subexpression sharing start afresh (at an evaluation: the pending graph
+    was cut, and the nodes it held need not stay alive for sharing)."""
+    _recent.clear()
+
 
 _N_IOTA = 64
 _IOTA = [tuple(range(n)) for n in range(_N_IOTA)]
@@ -242,7 +236,9 @@ def _merge(inputs) -> tuple[list, tuple]:
 def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: tuple,
               device: Device, weak: bool = False) -> Node:
     """Create (or find the live equal) node. ``inputs`` must be on ``device``."""
-    ptoken = repr(params) if params else ""
+    # params go into the structure as they are (tuples of ints, strings, subgraphs compare
+    # by value); a constant's value by repr, so 0.0 and -0.0 stay distinct structures
+    ptoken = params if prim != "const" else repr(params)
     n_in = len(inputs)
     if n_in == 2:  # the common cases, spelled out: this is every eager op's path
         a, b = inputs
@@ -288,7 +284,7 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
     if struct is None:
         struct = _struct(parts)
     ident = (struct, *ident_tail)
-    ref = _intern.get(ident)
+    ref = _recent.get(ident)
     if ref is not None:
         node = ref()
         if node is not None:
@@ -301,9 +297,11 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
     count += n_in
     node.leaves, node.count = leaves, count if count < COUNT_CAP else COUNT_CAP
     node.buffer = node.sig = None
-    ref = _Ref(node, _drop)
-    ref.ident = ident
-    _intern[ident] = ref
+    if len(_recent) >= RECENT_CAP:
+        _recent.clear()
+    # weakly: sharing must not keep a dropped graph (and its buffers) alive. While the node
+    # lives it holds its inputs, so the ids in ``ident`` cannot be reused by other objects
+    _recent[ident] = weakref.ref(node)
     return node
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from . import lanes, scalar
+from . import interrupt, lanes, scalar
 from .intrinsics import intrinsic
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
@@ -62,7 +62,45 @@ class KernelEmitter:
         b.position_at_end(exit_bb)
 
     def nest(self, extents: tuple, body, first_range=None) -> None:
-        """Loops over ``extents`` (the first over ``first_range`` if given), innermost last."""
+        """Loops over ``extents`` (the first over ``first_range`` if given), innermost last.
+
+        The worker's range (``first_range``) is walked in chunks of about
+        :data:`interrupt.CHUNK_WORK` elements, checking the abort flag before each: a
+        Ctrl-C stops a long launch within a chunk (see :mod:`qtrace.kernels.interrupt`).
+        """
+        if first_range is not None:
+            work = 1
+            for d in tuple(extents[1:]) + tuple(self.t.inner):
+                work *= max(d, 1)
+            chunk = max(1, interrupt.CHUNK_WORK // work)
+            if chunk < extents[0]:
+                self.chunked(first_range, chunk, lambda lo, hi: self._nest(extents, body, (lo, hi)))
+                return
+        self._nest(extents, body, first_range)
+
+    def chunked(self, first_range, chunk: int, emit) -> None:
+        """``emit(lo, hi)`` for consecutive chunks of ``first_range``, stopping when aborted."""
+        b = self.b
+        start, end = first_range
+        pre = b.block
+        head = self.fn.append_basic_block("chunk")
+        run = self.fn.append_basic_block("chunk_run")
+        done = self.fn.append_basic_block("chunk_done")
+        b.branch(head)
+        b.position_at_end(head)
+        lo = b.phi(I64)
+        lo.add_incoming(start, pre)
+        go = b.and_(b.icmp_signed("<", lo, end), b.not_(interrupt.aborted(b)))
+        b.cbranch(go, run, done)
+        b.position_at_end(run)
+        hi = b.add(lo, ir.Constant(I64, chunk))
+        hi = b.select(b.icmp_signed("<", hi, end), hi, end)
+        emit(lo, hi)
+        lo.add_incoming(hi, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def _nest(self, extents: tuple, body, first_range=None) -> None:
         def level(k):
             if k == len(extents):
                 body()

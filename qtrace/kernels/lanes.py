@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from . import scalar
+from . import interrupt, scalar
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 
@@ -175,7 +175,7 @@ def emit_blocked(em) -> None:
     b.position_at_end(head)
     base = b.phi(I64)
     base.add_incoming(em.start, pre)
-    b.cbranch(b.icmp_signed("<", base, em.end), body_bb, done)
+    b.cbranch(b.and_(b.icmp_signed("<", base, em.end), b.not_(interrupt.aborted(b))), body_bb, done)
     b.position_at_end(body_bb)
     block(base)
     base.add_incoming(b.add(base, step), b.block)

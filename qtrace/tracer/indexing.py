@@ -17,6 +17,7 @@ import operator
 import numpy as np
 
 from ..errors import TracerError
+from ..graph import origins
 from ..graph.node import Node
 from ..graph.primitives import broadcast_shapes
 from . import dtypes, views
@@ -27,6 +28,7 @@ from .shape_ops import as_tensor, broadcast_to, reshape
 from .tensor import Tensor
 
 SCATTER_MODES = ("set", "add", "multiply", "min", "max")
+_SCALARS = frozenset((int, float, bool))
 
 
 def _is_bool_array(k) -> bool:
@@ -186,6 +188,34 @@ def basic_key(shape: tuple, key):
     if type(key) is not tuple:
         key = (key,)
     n = len(shape)
+    if len(key) == n:  # the common case: one slice or integer per axis
+        starts, steps, counts, out = [], [], [], []
+        for k, size in zip(key, shape):
+            tk = type(k)
+            if tk is slice:
+                start, stop, step = k.indices(size)
+                if step > 0:
+                    count = (stop - start + step - 1) // step if stop > start else 0
+                else:
+                    count = (start - stop - step - 1) // -step if start > stop else 0
+                starts.append(start if count else 0)
+                steps.append(step)
+                counts.append(count)
+                out.append(count)
+            elif tk is int and -size <= k < size:
+                starts.append(k % size)
+                steps.append(1)
+                counts.append(1)
+            else:
+                break
+        else:
+            counts = tuple(counts)
+            return tuple(starts), tuple(steps), counts, counts if len(out) == n else tuple(out)
+    return _general_basic_key(shape, key)
+
+
+def _general_basic_key(shape: tuple, key: tuple):
+    n = len(shape)
     consumed, ellipsis = 0, False
     for k in key:
         tk = type(k)
@@ -281,7 +311,7 @@ def getitem(x, key) -> Tensor:
         return view
     shape, coords = adv
     nodes = (t._node,) + tuple(c._node for c in coords)
-    return wrap(record("gather", nodes, (), shape, t.dtype, weak=t._node.weak))
+    return wrap(origins.remember(record("gather", nodes, (), shape, t.dtype, weak=t._node.weak)))
 
 
 def scatter(x, key, values, mode: str) -> Tensor:
@@ -302,7 +332,7 @@ def scatter(x, key, values, mode: str) -> Tensor:
     if t.ndim == 0:
         return wrap(v_t._node) if mode == "set" else _scalar_update(t, v_t, mode)
     nodes = (t._node, v_t._node) + tuple(c._node for c in coords)
-    return wrap(record("scatter", nodes, (mode,), t.shape, t.dtype, weak=t._node.weak))
+    return wrap(origins.remember(record("scatter", nodes, (mode,), t.shape, t.dtype, weak=t._node.weak)))
 
 
 def _scalar_update(t: Tensor, v: Tensor, mode: str) -> Tensor:
@@ -388,6 +418,9 @@ def setitem(x: Tensor, key, value) -> None:
 def assigned_values(x: Tensor, value, shape: tuple, op: str) -> Node:
     """``value`` converted to ``x``'s dtype (NumPy's assignment casting) and broadcast to
     ``shape`` (leading axes of length 1 in ``value`` may go, as in NumPy)."""
+    if type(value) in _SCALARS:  # the common case: a Python number
+        return views.broadcast_node(const_node(dtypes.assignable(value, x.dtype, op), x.dtype,
+                                               x._node.device), shape)
     v = operand(value, op)
     if v.node is None:
         node = const_node(dtypes.assignable(v.value, x.dtype, op), x.dtype, x.device)

@@ -17,9 +17,9 @@ place in the loop each time: the first automatic cut learns an *anchor* — amon
 source locations recording operations over the next stretch of the program, the one in
 the outermost function that occurs least often (a statement of the outermost loop) —
 and later cuts happen when the anchor records again. The pending graphs between cuts
-are then identical pass after pass (one plan, compiled once, replayed). A program with
-no such location is cut after four times the limit. ``qt.explain_pending()`` reports
-the policy's state.
+are then identical pass after pass (one plan, compiled once, replayed). Where the anchor
+is not recorded for four times the limit (another part of the program runs), the policy
+cuts there and learns a new anchor. ``qt.pending_info()`` reports the policy's state.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import weakref
 
 from ..config import config
 from ..graph import evaluate as graph_evaluate
-from ..graph.node import result_leaf
+from ..graph.node import forget_recent, result_leaf
 from ..stats import bump
 from . import tensor
 from .context import concrete_error, is_abstract, state
@@ -71,8 +71,8 @@ def _site(skip: int = 3):
     site = []
     depth = 0
     while f is not None:
-        if len(site) < 3:
-            site.append((f.f_code, f.f_lasti))
+        if len(site) < 2:  # the statement and the call that reached it (not the whole stack:
+            site.append((f.f_code, f.f_lasti))  # the same loop, run from elsewhere, must match)
         depth += 1
         f = f.f_back
     return tuple(site), depth
@@ -86,9 +86,13 @@ def _consider_cut(s, owner) -> None:
     limit = config.max_pending_nodes
     if policy.phase == ANCHORED:
         prim, shape, site = policy.anchor
-        if (node.prim == prim and node.shape == shape and _site()[0] == site) or s.count >= 4 * limit:
+        if node.prim == prim and node.shape == shape and _site()[0] == site:
+            _cut(policy)
+        elif s.count >= 4 * limit:  # the anchor is not recorded here: learn another
+            policy.phase = LEARN
             _cut(policy)
         return
+    policy.phase = LEARN
     site, depth = _site()
     entry = policy.seen.get(site)
     if entry is None:
@@ -119,6 +123,7 @@ def flush(requested: tuple) -> list:
     """
     s = state()
     refs, s.pending, s.count = s.pending, [], 0
+    forget_recent()
     nodes: list = []
     owners: dict = {}   # id(node) -> [owners]
 

@@ -29,7 +29,7 @@ import weakref
 
 import numpy as np
 
-from ..graph.node import Node, c_strides
+from ..graph.node import Node, c_strides, make_node
 from .context import record
 from .tensor import Tensor
 
@@ -60,7 +60,7 @@ def reshape_node(n: Node, shape: tuple) -> Node:
         n = n.inputs[0]
         if n.shape == shape:
             return n
-    return record("reshape", (n,), (shape,), shape, n.dtype, weak=n.weak)
+    return make_node("reshape", (shape,), shape, n.dtype, (n,), n.device, n.weak)
 
 
 def transpose_node(n: Node, perm: tuple) -> Node:
@@ -79,7 +79,7 @@ def broadcast_node(n: Node, shape: tuple) -> Node:
     """The graph node of ``n`` broadcast (NumPy rules, already checked) to ``shape``."""
     if shape == n.shape:
         return n
-    return record("broadcast", (n,), (shape,), shape, n.dtype, weak=n.weak)
+    return make_node("broadcast", (shape,), shape, n.dtype, (n,), n.device, n.weak)
 
 
 def slice_node(n: Node, starts: tuple, steps: tuple, shape: tuple) -> Node:
@@ -92,15 +92,18 @@ def slice_node(n: Node, starts: tuple, steps: tuple, shape: tuple) -> Node:
         starts = tuple(a + b * c for a, b, c in zip(s0, starts, st0))
         steps = tuple(b * c for b, c in zip(steps, st0))
         n = n.inputs[0]
-    return record("slice", (n,), (starts, steps), shape, n.dtype, weak=n.weak)
+    return make_node("slice", (starts, steps), shape, n.dtype, (n,), n.device, n.weak)
 
 
 def update_node(parent: Node, new: Node, starts: tuple, steps: tuple) -> Node:
     """``parent`` with the strided region ``starts + k*steps`` (``new``'s shape) replaced by ``new``."""
     if new.shape == parent.shape and not any(starts) and all(s == 1 for s in steps):
         return new
-    return record("slice_update", (parent, new), (starts, steps), parent.shape, parent.dtype,
-                  weak=parent.weak)
+    if parent.prim == "slice_update" and parent.params == (starts, steps) \
+            and parent.inputs[1].shape == new.shape:
+        parent = parent.inputs[0]  # the same region written again: the first write is gone
+    return make_node("slice_update", (starts, steps), parent.shape, parent.dtype, (parent, new),
+                     parent.device, parent.weak)
 
 
 def apply_step(n: Node, step: tuple) -> Node:
@@ -206,7 +209,11 @@ def view_chain(t: Tensor, chain: tuple) -> Tensor:
         t._view = (st, steps)
     else:
         st, steps = v
-    node = derive(t._node, chain)
+    if len(chain) == 1 and chain[0][0] == "slice":  # the common case, without the layers
+        _, starts, steps_, shape = chain[0]
+        node = slice_node(t._node, starts, steps_, shape)
+    else:
+        node = derive(t._node, chain)
     if st.node.prim == "input":
         out = Tensor.__new__(Tensor)  # a view of evaluated memory: no pending work to note
         out._node = node

@@ -29,10 +29,10 @@ def _values(fn, *args):
 
 
 def _launches(fn, *args):
-    """``(values, kernel launches)`` of one evaluation of ``fn(*args)``."""
+    """``(values, tasks run)`` of one evaluation of ``fn(*args)`` (kernels, however launched)."""
     qt.reset_stats()
     values = _values(fn, *args)
-    return values, qt.stats()["kernel_launches"]
+    return values, qt.stats()["tasks_run"]
 
 
 def _check(fn, ref, arrays, *, exact=True, rtol=1e-12):

@@ -74,7 +74,9 @@ Cost: qtrace compiles each new kernel through LLVM (tens of milliseconds; kernel
 specialised on shapes and offsets, so random programs rarely share them), which makes
 a random program cost about 0.1-0.4 s: the default 300 programs per configuration take
 minutes. ``QTRACE_VIEW_SEEDS=40`` runs the whole file in about a minute;
-``QTRACE_VIEW_HYPOTHESIS`` sets the Hypothesis examples (default 20).
+``QTRACE_VIEW_HYPOTHESIS`` sets the Hypothesis examples (default 20) and
+``QTRACE_VIEW_HYPOTHESIS_SHRINK=1`` lets Hypothesis shrink a failure (slow: every
+candidate program compiles its kernels).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import qtrace as qt
@@ -913,9 +915,14 @@ def test_random_program(mode, index, fusion, rng):
         pytest.fail(report, pytrace=False)
 
 
+# shrinking recompiles every candidate program (minutes for one failure): only on request
+_PHASES = tuple(Phase) if os.environ.get("QTRACE_VIEW_HYPOTHESIS_SHRINK") else (
+    Phase.explicit, Phase.reuse, Phase.generate)
+
+
 @settings(max_examples=int(os.environ.get("QTRACE_VIEW_HYPOTHESIS") or 20), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                 HealthCheck.data_too_large])
+          phases=_PHASES, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.data_too_large])
 @given(data=st.data(), mode=st.sampled_from(MODES))
 def test_random_program_hypothesis(data, mode, fusion):
     data_seed = data.draw(st.integers(0, 2**31 - 1))
