@@ -73,11 +73,16 @@ class Config:
 
     def codegen_options(self) -> tuple:
         """The settings that change generated code; part of every kernel cache key."""
-        return (("fusion", self.fusion), ("check_bounds", self.check_bounds))
+        options = _options.get((self.fusion, self.check_bounds))
+        if options is None:
+            options = _options[(self.fusion, self.check_bounds)] = (
+                ("fusion", self.fusion), ("check_bounds", self.check_bounds))
+        return options
 
     def __repr__(self) -> str:
         items = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"qt.config({items})"
 
 
+_options: dict = {}  # (fusion, check_bounds) -> the options tuple (built once)
 config = Config()

@@ -61,6 +61,16 @@ def bump(name: str, n: int = 1) -> None:
     counts[name] += n
 
 
+def bump_many(pairs: tuple) -> None:
+    """``bump(name, n)`` for each ``(name, n)`` of ``pairs`` (one lookup of this thread's table)."""
+    try:
+        counts = _local.counts
+    except AttributeError:
+        counts = _register()
+    for name, n in pairs:
+        counts[name] += n
+
+
 def _sums() -> dict[str, int]:
     total = dict(_retired)
     for _, counts in _tables:

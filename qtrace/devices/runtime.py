@@ -20,12 +20,15 @@ from ..graph import origins
 from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
 from ..kernels import codegen, llvm_cpu, sequence
-from ..stats import bump
+from ..stats import bump, bump_many
 from . import adstack, cpu
 
 _lock = threading.RLock()
 _plans: dict = {}
 _kernels: dict = {}
+
+
+_ONE_LAUNCH = (("kernel_launches", 1), ("tasks_run", 1))
 
 
 class Plan:
@@ -104,8 +107,7 @@ class Plan:
                 bufs[s] = empty(shape, dtype) if small else cpu.aligned_empty(shape, dtype)
             pointer = cpu.pointer
             fn(0, extent, pack(*[pointer(bufs[s]) for s in slots]), None, None)
-            bump("kernel_launches")
-            bump("tasks_run")
+            bump_many(_ONE_LAUNCH)
             return [bufs[s] for s in outs]
         bufs = list(leaf_buffers)
         bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
@@ -162,8 +164,7 @@ class Plan:
                 bufs[s] = None
                 spare.setdefault((buf.shape, buf.dtype), []).append(buf)
         if self.n_launches:
-            bump("kernel_launches", self.n_launches)
-            bump("tasks_run", self.n_tasks)
+            bump_many((("kernel_launches", self.n_launches), ("tasks_run", self.n_tasks)))
         if status is not None and status[::2].any():
             row = int(np.flatnonzero(status[::2])[0])
             self._raise(row, int(status[2 * row]) - 1, int(status[2 * row + 1]))

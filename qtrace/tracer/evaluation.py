@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..graph import evaluate as graph_evaluate
 from ..graph.device import CPU, Device
 from . import pending
+from ..errors import TracerError
 from .context import ad_level, concrete_error, is_abstract
 from .tensor import Tensor
 
@@ -30,10 +31,10 @@ def eval(*tensors) -> None:  # noqa: A001 - the SPEC's name
         if nodes:
             graph_evaluate.evaluate(nodes)
         return
-    for t in tensors:
-        if is_abstract(t._node):
-            raise concrete_error("qt.eval")
-    pending.flush(tensors)
+    try:
+        pending.flush(tensors)
+    except TracerError:
+        raise concrete_error("qt.eval") from None
 
 
 def sync() -> None:

@@ -13,13 +13,14 @@ naming the operation at evaluation (``qt.config.check_bounds = False`` skips the
 from __future__ import annotations
 
 import operator
+import weakref
 
 import numpy as np
 
 from ..errors import TracerError
 from ..graph import origins
 from ..graph.node import Node
-from ..graph.primitives import broadcast_shapes
+from ..graph.primitives import PRIMITIVES, broadcast_shapes
 from . import dtypes, views
 from .context import record, tracing
 from .convert import cast, const_node, input_node, operand, wrap
@@ -275,6 +276,10 @@ def _general_basic_key(shape: tuple, key: tuple):
     return tuple(starts), tuple(steps), tuple(counts), tuple(out)
 
 
+def _integers_only(key) -> bool:
+    return all(k is not Ellipsis and k is not None for k in (key if type(key) is tuple else (key,)))
+
+
 def _basic_steps(shape: tuple, plan) -> tuple:
     """The view steps of a basic index (see :mod:`qtrace.tracer.views`)."""
     starts, steps, counts, out = plan
@@ -305,13 +310,84 @@ def getitem(x, key) -> Tensor:
     except IndexError as err:
         raise IndexError(f"qt.Tensor.__getitem__: {err}") from None
     if plan is not None:
+        if not plan[3] and t.ndim and _integers_only(key):  # x[1, 2]: NumPy gives a scalar (a copy)
+            return wrap(views.reshape_node(views.slice_node(t._node, plan[0], plan[1], plan[2]), ()))
         return views.view_chain(t, _basic_steps(t.shape, plan))
+    selected = _selection_of_selection(t, key)
+    if selected is not None:
+        return selected
     view, adv = _plan(t, key, "qt.Tensor.__getitem__")
     if view is not None:
         return view
     shape, coords = adv
     nodes = (t._node,) + tuple(c._node for c in coords)
-    return wrap(origins.remember(record("gather", nodes, (), shape, t.dtype, weak=t._node.weak)))
+    out = wrap(origins.remember(record("gather", nodes, (), shape, t.dtype, weak=t._node.weak)))
+    mask = _leading_mask_key(t, key)
+    if mask is not None:
+        _selections[out._node] = (t._node, mask)
+    return out
+
+
+# Selections ``x[mask]`` (a mask over leading axes), remembered so that ``y[mask] = f(x[mask])``
+# writes ``where(mask, f(x), y)``: no gather, no per-element rank, no shape that depends on
+# the number of True elements (node of the selection -> (node of x, the mask's values)).
+_selections: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _leading_mask_key(t: Tensor, key):
+    """The mask's values (NumPy) when ``key`` is one boolean mask over leading axes of ``t``,
+    followed by nothing or full slices; else None."""
+    parts = key if type(key) is tuple else (key,)
+    if not parts or not _is_bool_array(parts[0]) or isinstance(parts[0], (bool, np.bool_)):
+        return None
+    if any(not (isinstance(k, slice) and k == slice(None)) for k in parts[1:]):
+        return None
+    m = parts[0]
+    arr = m.numpy() if isinstance(m, Tensor) else np.asarray(m, dtype=bool)
+    return arr if arr.ndim and arr.shape == t.shape[:arr.ndim] else None
+
+
+def _selection_of_selection(t: Tensor, key):
+    """``x[mask][:, k...]``: the same selection of ``x[..., k...]`` (stays a selection)."""
+    tag = _selections.get(t._node)
+    parts = key if type(key) is tuple else (key,)
+    if tag is None or not parts or not (isinstance(parts[0], slice) and parts[0] == slice(None)):
+        return None
+    src, mask = tag
+    if any(_is_bool_array(k) for k in parts[1:]):
+        return None
+    full = getitem(wrap(src), (slice(None),) * mask.ndim + tuple(parts[1:]))
+    return getitem(full, mask)
+
+
+def _unselect(rows: Node, mask: np.ndarray):
+    """``rows`` (a function of selections ``x[mask]``) computed on the whole of each ``x``:
+    the node whose elements where ``mask`` is True are ``rows``'s, in order; None if
+    ``rows`` is not elementwise in selections by this very mask."""
+    memo: dict = {}
+
+    def full(n: Node):
+        got = memo.get(id(n))
+        if got is not None:
+            return got
+        tag = _selections.get(n)
+        if tag is not None:
+            src, m = tag
+            out = src if (m is mask or np.array_equal(m, mask)) else None
+        elif n.ndim == 0:
+            out = n
+        elif PRIMITIVES[n.prim].kind == "elementwise":
+            inputs = [full(i) for i in n.inputs]
+            if any(i is None for i in inputs):
+                return None
+            shape = broadcast_shapes(f"qt.{n.prim}", *(i.shape for i in inputs))
+            out = record(n.prim, tuple(inputs), n.params, shape, n.dtype, weak=n.weak)
+        else:
+            out = None
+        memo[id(n)] = out
+        return out
+
+    return full(rows)
 
 
 def scatter(x, key, values, mode: str) -> Tensor:
@@ -478,10 +554,22 @@ def _masked_update(x: Tensor, mask: Tensor, value, op: str) -> Node:
     vshape = () if v.node is None else v.node.shape
     per_true = len(vshape) > len(trail) and (len(vshape) - len(trail) > 1 or vshape[0] != 1)
     if per_true:
-        new = _by_rank(x, mask, cast(v.node, x.dtype, weak=False), op)
+        rows = cast(v.node, x.dtype, weak=False)
+        whole = _unselect(rows, _mask_values(mask)) if _selections else None
+        if whole is not None and whole.shape == x.shape:
+            new = whole
+        else:
+            new = _by_rank(x, mask, rows, op)
     else:
         new = assigned_values(x, value, x.shape, op)
     return record("select", (m, new, x._node), (), x.shape, x.dtype, weak=x._node.weak)
+
+
+def _mask_values(mask: Tensor) -> np.ndarray:
+    if tracing():
+        raise TracerError("qt.Tensor.__setitem__: assigning one value per True element of a mask "
+                          "inside qt.jit needs the number of True elements; use qt.where(mask, values, x)")
+    return mask.numpy()
 
 
 def _by_rank(x: Tensor, mask: Tensor, rows: Node, op: str) -> Node:
@@ -494,6 +582,8 @@ def _by_rank(x: Tensor, mask: Tensor, rows: Node, op: str) -> Node:
     if rows.shape[0] != count:
         raise ValueError(f"{op}: NumPy boolean array indexing assignment cannot assign {rows.shape[0]} "
                          f"input values to the {count} output values where the mask is true")
+    if count == 0:  # nothing is selected: nothing is written
+        return x._node
     ranks = record("cumsum", (cast(flat, dtypes.int64, weak=False),), (0,), (mask.size,), dtypes.int64)
     rank = apply("maximum", apply("subtract", wrap(ranks), 1), 0)
     picked = getitem(wrap(rows), wrap(views.reshape_node(rank._node, mask.shape)))

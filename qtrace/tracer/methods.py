@@ -28,14 +28,14 @@ _BINARY = {
 }
 
 
-def _inplace(name: str, fn=None):
+def _inplace(name: str, dunder: str, fn=None):
     """``x op= y``: NumPy's ``op(x, y, out=x)`` — the result is written into ``x`` (and so seen
     by every view of its memory), keeping ``x``'s shape and dtype."""
     compute = fn or (lambda x, y: ew.apply2(name, x, y))
 
     def op(self, other):
         r = compute(self, other)
-        where = f"qt.Tensor.__i{name}__" if fn is None else "qt.Tensor.__imatmul__"
+        where = f"qt.Tensor.__i{dunder}__"
         if r.shape != self.shape:
             raise ValueError(f"{where}: non-broadcastable output operand with shape {self.shape} "
                              f"doesn't match the broadcast shape {r.shape}")
@@ -47,17 +47,33 @@ def _inplace(name: str, fn=None):
     return op
 
 
+_FAST_POWERS = {2: "square", 0.5: "sqrt", -1: "reciprocal", 1: "positive"}
+
+
+def _pow(self, other):
+    """``x ** p``: NumPy's fast scalar powers (``x ** 2`` is ``square(x)``, ``0.5`` ``sqrt``,
+    ``-1`` ``reciprocal``, ``1`` a copy: exactly what NumPy computes for ``ndarray ** p``)."""
+    if type(other) in (int, float) and type(self) is Tensor:
+        fast = _FAST_POWERS.get(other)
+        kind = self.dtype.kind
+        if fast is not None and (kind == "f" or (kind in "iu" and fast == "square" and type(other) is int)):
+            return ew.apply1(fast, self)
+    return ew.apply2("power", self, other)
+
+
 for _dunder, _prim in _BINARY.items():
     setattr(Tensor, f"__{_dunder}__", _binary(_prim))
     setattr(Tensor, f"__r{_dunder}__", _binary(_prim, reflected=True))
-    setattr(Tensor, f"__i{_dunder}__", _inplace(_prim))
+    setattr(Tensor, f"__i{_dunder}__", _inplace(_prim, _dunder))
 
 for _dunder, _prim in {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
                        "gt": "greater", "ge": "greater_equal"}.items():
     setattr(Tensor, f"__{_dunder}__", _binary(_prim))
 
+Tensor.__pow__ = _pow
+Tensor.__ipow__ = _inplace("power", "pow", _pow)
 Tensor.__matmul__ = lambda self, other: linalg.matmul(self, other)
-Tensor.__imatmul__ = _inplace("matmul", linalg.matmul)
+Tensor.__imatmul__ = _inplace("matmul", "matmul", linalg.matmul)
 Tensor.__rmatmul__ = lambda self, other: linalg.matmul(other, self)
 Tensor.__neg__ = lambda self: ew.apply1("negative", self)
 Tensor.__pos__ = lambda self: ew.apply1("positive", self)

@@ -32,7 +32,7 @@ from ..graph import evaluate as graph_evaluate
 from ..graph.node import forget_recent, result_leaf
 from ..stats import bump
 from . import tensor
-from .context import concrete_error, is_abstract, state
+from .context import concrete_error, state
 from .views import Storage, array_view, set_base
 
 LEARN = 1   # cut-policy phases (ThreadState.cut)
@@ -126,34 +126,12 @@ def flush(requested: tuple) -> list:
     forget_recent()
     nodes: list = []
     owners: dict = {}   # id(node) -> [owners]
-
-    def add(owner, required: bool) -> None:
-        if type(owner) is not Storage and owner._view is not None:
-            st = owner._view[0]
-            if st.node.prim != "input":
-                owner = st  # a view of a pending base: the base is evaluated
-            elif array_view(owner) is not None:
-                return  # a view of evaluated memory: nothing to compute
-        node = owner.node if type(owner) is Storage else owner._node
-        if node.prim == "input" or (node.prim == "const" and not required):
-            return
-        if is_abstract(node):
-            if required:
-                raise concrete_error("qt.Tensor value")
-            return
-        mine = owners.get(id(node))
-        if mine is None:
-            owners[id(node)] = [owner]
-            nodes.append(node)
-        elif not any(o is owner for o in mine):
-            mine.append(owner)
-
     for t in requested:
-        add(t, True)
+        _add(t, True, nodes, owners)
     for r in refs:
         o = r()
         if o is not None:
-            add(o, False)
+            _add(o, False, nodes, owners)
     if nodes:
         bump("evaluations")
         buffers = graph_evaluate.evaluate(tuple(nodes))
@@ -176,6 +154,35 @@ def flush(requested: tuple) -> list:
             return flush(requested)
         out.append(arr)
     return out
+
+
+def _add(owner, required: bool, nodes: list, owners: dict) -> None:
+    """Collect the pending value ``owner`` (a tensor or storage) holds into ``nodes``."""
+    if type(owner) is not Storage:
+        v = owner._view
+        if v is not None:
+            st = v[0]
+            if st.node.prim != "input":
+                owner = st  # a view of a pending base: the base is evaluated
+            elif array_view(owner) is not None:
+                return  # a view of evaluated memory: nothing to compute
+        node = owner._node if type(owner) is not Storage else owner.node
+    else:
+        node = owner.node
+    prim = node.prim
+    if prim == "input" or (prim == "const" and not required):
+        return
+    for leaf in node.leaves:
+        if leaf.buffer is None:  # a value of a function being traced
+            if required:
+                raise concrete_error("qt.Tensor value")
+            return
+    mine = owners.get(id(node))
+    if mine is None:
+        owners[id(node)] = [owner]
+        nodes.append(node)
+    elif not any(o is owner for o in mine):
+        mine.append(owner)
 
 
 def reset() -> None:

@@ -90,8 +90,12 @@ def resolve_shape(shape: tuple, size: int, op: str) -> tuple:
 
 
 def ravel(x) -> Tensor:
-    """``numpy.ravel``: the elements as a 1-D tensor (C order; a view where NumPy makes one)."""
-    return reshape(x, -1)
+    """``numpy.ravel``: the elements as a 1-D tensor, C order: a view of a C-contiguous
+    array, a copy otherwise (``reshape(-1)`` views more often, as in NumPy)."""
+    t = as_tensor(x, "ravel")
+    if not views.is_c_contiguous(t):
+        return wrap(reshape_node(t._node, (t.size,)))
+    return reshape(t, -1)
 
 
 def flatten(x) -> Tensor:

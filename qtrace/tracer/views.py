@@ -99,6 +99,8 @@ def update_node(parent: Node, new: Node, starts: tuple, steps: tuple) -> Node:
     """``parent`` with the strided region ``starts + k*steps`` (``new``'s shape) replaced by ``new``."""
     if new.shape == parent.shape and not any(starts) and all(s == 1 for s in steps):
         return new
+    if 0 in new.shape:  # an empty region: nothing is written
+        return parent
     if parent.prim == "slice_update" and parent.params == (starts, steps) \
             and parent.inputs[1].shape == new.shape:
         parent = parent.inputs[0]  # the same region written again: the first write is gone
@@ -283,6 +285,17 @@ def _reshaped_strides(shape: tuple, strides: tuple, new: tuple):
     for k in range(ni, len(new)):  # trailing size-1 axes
         out[k] = last
     return tuple(out)
+
+
+def is_c_contiguous(t: Tensor) -> bool:
+    """Whether ``t``'s elements lie in its memory in C order with no gaps (as NumPy's flag;
+    a tensor with no views is its own C-contiguous memory)."""
+    v = t._view
+    if v is None or not v[1]:
+        return True
+    strides = strides_of(v[0].node.shape, v[1])
+    want = c_strides(t.shape)
+    return all(s == w for s, w, d in zip(strides, want, t.shape) if d != 1)
 
 
 def is_read_only(t: Tensor) -> bool:

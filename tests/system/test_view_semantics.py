@@ -35,7 +35,7 @@ Structure of this file
   ``_Generator._write``): every NumPy value checked here is also the value of the same
   program with each right-hand side copied first.
 
-  Modes (each with fusion on and off, ``QTRACE_VIEW_SEEDS`` programs each, default 300):
+  Modes (each with fusion on and off, ``QTRACE_VIEW_SEEDS`` programs each, default 120):
 
   - ``eager``: the program as written, no evaluation until the final comparison (one
     ``qt.eval`` of every name);
@@ -72,8 +72,9 @@ PROGRAM_SEED [DATA_SEED] [--unfused] [--shrink]`` runs it on both and prints the
 
 Cost: qtrace compiles each new kernel through LLVM (tens of milliseconds; kernels are
 specialised on shapes and offsets, so random programs rarely share them), which makes
-a random program cost about 0.1-0.4 s: the default 300 programs per configuration take
-minutes. ``QTRACE_VIEW_SEEDS=40`` runs the whole file in about a minute;
+a random program cost about 0.1-0.4 s: with the default 300 programs per configuration
+the file takes about 5 minutes on the 2-core machine, with ``QTRACE_VIEW_SEEDS=40`` about
+75 s (measured 2026-11-23 at ec42976);
 ``QTRACE_VIEW_HYPOTHESIS`` sets the Hypothesis examples (default 20) and
 ``QTRACE_VIEW_HYPOTHESIS_SHRINK=1`` lets Hypothesis shrink a failure (slow: every
 candidate program compiles its kernels).
@@ -97,7 +98,7 @@ from hypothesis import strategies as st
 
 import qtrace as qt
 
-N_SEEDS = int(os.environ.get("QTRACE_VIEW_SEEDS") or 300)
+N_SEEDS = int(os.environ.get("QTRACE_VIEW_SEEDS") or 120)
 MODES = ("eager", "eval", "jit")
 RTOL = ATOL = 1e-9
 
