@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import TracerError
 from ..graph import evaluate as graph_evaluate
 from ..graph.device import CPU, Device
 from . import pending
-from ..errors import TracerError
 from .context import ad_level, concrete_error, is_abstract
 from .tensor import Tensor
 

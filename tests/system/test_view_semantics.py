@@ -72,9 +72,8 @@ PROGRAM_SEED [DATA_SEED] [--unfused] [--shrink]`` runs it on both and prints the
 
 Cost: qtrace compiles each new kernel through LLVM (tens of milliseconds; kernels are
 specialised on shapes and offsets, so random programs rarely share them), which makes
-a random program cost about 0.1-0.4 s: with the default 300 programs per configuration
-the file takes about 5 minutes on the 2-core machine, with ``QTRACE_VIEW_SEEDS=40`` about
-75 s (measured 2026-11-23 at ec42976);
+a random program cost about 0.1-0.4 s: with 300 programs per configuration the file
+takes about 5 minutes on the 2-core machine, with the default 120 about 2 minutes;
 ``QTRACE_VIEW_HYPOTHESIS`` sets the Hypothesis examples (default 20) and
 ``QTRACE_VIEW_HYPOTHESIS_SHRINK=1`` lets Hypothesis shrink a failure (slow: every
 candidate program compiles its kernels).
