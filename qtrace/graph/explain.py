@@ -40,9 +40,13 @@ class TaskReport:
 class Explanation:
     """What ``qt.explain`` returns: prints as text, renders as a diagram in Jupyter."""
 
-    def __init__(self, spec: PlanSpec):
+    def __init__(self, spec: PlanSpec | None, pending: dict | None = None):
         self.spec = spec
+        self.pending = pending  # the eager evaluation policy's state (qt.explain() of pending work)
         self.tasks: list[TaskReport] = []
+        self.decisions, self.horizontal = [], []
+        if spec is None:
+            return
         for i, step in enumerate(spec.steps):
             if step.task is None:
                 n = step.node
@@ -73,8 +77,17 @@ class Explanation:
         return out
 
     def __str__(self) -> str:
-        lines = [f"qtrace plan {self.spec.key[:16]}: {len(self.tasks)} task(s), "
-                 f"{self.spec.tasks_fused} fusion(s)"]
+        lines = []
+        if self.pending is not None:
+            p = self.pending
+            lines.append(f"pending on this thread: {p['pending_ops']} operations recorded since the last "
+                         f"evaluation, {p['live_pending']} live values to compute; automatic evaluation "
+                         f"after {p['limit']} operations at the loop anchor "
+                         f"({p['anchor'] or 'not learned yet'}); {p['automatic_cuts']} automatic so far")
+            if self.spec is None:
+                return "\n".join(lines + ["nothing to evaluate"])
+        lines.append(f"qtrace plan {self.spec.key[:16]}: {len(self.tasks)} task(s), "
+                     f"{self.spec.tasks_fused} fusion(s)")
         for t in self.tasks:
             inner = f" x inner {list(t.inner)}" if t.inner else ""
             lines.append(f"  {t.name}: bounds {list(t.bounds)}{inner}, ~{t.bytes_moved:,} bytes")
@@ -95,7 +108,8 @@ class Explanation:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        return f"<div>{self.svg()}<pre>{html.escape(str(self))}</pre></div>"
+        drawing = self.svg() if self.spec is not None else ""
+        return f"<div>{drawing}<pre>{html.escape(str(self))}</pre></div>"
 
     def svg(self) -> str:
         """The partitioned graph as an SVG drawing."""
@@ -154,9 +168,10 @@ class Explanation:
         return "".join(parts)
 
 
-def explain_nodes(outputs: tuple, fusion: bool) -> Explanation:
+def explain_nodes(outputs: tuple, fusion: bool, pending: dict | None = None) -> Explanation:
     from .plan import build_plan
-    return Explanation(build_plan(tuple(outputs), fusion))
+    spec = build_plan(tuple(outputs), fusion) if outputs else None
+    return Explanation(spec, pending)
 
 
 __all__ = ["Explanation", "explain_nodes"]

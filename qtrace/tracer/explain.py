@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from ..config import config
 from ..graph.explain import Explanation, explain_nodes
+from . import pending
 from .jit import Jitted
 from .tensor import Tensor
 
 
-def explain(fn, *args, **kwargs) -> Explanation:
+def explain(fn=None, *args, **kwargs) -> Explanation:
     """A report of the plan ``fn(*args, **kwargs)`` compiles to.
+
+    Without arguments: the eager work pending on this thread — what the next evaluation
+    would compute, as a plan, and the automatic-evaluation policy's state (operations
+    pending, the loop anchor it cuts at; see the README's "Eager evaluation").
 
     Lists every range task (launch bounds, the operations fused into it, buffers read
     and written, estimated bytes moved, kernel cache key) and every fusion decision
@@ -22,6 +27,8 @@ def explain(fn, *args, **kwargs) -> Explanation:
         >>> report.n_kernels
         1
     """
+    if fn is None:
+        return explain_nodes(pending.pending_nodes(), config.fusion, pending.describe())
     jitted = fn if isinstance(fn, Jitted) else Jitted(fn)
     static, tree, descs = jitted.signature(args, kwargs)
     out_leaves, _, _, _ = jitted._trace_graph(static, tree, descs)

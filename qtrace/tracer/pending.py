@@ -19,7 +19,8 @@ the outermost function that occurs least often (a statement of the outermost loo
 and later cuts happen when the anchor records again. The pending graphs between cuts
 are then identical pass after pass (one plan, compiled once, replayed). Where the anchor
 is not recorded for four times the limit (another part of the program runs), the policy
-cuts there and learns a new anchor. ``qt.pending_info()`` reports the policy's state.
+cuts there and learns a new anchor. ``qt.explain()`` (no arguments) reports the policy's
+state and the plan the next evaluation would run.
 """
 
 from __future__ import annotations
@@ -183,6 +184,16 @@ def _add(owner, required: bool, nodes: list, owners: dict) -> None:
         nodes.append(node)
     elif not any(o is owner for o in mine):
         mine.append(owner)
+
+
+def pending_nodes() -> tuple:
+    """The values the next evaluation on this thread would compute (nothing is evaluated)."""
+    nodes: list = []
+    for r in state().pending:
+        o = r()
+        if o is not None:
+            _add(o, False, nodes, {})
+    return tuple(dict.fromkeys(nodes))
 
 
 def reset() -> None:

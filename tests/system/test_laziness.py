@@ -205,3 +205,14 @@ def test_eager_loop_hits_the_plan_cache(rng):
     assert s["compiles"] == 0
     assert s["cache_hits_memory"] >= 20
     assert s["traces"] == 0
+
+
+def test_explain_without_arguments_reports_pending_work(rng):
+    x = qt.asarray(rng.standard_normal(8))
+    y = qt.sin(x) * 2.0
+    report = qt.explain()
+    text = str(report)
+    assert "pending on this thread" in text and "loop anchor" in text
+    assert report.n_kernels == 1
+    qt.eval(y)
+    assert "nothing to evaluate" in str(qt.explain())

@@ -1,0 +1,90 @@
+"""Recording an operation costs the same whatever is pending (work counted, not timed).
+
+The work of one operation is the number of Python line and call events it executes
+(``sys.settrace``): deterministic, independent of the machine's speed and load. Recording
+must not walk the pending graph, so that count is the same with nothing pending and with
+a thousand operations pending over the same arrays.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+
+
+def _work(fn) -> int:
+    events = 0
+
+    def tracer(frame, event, arg):
+        nonlocal events
+        events += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return events
+
+
+def _arrays(rng, pending: int):
+    p = qt.asarray(rng.standard_normal((41, 41)))
+    q = qt.asarray(rng.standard_normal((41, 41)))
+    for _ in range(pending):  # a long pending history over the same two arrays
+        p = p * 0.999 + q * 0.001
+        p[1:-1, 1:-1] = p[1:-1, 2:] * 0.5 + p[1:-1, :-2] * 0.5
+    return p, q
+
+
+OPERATIONS = {
+    "slice": lambda p, q: p[1:-1, 2:],
+    "slice + add": lambda p, q: p[1:-1, 2:] + p[1:-1, :-2],
+    "elementwise": lambda p, q: p * q,
+    "scalar": lambda p, q: p * 2.0,
+    "slice assignment": lambda p, q: p.__setitem__((slice(1, -1), slice(1, -1)), q[1:-1, 2:]),
+    "column assignment": lambda p, q: p.__setitem__((slice(None), -1), p[:, -2]),
+    "row assignment of a scalar": lambda p, q: p.__setitem__((0, slice(None)), 1.0),
+    "in-place operator": lambda p, q: p.__iadd__(q),
+    "mask assignment": lambda p, q: p.__setitem__(q > 0, 0.0),
+}
+
+
+@pytest.mark.parametrize("name", list(OPERATIONS))
+def test_recording_work_does_not_grow_with_pending_depth(name, rng):
+    qt.config.max_pending_nodes = 1 << 30  # no automatic evaluation while measuring
+    op = OPERATIONS[name]
+    shallow = _arrays(rng, 1)
+    deep = _arrays(rng, 500)
+    assert deep[0]._node.count > 1000  # the history really is pending
+    for args in (shallow, deep):  # warm the caches that a first call fills
+        op(*args)
+    work = [_work(lambda args=args: op(*args)) for args in (shallow, deep)]
+    assert work[0] == work[1], f"{name}: {work[0]} events with nothing pending, {work[1]} with 1000 ops"
+
+
+def test_mask_updates_do_not_recompile_for_a_new_number_of_true_elements(rng):
+    """``x[mask] = v`` is a select: the plan does not depend on how many elements are True."""
+    x = qt.zeros(256)
+    compiles = None
+    for k in range(6):
+        m = rng.random(256) < (k + 1) / 8
+        x[qt.asarray(m)] = 1.5
+        qt.eval(x)
+        if k == 1:
+            compiles = qt.stats()["compiles"]
+    assert qt.stats()["compiles"] == compiles
+
+
+def test_mask_updates_match_numpy_for_every_count(rng):
+    a = rng.standard_normal(300)
+    x, ref = qt.asarray(a.copy()), a.copy()
+    for k in range(8):
+        m = rng.random(300) < k / 7
+        x[qt.asarray(m)] = x[qt.asarray(m)] * 2.0 + k
+        ref[m] = ref[m] * 2.0 + k
+    np.testing.assert_allclose(np.asarray(x), ref)
