@@ -15,7 +15,7 @@ __all__ = ["MODULES", "Row", "print_table", "run_all"]
 
 # In table order.
 MODULES = ("b1_elementwise", "b2_dispatch", "b3_loop_grad", "b4_compile_cache", "b5_eager_loop",
-           "b6_autodiff", "b7_small_updates", "b8_programs")
+           "b6_autodiff", "b7_small_updates", "b8_programs", "b9_recording")
 
 
 def run_all(quick: bool = False, only: tuple[str, ...] = (),

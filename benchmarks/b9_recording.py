@@ -71,7 +71,8 @@ def _operations(xp, p, q):
             "x[:, -1] = x[:, -2]": assign_column}
 
 
-def run(quick: bool = False, depth: int = 800) -> list:
+def run(quick: bool = False, systems: str | None = None, depth: int = 800) -> list:
+    """The rows (``systems`` is accepted for the common runner; B9 times qtrace beside NumPy)."""
     qt, why = _harness.load_qtrace()
     calls, repeats = (300, 3) if quick else (3000, 7)
     rows = []
@@ -95,7 +96,7 @@ def run(quick: bool = False, depth: int = 800) -> list:
                 found[label] = _time(qt_fn, calls, repeats)
                 qt.eval(p, keep[0])
             rows.append(_harness.Row(
-                benchmark="B9 recording, 41x41 float64", system=name, unit="µs/call",
+                benchmark="B9 recording, 41x41 float64", system=name, unit="µs",
                 median=found["shallow"], note=(
                     f"NumPy runs it in {t_np * 1e6:.2f} µs; qtrace records it in "
                     f"{found['shallow'] * 1e6:.2f} µs ({found['shallow'] / t_np:.1f}x NumPy) "
@@ -108,7 +109,7 @@ def run(quick: bool = False, depth: int = 800) -> list:
         t_np = _time(fn_np, calls, repeats)
         t_qt = _time(fn_qt, calls, repeats)
         rows.append(_harness.Row(
-            benchmark="B9 recording, 41x41 float64", system=label, unit="µs/call", median=t_qt,
+            benchmark="B9 recording, 41x41 float64", system=label, unit="µs", median=t_qt,
             note=f"NumPy {t_np * 1e6:.2f} µs; qtrace {t_qt / t_np:.1f}x NumPy"))
     return rows
 
@@ -147,7 +148,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--depth", type=int, default=800)
     args = parser.parse_args(argv)
-    rows = run(args.quick, args.depth)
+    rows = run(args.quick, depth=args.depth)
     for r in rows:
         print(f"{r.system:40s} {r.median * 1e6:8.2f} µs   {r.note}")
     return 0
