@@ -6,8 +6,10 @@ from ..graph.loops import siblings_key
 from ..graph.node import Node, toposort
 from ..tracer import elementwise as ew
 from ..tracer.convert import astype, wrap
-from . import calls, loops
+from . import calls, library, loops
 from .rules import rule_for
+
+SIBLINGS = ("loop", "call", "lib")  # multi-output primitives: one node per component
 
 
 def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
@@ -25,7 +27,7 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
             needs.add(id(n))
     siblings: dict = {}
     for n in topo:
-        if n.prim in ("loop", "call"):
+        if n.prim in SIBLINGS:
             siblings.setdefault(siblings_key(n), []).append(n)
     cts: dict[int, object] = {}
 
@@ -41,7 +43,7 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
     for n in reversed(topo):
         if id(n) in wrt_ids or id(n) not in needs:
             continue
-        if n.prim in ("loop", "call"):
+        if n.prim in SIBLINGS:
             group = siblings[siblings_key(n)]
             if group[0] is not n:  # wait for the earliest component: all cotangents are in
                 continue
@@ -50,7 +52,7 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
                 c = cts.pop(id(s), None)
                 if c is not None:
                     by_component[s.params[-1]] = c
-            vjp = loops.loop_vjp if n.prim == "loop" else calls.call_vjp
+            vjp = {"loop": loops.loop_vjp, "call": calls.call_vjp, "lib": library.lib_vjp}[n.prim]
             in_cts = vjp(n, by_component) if by_component else []
         else:
             ct = cts.pop(id(n), None)

@@ -464,5 +464,15 @@ def _scatter(node, ct, xs, out):
 
 @vjp_rule("matmul")
 def _matmul(node, ct, xs, out):
+    """Operands are >= 2-D (a vector is reshaped before the node); batch dims broadcast."""
     a, b = xs
-    return [linalg.matmul(ct, shape_ops.transpose(b)), linalg.matmul(shape_ops.transpose(a), ct)]
+    if a.ndim == 2 and b.ndim == 2:
+        return [linalg.matmul(ct, shape_ops.transpose(b)), linalg.matmul(shape_ops.transpose(a), ct)]
+    mt = lambda t: shape_ops.swapaxes(t, -1, -2)
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    if b.ndim == 2:  # a stack times one matrix: fold the batch into the rows of one product
+        ga = linalg.matmul(ct, shape_ops.transpose(b))
+        rows = shape_ops.reshape(shape_ops.broadcast_to(a, ct.shape[:-2] + (m, k)), (-1, k))
+        gb = linalg.matmul(shape_ops.transpose(rows), shape_ops.reshape(ct, (-1, n)))
+        return [unbroadcast(ga, a.shape), gb]
+    return [unbroadcast(linalg.matmul(ct, mt(b)), a.shape), unbroadcast(linalg.matmul(mt(a), ct), b.shape)]

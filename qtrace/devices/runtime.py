@@ -21,7 +21,7 @@ from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
 from ..kernels import codegen, llvm_cpu, sequence
 from ..stats import bump, bump_many
-from . import adstack, cpu
+from . import adstack, cpu, library
 
 _lock = threading.RLock()
 _plans: dict = {}
@@ -54,8 +54,9 @@ class Plan:
         for step in spec.steps:
             if step.kind == "library":
                 n_in = len(step.node.inputs)
-                call = LibraryCall(step) if step.node.prim == "call" else None
-                self.steps.append((None, (step.node.prim, n_in, call), step.slots, step.frees, False))
+                runner = JitCall(step) if step.node.prim == "call" else library.LibraryStep(
+                    step.node, step.outputs)
+                self.steps.append((None, ("library", n_in, runner), step.slots, step.frees, False))
                 continue
             t = step.task
             size = math.prod(t.domain + t.inner)
@@ -126,25 +127,21 @@ class Plan:
                 _, table, n_tasks, pack = info
                 sequence.runner()(table.ctypes.data, n_tasks,
                                   pack(*[pointer(b) if b is not None else 0 for b in bufs]), status_ptr)
-            elif fn is None and info[0] == "call":
-                prim, n_in, call = info
-                outs = call.run([bufs[s] for s in slots[:n_in]])
+            elif fn is None:  # a library step: its results become the output slots' buffers
+                _, n_in, runner = info
+                for s in slots[:n_in]:
+                    if bufs[s] is None:  # an empty input: no task ran to allocate it
+                        bufs[s] = cpu.aligned_empty(*self.slot_meta[s])
+                outs = runner.run([bufs[s] for s in slots[:n_in]])
                 for s, buf in zip(slots[n_in:], outs):
                     bufs[s] = buf
-                fn = None
             else:
                 for s in slots:
                     if bufs[s] is None:
                         shape, dtype = self.slot_meta[s]
                         reuse = spare.get((shape, dtype))
                         bufs[s] = reuse.pop() if reuse else cpu.aligned_empty(shape, dtype)
-            if fn is None:
-                if info[0] == "sequence":
-                    pass
-                elif info[0] == "matmul":
-                    a, b, out = (bufs[s] for s in slots)
-                    np.matmul(a, b, out=out)
-            else:
+            if fn is not None:
                 extent, pack, row, stack = info
                 args = pack(*[pointer(bufs[s]) for s in slots])
                 st = status_ptr + 16 * row if row >= 0 else None
@@ -227,7 +224,7 @@ def _sequences(steps: list, n_slots: int) -> list:
     return out
 
 
-class LibraryCall:
+class JitCall:
     """A ``call`` step: a jitted function's own plan, compiled once and run on the inputs."""
 
     def __init__(self, step):

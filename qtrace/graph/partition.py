@@ -32,7 +32,7 @@ from .primitives import PRIMITIVES
 
 FREE = "free"  # a view read through, belonging to no task
 MAX_TASK_COST = 160  # fused work per element (math functions count 4): keeps LLVM's O3 time bounded
-MULTI_OUTPUT = frozenset({"loop", "loop_vjp", "call"})  # one node per component, one task
+MULTI_OUTPUT = frozenset({"loop", "loop_vjp", "call", "lib"})  # one node per component, one task
 
 
 @dataclass

@@ -136,7 +136,11 @@ for _name in REDUCTIONS:
     define(_name, "reduce")       # params: (axes,)  (argmax/argmin: one axis)
 define("cumsum", "scan")          # params: (axis,)
 define("concatenate", "concat")   # params: (axis,)
-define("matmul", "library")       # NumPy matmul semantics for 1-D/2-D operands
+define("matmul", "library")       # NumPy matmul semantics (2-D operands, or stacks of them)
+# lib: a function of a well-kept library (sort, linalg, fft, ...) run by the device runtime;
+#      inputs are materialized buffers; params (name, static arguments, (shape, dtype) of
+#      every output, component): one node per output component, like loops and calls
+define("lib", "library")
 
 # --- per-element loops (one output component per node: params end with the component) --
 # loop:     inputs (init..., lower, upper, captured...) for fori, (init..., captured...) for

@@ -123,7 +123,7 @@ def wrap(node: Node) -> Tensor:
     return Tensor(node)
 
 
-def astype(x, dtype) -> Tensor:
+def astype(x, dtype, /, *, copy: bool = True, device=None) -> Tensor:
     """``x`` converted to ``dtype`` (NumPy ``astype`` semantics: C casts, NaN to int undefined).
 
     Example:
@@ -132,6 +132,11 @@ def astype(x, dtype) -> Tensor:
         dtype('float32')
     """
     dt = dtypes.canonical(dtype, "qt.astype")
+    here = x.device if isinstance(x, Tensor) else Device(config.device)
+    if device is not None and Device(device) != here:
+        raise ValueError(f"qt.astype: device {device} is not available (use .to_device first)")
+    if isinstance(x, Tensor) and not copy and x.dtype == dt:
+        return x
     node = x._node if isinstance(x, Tensor) else operand(x, "astype").node
     if node is None:
         node = const_node(x, dt, Device(config.device))

@@ -36,11 +36,12 @@ def array(obj, dtype=None, device=None) -> Tensor:
     return wrap(input_node(obj, "array", dtype=dtype, copy=True, device=_device(device)))
 
 
-def asarray(obj, dtype=None, device=None) -> Tensor:
+def asarray(obj, /, dtype=None, device=None, copy: bool | None = None) -> Tensor:
     """``obj`` as a tensor, sharing its memory where the layout and dtype allow.
 
-    NumPy arrays are wrapped without a copy; do not write into them while a pending
-    computation still reads them.
+    NumPy arrays are wrapped without a copy (qtrace never writes into them: a write to the
+    tensor makes its own copy). ``copy=True`` always copies, ``copy=False`` raises where
+    a copy would be needed (the Array API's rule); a tensor is returned as is.
 
     Example:
         >>> import numpy as np, qtrace as qt
@@ -49,13 +50,23 @@ def asarray(obj, dtype=None, device=None) -> Tensor:
         dtype('float64')
     """
     if isinstance(obj, Tensor):
-        if dtype is None or np.dtype(dtype) == obj.dtype:
-            return obj
-        return wrap(cast(obj._node, dtypes.canonical(dtype, "qt.asarray"), weak=False))
+        same = dtype is None or np.dtype(dtype) == obj.dtype
+        if copy is False and not same:
+            raise ValueError(f"qt.asarray: converting {obj.dtype} to {np.dtype(dtype)} needs a copy "
+                             "(copy=False)")
+        t = obj if same else wrap(cast(obj._node, dtypes.canonical(dtype, "qt.asarray"), weak=False))
+        return Tensor(t._node) if copy and t is obj else t
     if dtype is not None:
         dtype = dtypes.canonical(dtype, "qt.asarray")
     if not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__"):
-        return from_dlpack(obj) if dtype is None else asarray(from_dlpack(obj), dtype)
+        t = from_dlpack(obj)
+        return asarray(t, dtype, copy=copy)
+    if copy:
+        return wrap(input_node(obj, "asarray", dtype=dtype, copy=True, device=_device(device)))
+    if copy is False:
+        arr = np.asarray(obj)
+        if not isinstance(obj, np.ndarray) or (dtype is not None and arr.dtype != dtype):
+            raise ValueError("qt.asarray: copy=False, but this input can only be converted by copying")
     return wrap(input_node(obj, "asarray", dtype=dtype, device=_device(device)))
 
 

@@ -233,15 +233,25 @@ def where(condition, x, y) -> Tensor:
     return wrap(record("select", (cnode, anode, bnode), (), shape, dt, weak=weak))
 
 
-def clip(x, a_min=None, a_max=None) -> Tensor:
-    """``numpy.clip``: limit values to ``[a_min, a_max]`` (either may be ``None``)."""
-    if a_min is None and a_max is None:
-        raise ValueError("qt.clip: one of a_min and a_max must be given")
-    out = x
-    if a_min is not None:
-        out = apply("maximum", out, a_min)
-    if a_max is not None:
-        out = apply("minimum", out, a_max)
+def clip(x, a_min=None, a_max=None, /, *, min=None, max=None) -> Tensor:  # noqa: A002
+    """``numpy.clip`` / the Array API's ``clip(x, min=, max=)``: limit values to
+    ``[min, max]`` (either may be None; both None returns a copy). The result keeps
+    ``x``'s dtype, as the standard asks, when the bounds are Python scalars.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.clip(qt.asarray([-2.0, 0.5, 3.0]), max=1.0).tolist()
+        [-2.0, 0.5, 1.0]
+    """
+    lo = a_min if a_min is not None else min
+    hi = a_max if a_max is not None else max
+    out = x if isinstance(x, Tensor) else wrap(operand(x, "clip").node)
+    if lo is None and hi is None:
+        return Tensor(out._node)
+    if lo is not None:
+        out = apply("maximum", out, lo)
+    if hi is not None:
+        out = apply("minimum", out, hi)
     return out
 
 

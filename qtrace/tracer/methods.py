@@ -135,3 +135,22 @@ def _fill(self, value) -> None:
 
 Tensor.fill = _fill
 Tensor.copy = lambda self: Tensor(self._node)  # values are immutable nodes: a new owner is a copy
+
+
+def _array_namespace(self, /, *, api_version=None):
+    """The Array API namespace of this tensor: ``qtrace`` itself."""
+    import qtrace
+    if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12", "2024.12"):
+        raise ValueError(f"qt.Tensor.__array_namespace__: unsupported api_version {api_version!r}")
+    return qtrace
+
+
+def _to_device(self, device, /, *, stream=None):
+    """``to_device`` (Array API): this tensor on ``device``."""
+    if stream is not None:
+        raise ValueError("qt.Tensor.to_device: stream is not supported on the CPU")
+    return self.to(device)
+
+
+Tensor.__array_namespace__ = _array_namespace
+Tensor.to_device = _to_device

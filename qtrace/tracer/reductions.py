@@ -131,3 +131,40 @@ def cumsum(x, axis=None, dtype=None):
         out_dtype = dtypes.canonical(dtype, "qt.cumsum")
     node = cast(t._node, out_dtype, weak=False)
     return wrap(record("cumsum", (node,), (ax,), t.shape, out_dtype))
+
+
+def cumulative_sum(x, /, *, axis: int | None = None, dtype=None, include_initial: bool = False):
+    """``cumulative_sum`` (Array API): running sums along ``axis`` (required beyond 1-D);
+    ``include_initial`` starts with a zero.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.cumulative_sum(qt.asarray([1, 2, 3]), include_initial=True).tolist()
+        [0, 1, 3, 6]
+    """
+    return _cumulative("cumulative_sum", cumsum, 0, x, axis, dtype, include_initial)
+
+
+def cumulative_prod(x, /, *, axis: int | None = None, dtype=None, include_initial: bool = False):
+    """``cumulative_prod`` (Array API): running products along ``axis``."""
+    from .composites import cumprod
+    return _cumulative("cumulative_prod", cumprod, 1, x, axis, dtype, include_initial)
+
+
+def _cumulative(name, fn, initial, x, axis, dtype, include_initial):
+    t = as_tensor(x, name)
+    if axis is None:
+        if t.ndim > 1:
+            raise ValueError(f"qt.{name}: axis is required for arrays of more than one dimension "
+                             f"(shape {t.shape})")
+        axis = 0
+    if t.ndim == 0:
+        raise ValueError(f"qt.{name}: 0-d arrays have no axis to accumulate along")
+    ax = normalize_axis(axis, t.ndim, name)
+    out = fn(t, axis=ax, dtype=dtype)
+    if include_initial:
+        from .creation import full
+        from .shape_ops import concatenate
+        shape = tuple(1 if a == ax else d for a, d in enumerate(out.shape))
+        out = concatenate([full(shape, initial, out.dtype), out], axis=ax)
+    return out
