@@ -12,7 +12,7 @@ Example:
 """
 
 from . import devices as _devices  # noqa: F401 - installs the runtime
-from . import linalg
+from . import linalg, random
 from .ad import grad, value_and_grad, vjp
 from .config import config
 from .errors import AdstackOverflowError, TracerError
@@ -257,6 +257,7 @@ newaxis = None
 
 
 __all__ = [
+    "random",
     "conj",
     "imag",
     "nextafter",

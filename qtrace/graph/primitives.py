@@ -109,6 +109,12 @@ TRANSCENDENTAL = frozenset({
 })
 
 define("select", "elementwise")   # select(cond, x, y) == where
+# iota: no inputs; the value at each index is the flat (C-order) position, int64 (a generator:
+#       computed where it is read, never stored)
+define("iota", "elementwise")
+# random_bits: inputs (key0, key1, counter): uint32 key words and a uint64 counter, output the
+#       64 bits Threefry-2x32 (20 rounds) makes of the counter under the key (JAX's generator)
+define("random_bits", "elementwise")
 define("convert", "elementwise")  # params: () ; output dtype is the node's dtype
 define("wrt", "view")             # identity marking a differentiated value; params: (level, index)
 

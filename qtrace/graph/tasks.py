@@ -104,8 +104,8 @@ class TaskBuilder:
             self.t.writes.add(a)
         return a
 
-    def address(self, node: Node, ix: tuple) -> ix_.Ix:
-        strides = buffer_strides(node)
+    def address(self, node: Node, ix: tuple, strides: tuple | None = None) -> ix_.Ix:
+        strides = buffer_strides(node) if strides is None else strides
         return ix_.add(*(ix_.scale(i, s) for i, s, d in zip(ix, strides, node.shape) if d != 1))
 
     def load(self, node: Node, ix: tuple) -> int:
@@ -171,6 +171,8 @@ class TaskBuilder:
         k = kind(node)
         if k == "view":
             return self.value(node.inputs[0], view_index(node, ix, self.ext))
+        if node.prim == "iota":
+            return self.emit(("ix", "<i8", self.address(node, ix, c_strides(node.shape))))
         if k == "elementwise":
             args = tuple(self.value(i, broadcast_index(ix, i.shape)) for i in node.inputs)
             return self.emit(("op", node.dtype.str, node.prim, args))

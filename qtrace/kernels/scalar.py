@@ -376,3 +376,38 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Va
     if dst.itemsize > src.itemsize:
         return b.sext(x, ty) if src.kind == "i" else b.zext(x, ty)
     return x
+
+
+# Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3";
+# the generator JAX uses): a keyed bijection of 64-bit counters, so each element's bits
+# depend only on the key and its own counter, on every device.
+_ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
+_PARITY = 0x1BD11BDA
+
+
+def threefry2x32(b: ir.IRBuilder, k0, k1, x0, x1):
+    """The two 32-bit output words of Threefry-2x32 (20 rounds) for counter ``(x0, x1)``."""
+    i32 = ir.IntType(32)
+    ks = (k0, k1, b.xor(b.xor(k0, k1), ir.Constant(i32, _PARITY)))
+
+    def rotl(v, r):
+        return b.or_(b.shl(v, ir.Constant(i32, r)), b.lshr(v, ir.Constant(i32, 32 - r)))
+
+    x0, x1 = b.add(x0, ks[0]), b.add(x1, ks[1])
+    for block in range(5):
+        for r in _ROTATIONS[4 * (block % 2):4 * (block % 2) + 4]:
+            x0 = b.add(x0, x1)
+            x1 = b.xor(rotl(x1, r), x0)
+        x0 = b.add(x0, ks[(block + 1) % 3])
+        x1 = b.add(b.add(x1, ks[(block + 2) % 3]), ir.Constant(i32, block + 1))
+    return x0, x1
+
+
+@rule("random_bits")
+def _random_bits(b, prim, args, dts, out):
+    k0, k1, counter = args
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    lo = b.trunc(counter, i32)
+    hi = b.trunc(b.lshr(counter, ir.Constant(i64, 32)), i32)
+    y0, y1 = threefry2x32(b, k0, k1, lo, hi)
+    return b.or_(b.zext(y0, i64), b.shl(b.zext(y1, i64), ir.Constant(i64, 32)))

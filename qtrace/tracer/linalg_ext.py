@@ -58,21 +58,29 @@ __all__ = [
 
 # --- results with named fields (the standard's namedtuples) ----------------------------
 class EighResult(NamedTuple):
+    """``eigh``'s result: ``(eigenvalues, eigenvectors)``."""
+
     eigenvalues: Tensor
     eigenvectors: Tensor
 
 
 class QRResult(NamedTuple):
+    """``qr``'s result: ``(Q, R)``."""
+
     Q: Tensor
     R: Tensor
 
 
 class SlogdetResult(NamedTuple):
+    """``slogdet``'s result: ``(sign, logabsdet)``."""
+
     sign: Tensor
     logabsdet: Tensor
 
 
 class SVDResult(NamedTuple):
+    """``svd``'s result: ``(U, S, Vh)``."""
+
     U: Tensor
     S: Tensor
     Vh: Tensor
@@ -148,7 +156,9 @@ def _rtol(rtol, t: Tensor, name: str):
     if r.dtype.kind != "f":
         raise TypeError(f"qt.linalg.{name}: rtol must be a float or a floating-point array, got dtype "
                         f"{r.dtype}")
-    broadcast_shapes(f"qt.linalg.{name}", r.shape, t.shape[:-2])
+    if broadcast_shapes(f"qt.linalg.{name}", r.shape, t.shape[:-2]) != t.shape[:-2]:
+        raise ValueError(f"qt.linalg.{name}: rtol of shape {r.shape} does not broadcast to the stack "
+                         f"shape {t.shape[:-2]}")
     return astype(r, t.dtype)
 
 
@@ -391,6 +401,8 @@ def matrix_power(x, n: int, /) -> Tensor:
         raise TypeError(f"qt.linalg.matrix_power: n must be an integer, got {n!r}") from None
     if k == 0:
         return _copy(broadcast_to(_eye(t.shape[-1], dtype=t.dtype), t.shape))
+    if k == 1:
+        return _copy(t)
     if k < 0:
         t, k = inv(t), -k
     result, base = None, t
@@ -571,6 +583,7 @@ def solve(x1, x2, /) -> Tensor:
     a = _square(_floating(x1, "solve"), "solve")
     b = _floating(x2, "solve")
     a, b = _same_float([a, b], "solve")
+    given = b.shape
     m = a.shape[-1]
     if b.ndim == 0:
         raise ValueError("qt.linalg.solve: x2 must be at least 1-D, got a 0-d array")
@@ -579,7 +592,7 @@ def solve(x1, x2, /) -> Tensor:
         b = reshape(b, (b.shape[0], 1))
     if b.shape[-2] != m:
         raise ValueError(f"qt.linalg.solve: x2 has {b.shape[-2]} rows, the matrices of x1 are {m} x {m} "
-                         f"(shapes {a.shape} and {x2.shape if hasattr(x2, 'shape') else b.shape})")
+                         f"(shapes {a.shape} and {given})")
     batch = broadcast_shapes("qt.linalg.solve", a.shape[:-2], b.shape[:-2])
     out = _lib("solve", [a, b], (), [(batch + b.shape[-2:], a.dtype)])[0]
     return reshape(out, batch + (m,)) if vector else out
