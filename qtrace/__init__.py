@@ -22,6 +22,7 @@ from .tracer import Tensor
 from .tracer.array_api import (
                               __array_api_version__,
                               __array_namespace_info__,
+                              angle,
                               can_cast,
                               concat,
                               conj,
@@ -29,7 +30,6 @@ from .tracer.array_api import (
                               iinfo,
                               imag,
                               isdtype,
-                              matrix_transpose,
                               nextafter,
                               real,
                               result_type,
@@ -100,6 +100,8 @@ from .tracer.creation import (
 )
 from .tracer.dtypes import (
                               bool_,
+                              complex64,
+                              complex128,
                               float32,
                               float64,
                               int8,
@@ -185,7 +187,7 @@ from .tracer.evaluation import devices, eval, sync
 from .tracer.explain import explain
 from .tracer.jit import jit
 from .tracer.linalg import dot, matmul
-from .tracer.linalg_ext import tensordot, vecdot
+from .tracer.linalg_ext import matrix_transpose, tensordot, vecdot
 from .tracer.loops import fori_loop, while_loop
 from .tracer.reductions import (
                               all,
@@ -257,6 +259,9 @@ newaxis = None
 
 
 __all__ = [
+    "angle",
+    "complex64",
+    "complex128",
     "random",
     "conj",
     "imag",

@@ -15,8 +15,8 @@ from .reverse import backward
 
 def _mark(x, level: int, index: int, op: str) -> Tensor:
     t = x if isinstance(x, Tensor) else asarray(x)
-    if t.dtype.kind != "f":
-        raise TypeError(f"{op}: can only differentiate with respect to floating-point inputs; "
+    if t.dtype.kind not in "fc":
+        raise TypeError(f"{op}: can only differentiate with respect to floating-point (or complex) inputs; "
                         f"argument {index} has dtype {t.dtype}")
     n = t._node
     return wrap(record("wrt", (n,), (level, index), n.shape, n.dtype, weak=n.weak))

@@ -63,6 +63,6 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
                 continue
             in_cts = rule(n, ct, [wrap(i) for i in n.inputs], wrap(n))
         for inp, g in zip(n.inputs, in_cts):
-            if g is not None and id(inp) in needs and inp.dtype.kind == "f":
+            if g is not None and id(inp) in needs and inp.dtype.kind in "fc":
                 accumulate(inp, g)
     return [cts.get(id(w)) for w in wrt]

@@ -116,7 +116,32 @@ def _positive(ct, xs, out):
 @vjp_rule("abs")
 @_ew
 def _abs(ct, xs, out):
+    if xs[0].dtype.kind == "c":  # JAX's convention: ct * conj(z) / |z|
+        return [mul(ct, ew.conj(ew.sign(xs[0])))]
     return [mul(ct, ew.sign(xs[0]))]
+
+
+@vjp_rule("conj")
+@_ew
+def _conj(ct, xs, out):
+    return [ew.conj(ct)]
+
+
+@vjp_rule("real")
+def _real(node, ct, xs, out):
+    return [astype(ct, xs[0].dtype)]
+
+
+@vjp_rule("imag")
+def _imag(node, ct, xs, out):
+    return [mul(astype(ct, xs[0].dtype), -1j)]
+
+
+@vjp_rule("angle")
+def _angle(node, ct, xs, out):
+    z = xs[0]  # d angle = -(1j * conj(z)) / |z|**2, times the real cotangent
+    r2 = mul(z, ew.conj(z))
+    return [mul(ct, div(mul(ew.conj(z), -1j), r2))]
 
 
 @vjp_rule("sqrt")
@@ -298,9 +323,9 @@ def _select(node, ct, xs, out):
 @vjp_rule("convert")
 def _convert(node, ct, xs, out):
     (x,) = xs
-    if x.dtype.kind != "f" or out.dtype.kind != "f":
+    if x.dtype.kind not in "fc" or out.dtype.kind not in "fc":
         return [None]
-    return [astype(ct, x.dtype)]
+    return [astype(ct, x.dtype)]  # complex -> real keeps the real part, as JAX
 
 
 # --- reductions -----------------------------------------------------------------------

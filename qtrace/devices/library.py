@@ -59,7 +59,7 @@ class LibraryStep:
             if r.shape != shape:
                 raise AssertionError(f"qtrace: library function {self.name} gave shape {r.shape} "
                                      f"for component {k}, expected {shape}")
-            out.append(np.ascontiguousarray(r))
+            out.append(np.ascontiguousarray(r).reshape(shape))  # (ascontiguousarray makes 0-d 1-d)
         return out
 
 

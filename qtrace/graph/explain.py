@@ -50,8 +50,9 @@ class Explanation:
         for i, step in enumerate(spec.steps):
             if step.task is None:
                 n = step.node
-                self.tasks.append(TaskReport(f"task {i} (library: {n.prim})", "library", n.shape, (),
-                                             [n.prim], [describe(x) for x in n.inputs], [describe(n)],
+                name = n.params[0] if n.prim == "lib" else n.prim
+                self.tasks.append(TaskReport(f"task {i} (library: {name})", "library", n.shape, (),
+                                             [name], [describe(x) for x in n.inputs], [describe(n)],
                                              sum(x.size * x.dtype.itemsize for x in (*n.inputs, n)),
                                              "-"))
                 continue

@@ -94,7 +94,7 @@ ELEMENTWISE_UFUNCS = {
     "less_equal": "less_equal", "greater": "greater", "greater_equal": "greater_equal",
     "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
     "invert": "invert", "left_shift": "left_shift", "right_shift": "right_shift",
-    "hypot": "hypot",
+    "hypot": "hypot", "conj": "conjugate",
 }
 for _name, _ufunc in ELEMENTWISE_UFUNCS.items():
     define(_name, "elementwise", ufunc=_ufunc)
@@ -116,6 +116,10 @@ define("iota", "elementwise")
 #       64 bits Threefry-2x32 (20 rounds) makes of the counter under the key (JAX's generator)
 define("random_bits", "elementwise")
 define("convert", "elementwise")  # params: () ; output dtype is the node's dtype
+# complex parts (real inputs: the value itself, zeros, zeros); output: the part dtype
+define("real", "elementwise")
+define("imag", "elementwise")
+define("angle", "elementwise")
 define("wrt", "view")             # identity marking a differentiated value; params: (level, index)
 
 # --- leaves ---------------------------------------------------------------------------

@@ -362,8 +362,8 @@ def build_tasks(schedule: Schedule, group) -> list:
         v = b.value(src, full)
         if root.prim in ("argmax", "argmin"):
             acc = src.dtype  # the running best value; the index is kept beside it
-        elif root.dtype == np.float32 and root.prim in ("reduce_sum", "reduce_prod"):
-            acc = np.float64  # float32 sums accumulate in float64
+        elif root.dtype in (np.float32, np.complex64) and root.prim in ("reduce_sum", "reduce_prod"):
+            acc = np.float64 if root.dtype == np.float32 else np.complex128  # accumulate wider
         else:
             acc = root.dtype
         t.reduce = (root.prim, v, np.dtype(acc).str)

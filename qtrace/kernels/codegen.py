@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from . import interrupt, lanes, scalar
+from . import complexmath, interrupt, lanes, scalar
 from .intrinsics import intrinsic
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
@@ -192,6 +192,8 @@ class KernelEmitter:
             dt = np.dtype(instr[1]) if isinstance(instr[1], str) else None
             if op == "const":
                 v = scalar.const(dt, instr[2])
+            elif op == "load" and dt.kind == "c":
+                v = complexmath.load(b, self.ptrs[instr[2]], self.index(instr[3], values), dt)
             elif op == "load":
                 v = b.load(self.pointer(instr[2], instr[3], values), typ=mem_type(dt))
                 if self.noalias_loads is not None:
@@ -447,12 +449,17 @@ class KernelEmitter:
 
     def store(self, arg: int, ix, value, values) -> None:
         dt = self.dt[arg]
-        v = self.b.zext(value, I8) if dt.kind == "b" else value
-        st = self.b.store(v, self.pointer(arg, ix, values))
+        if dt.kind == "c":
+            stores = [self.b.store(part, ptr) for part, ptr in zip(
+                value, complexmath.part_pointers(self.b, self.ptrs[arg], self.index(ix, values), dt))]
+        else:
+            v = self.b.zext(value, I8) if dt.kind == "b" else value
+            stores = [self.b.store(v, self.pointer(arg, ix, values))]
         if arg in self.scope_of:
-            st.set_metadata("alias.scope", self.scope_of[arg])
-            if self.noalias_store.get(arg) is not None:
-                st.set_metadata("noalias", self.noalias_store[arg])
+            for st in stores:
+                st.set_metadata("alias.scope", self.scope_of[arg])
+                if self.noalias_store.get(arg) is not None:
+                    st.set_metadata("noalias", self.noalias_store[arg])
 
     # -- task kinds -------------------------------------------------------------------
     def emit(self) -> ir.Function:
@@ -508,10 +515,17 @@ class KernelEmitter:
 
     def update(self, arg: int, ix, value, values) -> None:
         b, mode, dt = self.b, self.t.rmw, self.dt[arg]
-        ptr = self.pointer(arg, ix, values)
         if mode == "set":
             self.store(arg, ix, value, values)
             return
+        if dt.kind == "c":  # each part's sum is atomic; the parts add independently
+            if mode != "add":
+                raise NotImplementedError(f"qtrace: scatter mode {mode!r} is not defined for complex")
+            ptrs = complexmath.part_pointers(b, self.ptrs[arg], self.index(ix, values), dt)
+            for part, ptr in zip(value, ptrs):
+                b.atomic_rmw("fadd", ptr, part, "monotonic")
+            return
+        ptr = self.pointer(arg, ix, values)
         if dt.kind == "b":
             op = {"add": "or", "max": "or", "multiply": "and", "min": "and"}[mode]
             b.atomic_rmw(op, ptr, b.zext(value, I8), "monotonic")
@@ -559,35 +573,35 @@ class KernelEmitter:
         prim, ssa, acc_str = t.reduce
         acc_dt = np.dtype(acc_str)
         b = self.b
+        acc = _Cell(b, acc_dt)
         with b.goto_entry_block():
-            acc = b.alloca(scalar.ir_type(acc_dt))
             best_i = b.alloca(I64)
         (arg, out_ix, _), = t.stores
         out_dt = self.dt[arg]
         is_arg = prim in ("argmax", "argmin")
 
         def outer():
-            b.store(scalar.const(acc_dt, _identity(prim, acc_dt)), acc)
+            acc.store(b, scalar.const(acc_dt, _identity(prim, acc_dt)))
             b.store(ir.Constant(I64, 0), best_i)
             n_outer = len(self.vars)
 
             def inner():
                 values = self.body()
                 v = values[ssa]
-                cur = b.load(acc, typ=scalar.ir_type(acc_dt))
+                cur = acc.load(b)
                 if is_arg:
                     take = _arg_better(b, prim == "argmax", v, cur, acc_dt)
                     pos = self.vars[n_outer] if len(self.vars) > n_outer else ir.Constant(I64, 0)
-                    b.store(b.select(take, v, cur), acc)
+                    acc.store(b, b.select(take, v, cur))
                     b.store(b.select(take, pos, b.load(best_i, typ=I64)), best_i)
                 else:
                     v = scalar.convert(b, v, np.dtype(t.instrs[ssa][1]), acc_dt)
-                    b.store(_combine(b, prim, cur, v, acc_dt), acc)
+                    acc.store(b, _combine(b, prim, cur, v, acc_dt))
             self.nest(t.inner, inner)
             if is_arg:
                 result = b.load(best_i, typ=I64)
             else:
-                result = scalar.convert(b, b.load(acc, typ=scalar.ir_type(acc_dt)), acc_dt, out_dt)
+                result = scalar.convert(b, acc.load(b), acc_dt, out_dt)
             self.store(arg, out_ix, result, [])
         self.nest(t.domain, outer, (self.start, self.end))
 
@@ -596,22 +610,38 @@ class KernelEmitter:
         _, ssa, acc_str = t.reduce
         acc_dt = np.dtype(acc_str)
         b = self.b
-        with b.goto_entry_block():
-            acc = b.alloca(scalar.ir_type(acc_dt))
+        acc = _Cell(b, acc_dt)
         (arg, ix, _), = t.stores
 
         def outer():
-            b.store(scalar.const(acc_dt, 0), acc)
+            acc.store(b, scalar.const(acc_dt, 0))
 
             def inner():
                 values = self.body()
                 v = scalar.convert(b, values[ssa], np.dtype(t.instrs[ssa][1]), acc_dt)
-                total = _combine(b, "reduce_sum", b.load(acc, typ=scalar.ir_type(acc_dt)), v, acc_dt,
-                                 reassociate=False)
-                b.store(total, acc)
-                self.store(arg, ix, total, values)
+                total = _combine(b, "reduce_sum", acc.load(b), v, acc_dt, reassociate=False)
+                acc.store(b, total)
+                self.store(arg, ix, scalar.convert(b, total, acc_dt, self.dt[arg]), values)
             self.nest(t.inner, inner)
         self.nest(t.domain, outer, (self.start, self.end))
+
+
+class _Cell:
+    """A running value in the entry block's stack frame: one alloca, or two for a complex."""
+
+    def __init__(self, b: ir.IRBuilder, dt: np.dtype):
+        self.types = ((complexmath.part_type(dt),) * 2 if dt.kind == "c" else (scalar.ir_type(dt),))
+        with b.goto_entry_block():
+            self.ptrs = [b.alloca(ty) for ty in self.types]
+        self.pair = dt.kind == "c"
+
+    def load(self, b: ir.IRBuilder):
+        parts = tuple(b.load(p, typ=ty) for p, ty in zip(self.ptrs, self.types))
+        return parts if self.pair else parts[0]
+
+    def store(self, b: ir.IRBuilder, value) -> None:
+        for p, v in zip(self.ptrs, value if self.pair else (value,)):
+            b.store(v, p)
 
 
 def _zero(ty: ir.Type) -> ir.Constant:
@@ -649,6 +679,12 @@ def _identity(prim: str, dt: np.dtype):
 
 
 def _combine(b: ir.IRBuilder, prim: str, acc, v, dt: np.dtype, reassociate: bool = True):
+    if dt.kind == "c":
+        if prim == "reduce_sum":
+            return b.fadd(acc[0], v[0]), b.fadd(acc[1], v[1])
+        if prim == "reduce_prod":
+            return complexmath.mul(b, acc, v)
+        raise NotImplementedError(f"qtrace: {prim} is not defined for complex dtypes")
     if prim == "reduce_sum":
         if dt.kind == "f":
             r = b.fadd(acc, v)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from . import complexmath
 from . import mathlib_bridge as mathlib
 from .intrinsics import intrinsic
 
@@ -32,6 +33,8 @@ def ir_type(dtype: np.dtype) -> ir.Type:
 
 
 def const(dtype: np.dtype, value) -> ir.Constant:
+    if dtype.kind == "c":
+        return complexmath.const(dtype, value)
     ty = ir_type(dtype)
     if dtype.kind == "f":
         return ir.Constant(ty, float(value))
@@ -68,6 +71,8 @@ def rule(*names):
 
 
 def lower(b: ir.IRBuilder, prim: str, args: list, in_dts: list, out_dt: np.dtype) -> ir.Value:
+    if out_dt.kind == "c" or any(dt.kind == "c" for dt in in_dts):
+        return complexmath.lower(b, prim, args, in_dts, out_dt)
     try:
         fn = RULES[prim]
     except KeyError:
@@ -180,7 +185,7 @@ def _negative(b, prim, args, dts, out):
     return b.fneg(x) if out.kind == "f" else b.neg(x)
 
 
-@rule("positive", "wrt")
+@rule("positive", "wrt", "conj")
 def _positive(b, prim, args, dts, out):
     return args[0]
 
@@ -351,6 +356,8 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: np.dtype, dst: np.dtype) -> ir.Va
     """NumPy ``astype``: C conversions; float to int saturates (NaN gives 0) instead of poison."""
     if src == dst:
         return x
+    if src.kind == "c" or dst.kind == "c":
+        return complexmath.convert(b, x, src, dst)
     ty = ir_type(dst)
     if dst.kind == "b":
         return _truthy(b, x, src)

@@ -19,7 +19,7 @@ from ..graph.device import Device
 from . import dtypes
 from . import elementwise as ew
 from .evaluation import devices
-from .shape_ops import as_tensor, concatenate, swapaxes, transpose
+from .shape_ops import as_tensor, concatenate, transpose
 from .tensor import Tensor
 
 __array_api_version__ = "2024.12"
@@ -167,14 +167,6 @@ def concat(arrays, /, *, axis: int | None = 0) -> Tensor:
     return concatenate(arrays, axis=axis)
 
 
-def matrix_transpose(x, /) -> Tensor:
-    """``matrix_transpose`` (Array API): swap the last two axes (a view)."""
-    t = as_tensor(x, "matrix_transpose")
-    if t.ndim < 2:
-        raise ValueError(f"qt.matrix_transpose: needs at least 2 dimensions, got shape {t.shape}")
-    return swapaxes(t, -1, -2)
-
-
 def unstack(x, /, *, axis: int = 0) -> tuple:
     """``unstack`` (Array API): the slices of ``x`` along ``axis`` (views), as a tuple."""
     t = as_tensor(x, "unstack")
@@ -231,21 +223,49 @@ def __array_namespace_info__() -> _Info:
     return _Info()
 
 
+def _part(x, prim: str) -> Tensor:
+    from ..graph.primitives import PRIMITIVES  # noqa: F401 - the parts are primitives
+    from .context import record
+    from .convert import wrap
+    t = as_tensor(x, prim)
+    part = np.dtype(np.float32 if t.dtype == np.complex64 else np.float64)
+    return wrap(record(prim, (t._node,), (), t.shape, part, weak=t._node.weak))
+
+
 def real(x, /) -> Tensor:
-    """``real`` (Array API): the real part (a real array's own values)."""
+    """``real`` (Array API): the real part (of a real array: its own values).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.real(qt.asarray([1 + 2j])).tolist()
+        [1.0]
+    """
     t = as_tensor(x, "real")
-    return Tensor(t._node)
+    return _part(t, "real") if t.dtype.kind == "c" else Tensor(t._node)
 
 
 def imag(x, /) -> Tensor:
     """``imag`` (Array API): the imaginary part (zeros for a real array)."""
+    t = as_tensor(x, "imag")
+    if t.dtype.kind == "c":
+        return _part(t, "imag")
     from .creation import zeros_like
-    return zeros_like(as_tensor(x, "imag"))
+    return zeros_like(t)
 
 
-def conj(x, /) -> Tensor:
-    """``conj`` (Array API): the complex conjugate (a real array's own values)."""
-    return real(x)
+def angle(z, deg: bool = False) -> Tensor:
+    """``numpy.angle``: the argument of each element (radians, or degrees with ``deg``)."""
+    t = as_tensor(z, "angle")
+    if t.dtype.kind == "c":
+        out = _part(t, "angle")
+    else:
+        from .convert import astype
+        f = astype(t, np.result_type(t.dtype, np.float64) if t.dtype.kind != "f" else t.dtype)
+        out = ew.where(ew.apply2("less", f, 0), np.pi, 0.0) + f * 0.0
+    return ew.apply2("multiply", out, 180.0 / np.pi) if deg else out
+
+
+conj = ew.FUNCTIONS["conj"]
 
 
 def nextafter(x1, x2, /) -> Tensor:

@@ -27,8 +27,6 @@ def operand(x, op: str) -> Operand:
         return Operand(n, None, n.dtype, n.weak)
     if type(x) in dtypes.PY_SCALARS:  # NumPy scalars (np.float64 subclasses float) are strong
         return Operand(None, x, dtypes.weak_dtype(x), True)
-    if isinstance(x, (complex, np.complexfloating)):
-        raise TypeError(f"qt.{op}: complex values are not supported")
     node = input_node(x, op)
     return Operand(node, None, node.dtype, False)
 
@@ -37,7 +35,7 @@ def input_node(x, op: str = "asarray", dtype=None, copy: bool = False,
                device: Device | str | None = None) -> Node:
     """A leaf node holding ``x`` (array-like) — zero-copy where the memory allows."""
     arr = np.array(x, dtype=dtype, copy=True) if copy else np.asarray(x, dtype=dtype)
-    if arr.dtype == np.float16 or arr.dtype.kind == "c" or arr.dtype not in dtypes.SUPPORTED:
+    if arr.dtype not in dtypes.SUPPORTED:
         raise TypeError(f"qt.{op}: dtype {arr.dtype} is not supported "
                         f"(supported: {', '.join(sorted(map(str, dtypes.SUPPORTED)))})")
     strides = _element_strides(arr)
@@ -64,7 +62,7 @@ def const_node(value, dtype: np.dtype, device: Device, weak: bool = False) -> No
     tv = type(value)
     # a Python number is its own exact key, except where == is not identity of the
     # constant: 0.0 == -0.0 and NaN != NaN (those are keyed by repr)
-    exact = tv is int or tv is bool or tv is float and value == value and value != 0.0
+    exact = tv is int or tv is bool or tv is float and value == value and value != 0.0  # complex: by repr
     key = (tv, value if exact else repr(value), dtype, device, weak)
     node = _consts.get(key)
     if node is None:
@@ -108,7 +106,7 @@ def promote(ops: list[Operand], op: str) -> np.dtype:
     args = []
     for o in ops:
         if o.weak and o.dtype != dtypes.bool_:
-            args.append(0.0 if o.dtype.kind == "f" else 0)
+            args.append({"f": 0.0, "c": 0j}.get(o.dtype.kind, 0))
         else:
             args.append(o.dtype)
     try:

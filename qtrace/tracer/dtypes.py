@@ -15,10 +15,12 @@ uint16 = np.dtype("uint16")
 uint32 = np.dtype("uint32")
 uint64 = np.dtype("uint64")
 bool_ = np.dtype("bool")
+complex64 = np.dtype("complex64")
+complex128 = np.dtype("complex128")
 
 SUPPORTED = frozenset({float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
-                       uint64, bool_})
-PY_SCALARS = (bool, int, float)
+                       uint64, bool_, complex64, complex128})
+PY_SCALARS = (bool, int, float, complex)
 
 
 def canonical(dtype, op: str = "qt.dtype") -> np.dtype:
@@ -45,6 +47,8 @@ def weak_dtype(value) -> np.dtype:
         return int64
     if isinstance(value, float):
         return float64
+    if isinstance(value, complex):
+        return complex128
     raise TypeError(f"qtrace: Python scalars of type {type(value).__name__} are not supported")
 
 
@@ -52,7 +56,7 @@ def resolve_spec(dtype: np.dtype, weak: bool):
     """What to hand ``ufunc.resolve_dtypes`` for one operand (a type for weak scalars)."""
     if not weak or dtype == bool_:
         return dtype
-    return float if dtype.kind == "f" else int
+    return {"f": float, "c": complex}.get(dtype.kind, int)
 
 
 def resolve_ufunc(op: str, ufunc: np.ufunc, operands: list[tuple[np.dtype, bool]]):
@@ -76,7 +80,16 @@ def _resolve(op: str, ufunc: np.ufunc, operands):
         raise TypeError(f"qt.{op}: not supported for dtype(s) {shown}: {err}") from None
     for dt in loop:
         check(f"qt.{op}", dt)
+    if op in COMPLEX_UNORDERED and any(dt.kind == "c" for dt in loop):
+        raise TypeError(f"qt.{op}: not supported for complex dtypes ({', '.join(map(str, loop))}): "
+                        "complex numbers have no order")
     return loop
+
+
+# NumPy orders complex numbers lexicographically; the Array API leaves these undefined, and
+# qtrace does not define them
+COMPLEX_UNORDERED = frozenset({"less", "less_equal", "greater", "greater_equal", "maximum",
+                               "minimum", "floor_divide", "remainder", "arctan2", "hypot"})
 
 
 def describe(dtype: np.dtype, weak: bool) -> str:

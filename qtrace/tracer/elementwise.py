@@ -207,7 +207,7 @@ globals().update(FUNCTIONS)
 absolute = FUNCTIONS["abs"]
 true_divide = FUNCTIONS["divide"]
 mod = FUNCTIONS["remainder"]
-conjugate = FUNCTIONS["positive"]
+conjugate = FUNCTIONS["conj"]
 
 
 def where(condition, x, y) -> Tensor:

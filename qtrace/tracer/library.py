@@ -21,7 +21,7 @@ def call(name: str, inputs: list, static: tuple, outputs: list) -> list:
     """Record library function ``name`` on ``inputs`` (tensors or nodes); ``outputs`` lists
     the ``(shape, dtype)`` of each result. Returns one tensor per result."""
     nodes = tuple(buffered(t._node if isinstance(t, Tensor) else t) for t in inputs)
-    device = same_device(f"qt.{name}", nodes)
+    device = same_device(name, nodes)
     specs = tuple((tuple(int(d) for d in shape), np.dtype(dtype).str) for shape, dtype in outputs)
     return [wrap(component(nodes, name, static, specs, k, device)) for k in range(len(specs))]
 

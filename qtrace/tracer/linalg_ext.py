@@ -10,11 +10,11 @@ calls (:mod:`qtrace.tracer.library`): LAPACK through NumPy on the CPU
 (:mod:`qtrace.devices.lib_linalg`), fusion boundaries, with reverse-mode rules in
 :mod:`qtrace.ad.linalg_rules`.
 
-Every function accepts stacks of matrices (leading batch dimensions). qtrace has no
-complex dtypes; the functions the standard defines on floating-point arrays take
-float32 and float64 and raise ``TypeError`` for other dtypes (NumPy would convert
-integers to float64; the standard leaves them undefined). Errors name the function:
-``qt.linalg.<name>: ...``.
+Every function accepts stacks of matrices (leading batch dimensions). Only real dtypes
+are supported (complex inputs raise ``TypeError``); the functions the standard defines
+on floating-point arrays take float32 and float64 and raise ``TypeError`` for other
+dtypes (NumPy would convert integers to float64; the standard leaves them undefined).
+Errors name the function: ``qt.linalg.<name>: ...``.
 
 Example:
     >>> import qtrace as qt
@@ -103,10 +103,11 @@ def _floating(x, name: str) -> Tensor:
 
 
 def _numeric(x, name: str) -> Tensor:
-    """``x`` as a tensor of a numeric dtype (the standard's numeric dtypes exclude bool)."""
+    """``x`` as a tensor of a real numeric dtype (the standard's numeric dtypes exclude bool;
+    complex ones, which need conjugations here, are not supported yet)."""
     t = _tensor(x, name)
-    if t.dtype == dtypes.bool_:
-        raise TypeError(f"qt.linalg.{name}: expected a numeric array, got dtype bool")
+    if t.dtype == dtypes.bool_ or t.dtype.kind == "c":
+        raise TypeError(f"qt.linalg.{name}: expected a real numeric array, got dtype {t.dtype}")
     return t
 
 

@@ -6,7 +6,19 @@ import numpy as np
 
 from ..graph import buffers
 from ..graph.primitives import ELEMENTWISE_UFUNCS
-from . import composites, creation, elementwise, indexing, linalg, reductions, shape_ops, views
+from . import (
+    array_api,
+    composites,
+    creation,
+    elementwise,
+    indexing,
+    linalg,
+    linalg_ext,
+    reductions,
+    shape_ops,
+    sorting,
+    views,
+)
 from .convert import astype, cast
 from .tensor import Tensor
 
@@ -154,6 +166,17 @@ Tensor.__dlpack__ = dlpack
 Tensor.__dlpack_device__ = dlpack_device
 FUNCTIONS.update(composites.NUMPY_FUNCTIONS)
 UFUNC_TO_QT.update(composites.NUMPY_UFUNCS)
+FUNCTIONS.update({  # numpy.linalg, sorting and complex parts on tensors
+    np.linalg.inv: linalg_ext.inv, np.linalg.det: linalg_ext.det, np.linalg.solve: linalg_ext.solve,
+    np.linalg.cholesky: linalg_ext.cholesky, np.linalg.eigh: linalg_ext.eigh,
+    np.linalg.eigvalsh: linalg_ext.eigvalsh, np.linalg.slogdet: linalg_ext.slogdet,
+    np.linalg.pinv: linalg_ext.pinv, np.linalg.qr: linalg_ext.qr, np.linalg.svd: linalg_ext.svd,
+    np.linalg.matrix_power: linalg_ext.matrix_power, np.linalg.matrix_rank: linalg_ext.matrix_rank,
+    np.sort: sorting.numpy_sort, np.argsort: sorting.numpy_argsort, np.searchsorted: sorting.searchsorted,
+    np.take: sorting.take, np.take_along_axis: sorting.take_along_axis,
+    np.count_nonzero: sorting.count_nonzero, np.nonzero: sorting.nonzero, np.isin: sorting.isin,
+    np.real: array_api.real, np.imag: array_api.imag, np.angle: array_api.angle,
+})
 # what a program asks of an array without computing anything new
 FUNCTIONS.update({
     np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim, np.size: lambda a, axis=None: (

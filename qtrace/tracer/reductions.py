@@ -84,7 +84,7 @@ def mean(x, axis=None, dtype=None, keepdims: bool = False):
     t = as_tensor(x, "mean")
     axes = normalize_axes(axis, t.ndim, "mean")
     if dtype is None:
-        dtype = t.dtype if t.dtype.kind == "f" else dtypes.float64
+        dtype = t.dtype if t.dtype.kind in "fc" else dtypes.float64
     count = 1
     for a in axes:
         count *= t.shape[a]

@@ -59,6 +59,22 @@ def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = Tr
     return _sort_pair(t, normalize_axis(axis, t.ndim, "argsort"), descending)[1]
 
 
+def numpy_sort(a, axis=-1, kind=None, order=None, *, stable=None) -> Tensor:
+    """``numpy.sort``'s signature (``axis=None`` sorts the flattened array)."""
+    if order is not None:
+        raise TypeError("qt.sort: order= (structured arrays) is not supported")
+    t = as_tensor(a, "sort")
+    return sort(reshape(t, -1) if axis is None else t, axis=-1 if axis is None else axis)
+
+
+def numpy_argsort(a, axis=-1, kind=None, order=None, *, stable=None) -> Tensor:
+    """``numpy.argsort``'s signature (always stable)."""
+    if order is not None:
+        raise TypeError("qt.argsort: order= (structured arrays) is not supported")
+    t = as_tensor(a, "argsort")
+    return argsort(reshape(t, -1) if axis is None else t, axis=-1 if axis is None else axis)
+
+
 def searchsorted(x1, x2, /, *, side: str = "left", sorter=None) -> Tensor:
     """``searchsorted`` (Array API): indices inserting ``x2`` into the sorted 1-D ``x1``.
 

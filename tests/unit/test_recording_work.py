@@ -63,7 +63,9 @@ def test_recording_work_does_not_grow_with_pending_depth(name, rng):
     assert deep[0]._node.count > 1000  # the history really is pending
     for args in (shallow, deep):  # warm the caches that a first call fills
         op(*args)
-    work = [_work(lambda args=args: op(*args)) for args in (shallow, deep)]
+    # the smallest of three counts: a bounded cache emptied during one call (node structures,
+    # constants) costs that call extra work that has nothing to do with the pending depth
+    work = [min(_work(lambda args=args: op(*args)) for _ in range(3)) for args in (shallow, deep)]
     assert work[0] == work[1], f"{name}: {work[0]} events with nothing pending, {work[1]} with 1000 ops"
 
 
