@@ -12,7 +12,7 @@ Example:
 """
 
 from . import devices as _devices  # noqa: F401 - installs the runtime
-from . import linalg, random
+from . import fft, linalg, random
 from .ad import grad, value_and_grad, vjp
 from .config import config
 from .errors import AdstackOverflowError, TracerError
@@ -23,6 +23,7 @@ from .tracer.array_api import (
                               __array_api_version__,
                               __array_namespace_info__,
                               angle,
+                              broadcast_shapes,
                               can_cast,
                               concat,
                               conj,
@@ -33,7 +34,6 @@ from .tracer.array_api import (
                               nextafter,
                               real,
                               result_type,
-                              signbit,
                               unstack,
 )
 from .tracer.composites import (
@@ -45,7 +45,6 @@ from .tracer.composites import (
                               atleast_3d,
                               average,
                               column_stack,
-                              copysign,
                               cross,
                               cumprod,
                               deg2rad,
@@ -131,6 +130,7 @@ from .tracer.elementwise import (
                               ceil,
                               clip,
                               conjugate,
+                              copysign,
                               cos,
                               cosh,
                               divide,
@@ -172,6 +172,7 @@ from .tracer.elementwise import (
                               rint,
                               round,
                               sign,
+                              signbit,
                               sin,
                               sinh,
                               sqrt,
@@ -259,6 +260,7 @@ newaxis = None
 
 
 __all__ = [
+    "broadcast_shapes",
     "angle",
     "complex64",
     "complex128",
@@ -407,6 +409,7 @@ __all__ = [
     "logical_xor",
     "matmul",
     "matrix_transpose",
+    "fft",
     "linalg",
     "max",
     "maximum",

@@ -20,6 +20,7 @@ from ..tracer.tensor import Tensor
 
 VJP: dict = {}
 NONDIFFERENTIABLE = frozenset({
+    "signbit",
     "floor", "ceil", "trunc", "rint", "sign", "floor_divide", "isnan", "isinf", "isfinite",
     "logical_and", "logical_or", "logical_not", "logical_xor", "equal", "not_equal", "less",
     "less_equal", "greater", "greater_equal", "bitwise_and", "bitwise_or", "bitwise_xor",
@@ -119,6 +120,13 @@ def _abs(ct, xs, out):
     if xs[0].dtype.kind == "c":  # JAX's convention: ct * conj(z) / |z|
         return [mul(ct, ew.conj(ew.sign(xs[0])))]
     return [mul(ct, ew.sign(xs[0]))]
+
+
+@vjp_rule("copysign")
+@_ew
+def _copysign(ct, xs, out):
+    x, y = xs  # |x| with y's sign: d/dx = sign(x) * sign(out), nothing flows to y
+    return [mul(ct, mul(ew.copysign(1.0, x), ew.copysign(1.0, out))), None]
 
 
 @vjp_rule("conj")

@@ -94,7 +94,7 @@ ELEMENTWISE_UFUNCS = {
     "less_equal": "less_equal", "greater": "greater", "greater_equal": "greater_equal",
     "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
     "invert": "invert", "left_shift": "left_shift", "right_shift": "right_shift",
-    "hypot": "hypot", "conj": "conjugate",
+    "hypot": "hypot", "conj": "conjugate", "copysign": "copysign", "signbit": "signbit",
 }
 for _name, _ufunc in ELEMENTWISE_UFUNCS.items():
     define(_name, "elementwise", ufunc=_ufunc)

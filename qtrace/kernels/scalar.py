@@ -316,6 +316,23 @@ def _compare(b, prim, args, dts, out):
     return b.icmp_unsigned(op, x, y)
 
 
+@rule("copysign")
+def _copysign(b, prim, args, dts, out):
+    return _intrinsic(b, "llvm.copysign", list(args), args[0].type)
+
+
+@rule("signbit")
+def _signbit(b, prim, args, dts, out):
+    (x,) = args
+    if dts[0].kind == "f":  # the sign bit itself: -0.0 and negative NaNs too
+        ity = ir.IntType(x.type.width if isinstance(x.type, ir.IntType) else
+                         (32 if isinstance(x.type, ir.FloatType) else 64))
+        return b.icmp_signed("<", b.bitcast(x, ity), ir.Constant(ity, 0))
+    if dts[0].kind == "i":
+        return b.icmp_signed("<", x, ir.Constant(x.type, 0))
+    return ir.Constant(I1, 0)
+
+
 @rule("bitwise_and", "bitwise_or", "bitwise_xor")
 def _bitwise(b, prim, args, dts, out):
     return {"bitwise_and": b.and_, "bitwise_or": b.or_, "bitwise_xor": b.xor}[prim](*args)

@@ -176,16 +176,6 @@ def unstack(x, /, *, axis: int = 0) -> tuple:
     return tuple(moved[i] for i in range(t.shape[ax]))
 
 
-def signbit(x, /) -> Tensor:
-    """``signbit`` (Array API): whether the sign bit is set (``-0.0`` and negative NaNs too)."""
-    t = as_tensor(x, "signbit")
-    if t.dtype.kind not in "f":
-        raise TypeError(f"qt.signbit: needs a real floating-point array, got {t.dtype}")
-    # x < 0, or x is -0.0 (1/x is -inf), or a NaN whose sign is negative: copysign(1, x) < 0
-    from .composites import copysign
-    return ew.apply2("less", copysign(1.0, t), 0.0)
-
-
 class _Info:
     """What ``qt.__array_namespace_info__()`` returns (the standard's inspection API)."""
 
@@ -286,3 +276,17 @@ def nextafter(x1, x2, /) -> Tensor:
         raise TypeError(f"qt.nextafter: needs real floating-point arrays, got {a.dtype} and {b.dtype}")
     a, b = broadcast_arrays(astype(a, dt), astype(b, dt))
     return library.call("nextafter", [a, b], (), [(a.shape, dt)])[0]
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    """``broadcast_shapes`` (Array API; ``numpy.broadcast_shapes``): the shape broadcasting gives.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.broadcast_shapes((2, 1), (3,))
+        (2, 3)
+    """
+    from ..graph.primitives import broadcast_shapes as _broadcast
+    if not shapes:
+        return ()
+    return _broadcast("qt.broadcast_shapes", *(tuple(int(d) for d in s) for s in shapes))

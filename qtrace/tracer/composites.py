@@ -27,10 +27,12 @@ import operator
 import numpy as np
 
 from ..config import config
+from ..errors import TracerError
 from ..graph.device import Device
 from . import dtypes
 from . import elementwise as _ew
 from . import reductions as _red
+from .context import tracing
 from .convert import astype, const_node, input_node, operand, place, wrap
 from .creation import arange, full, zeros
 from .indexing import getitem
@@ -101,6 +103,11 @@ def _int(v, op: str, what: str) -> int:
 
 def _ints(v, op: str, what: str) -> tuple:
     """An integer or a sequence of integers as a tuple of ints."""
+    if isinstance(v, Tensor) and v.ndim > 0:
+        if tracing():
+            raise TracerError(f"qt.{op}: {what} given as a tensor decide the result's shape, which a "
+                              "function traced by qt.jit cannot have; pass them as a static tuple")
+        v = np.asarray(v)
     if isinstance(v, Tensor):
         _int(v, op, what)
     if isinstance(v, np.ndarray):
@@ -765,24 +772,6 @@ def heaviside(x1, x2) -> Tensor:
     return r if r.dtype == dt else astype(r, dt)
 
 
-def copysign(x1, x2) -> Tensor:
-    """``numpy.copysign``: the magnitude of ``x1`` with the sign of ``x2`` (-0.0 counts as negative).
-
-    The sign of a NaN ``x2`` cannot be read without its bits: it counts as positive.
-
-    Example:
-        >>> import qtrace as qt
-        >>> qt.copysign(qt.asarray([1.0, -2.0, 3.0]), qt.asarray([-1.0, 1.0, -0.0])).tolist()
-        [-1.0, 2.0, -3.0]
-    """
-    (x, y), _ = _ufunc_operands("copysign", np.copysign, x1, x2)
-    ap = _ew.apply
-    negative_zero = ap("logical_and", ap("equal", y, 0), ap("less", ap("divide", 1.0, y), 0))
-    neg = ap("logical_or", ap("less", y, 0), negative_zero)
-    mag = ap("abs", x)
-    return _ew.where(neg, ap("negative", mag), mag)
-
-
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None) -> Tensor:
     """``numpy.nan_to_num``: NaN to ``nan``, infinities to ``posinf``/``neginf`` (or the
     largest finite values of the dtype); integer and bool inputs are returned unchanged.
@@ -1169,7 +1158,7 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy") -> tuple:
         out.append(reshape(t, tuple(shape)))
     if not sparse and out:
         out = broadcast_arrays(*out)
-    return tuple(out)
+    return list(out)  # the Array API (2024.12) returns a list
 
 
 NUMPY_FUNCTIONS = {
@@ -1187,12 +1176,12 @@ NUMPY_FUNCTIONS = {
 NUMPY_UFUNCS = {
     np.logaddexp: logaddexp, np.logaddexp2: logaddexp2, np.deg2rad: deg2rad,
     np.rad2deg: rad2deg, np.radians: radians, np.degrees: degrees, np.fmax: fmax,
-    np.fmin: fmin, np.heaviside: heaviside, np.copysign: copysign,
+    np.fmin: fmin, np.heaviside: heaviside,
 }
 
 __all__ = [
     "allclose", "array_equal", "array_split", "atleast_1d", "atleast_2d", "atleast_3d",
-    "average", "column_stack", "copysign", "cross", "cumprod", "deg2rad", "degrees", "diag",
+    "average", "column_stack", "cross", "cumprod", "deg2rad", "degrees", "diag",
     "diff", "dstack", "eye", "fmax", "fmin", "heaviside", "hstack", "identity", "inner",
     "isclose", "kron", "logaddexp", "logaddexp2", "meshgrid", "nan_to_num", "outer", "pad",
     "rad2deg", "radians", "repeat", "roll", "split", "std", "tile", "trace", "tril", "triu",

@@ -70,9 +70,18 @@ def asarray(obj, /, dtype=None, device=None, copy: bool | None = None) -> Tensor
     return wrap(input_node(obj, "asarray", dtype=dtype, device=_device(device)))
 
 
-def from_dlpack(obj) -> Tensor:
-    """A tensor sharing the memory of a DLPack-exporting object (CPU memory)."""
-    arr = np.from_dlpack(obj)
+def from_dlpack(obj, /, *, device=None, copy=None) -> Tensor:
+    """A tensor sharing the memory of a DLPack-exporting object (CPU memory); ``copy=True``
+    copies, ``copy=False`` refuses to (the Array API's keywords), ``device`` must be the CPU."""
+    if device is not None and _device(device).kind != "cpu":
+        raise ValueError(f"qt.from_dlpack: device {device} is not available")
+    kwargs = {} if copy is None else {"copy": copy}
+    try:
+        arr = np.from_dlpack(obj, **kwargs)
+    except TypeError:  # an exporter that predates the copy keyword
+        arr = np.from_dlpack(obj)
+        if copy:
+            arr = arr.copy()
     return wrap(input_node(arr, "from_dlpack"))
 
 

@@ -203,6 +203,17 @@ def _make(name: str):
 
 
 FUNCTIONS = {name: _make(name) for name in ELEMENTWISE_UFUNCS}
+
+
+def _signbit(x) -> Tensor:
+    """Elementwise ``numpy.signbit``: the sign bit (``-0.0`` and negative NaNs have it;
+    integers: ``x < 0``, what NumPy's float loops give them)."""
+    if isinstance(x, Tensor) and x.dtype.kind in "iub":
+        return apply2("less", x, 0) if x.dtype.kind == "i" else full(x.shape, False, dtypes.bool_)
+    return apply1("signbit", x)
+
+
+FUNCTIONS["signbit"] = _signbit
 globals().update(FUNCTIONS)
 absolute = FUNCTIONS["abs"]
 true_divide = FUNCTIONS["divide"]
@@ -233,8 +244,8 @@ def where(condition, x, y) -> Tensor:
     return wrap(record("select", (cnode, anode, bnode), (), shape, dt, weak=weak))
 
 
-def clip(x, a_min=None, a_max=None, /, *, min=None, max=None) -> Tensor:  # noqa: A002
-    """``numpy.clip`` / the Array API's ``clip(x, min=, max=)``: limit values to
+def clip(x, /, min=None, max=None, *, a_min=None, a_max=None) -> Tensor:  # noqa: A002
+    """The Array API's ``clip(x, min, max)`` / ``numpy.clip(a, a_min, a_max)``: limit values to
     ``[min, max]`` (either may be None; both None returns a copy). The result keeps
     ``x``'s dtype, as the standard asks, when the bounds are Python scalars.
 

@@ -63,7 +63,8 @@ def _expand(key, ndim: int, op: str) -> list:
                 entries.append(("sbool", bool(mask)))
                 continue
             entries.extend(np.nonzero(mask))
-            entries[-mask.ndim:] = [("mask", a, mask.shape[i]) for i, a in enumerate(entries[-mask.ndim:])]
+            entries[-mask.ndim:] = [("mask", a, mask.shape[i], mask.size)
+                                    for i, a in enumerate(entries[-mask.ndim:])]
         else:
             entries.append(k)
     n_ellipsis = sum(1 for k in entries if k is Ellipsis)
@@ -135,7 +136,7 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
         axis_of[i] = axis
         size = x.shape[axis]
         if kinds[i] == "array":
-            if _marker(k, "mask") and k[2] != size:
+            if _marker(k, "mask") and k[2] != size and k[3]:  # an empty mask matches (as NumPy)
                 raise IndexError(f"{op}: boolean index did not match indexed array along axis {axis}; "
                                  f"size of axis is {size} but size of corresponding boolean axis is {k[2]}")
             fixed[i] = _index_tensor(k, op)

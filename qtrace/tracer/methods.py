@@ -88,10 +88,11 @@ Tensor.T = property(lambda self: shape_ops.transpose(self), doc="The transpose (
 Tensor.mT = property(lambda self: shape_ops.swapaxes(self, -1, -2), doc="Transpose of the last two axes.")
 
 
-def _reshape(self, *shape, order: str = "C"):
+def _reshape(self, *shape, order: str = "C", copy=None):
+    """``ndarray.reshape``: ``x.reshape(2, 3)`` or ``x.reshape((2, 3))``."""
     if order != "C":
         raise NotImplementedError("qt.Tensor.reshape: only order='C' is supported")
-    return shape_ops.reshape(self, *shape)
+    return shape_ops.reshape(self, shape[0] if len(shape) == 1 else shape, copy=copy)
 
 
 def _transpose(self, *axes):

@@ -11,6 +11,7 @@ from . import (
     composites,
     creation,
     elementwise,
+    fft_ext,
     indexing,
     linalg,
     linalg_ext,
@@ -176,6 +177,7 @@ FUNCTIONS.update({  # numpy.linalg, sorting and complex parts on tensors
     np.take: sorting.take, np.take_along_axis: sorting.take_along_axis,
     np.count_nonzero: sorting.count_nonzero, np.nonzero: sorting.nonzero, np.isin: sorting.isin,
     np.real: array_api.real, np.imag: array_api.imag, np.angle: array_api.angle,
+    **fft_ext.NUMPY_FUNCTIONS,  # numpy.fft (NumPy's positional signatures)
 })
 # what a program asks of an array without computing anything new
 FUNCTIONS.update({

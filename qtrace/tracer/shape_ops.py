@@ -53,7 +53,7 @@ def _shape_arg(shape) -> tuple:
     return (operator.index(shape),)
 
 
-def reshape(x, *shape, copy=None) -> Tensor:
+def reshape(x, /, shape, *, copy=None) -> Tensor:
     """``numpy.reshape`` (C order; one dimension may be -1): a view where NumPy makes one.
 
     Like NumPy, the result shares ``x``'s memory when the new shape can be laid over the
@@ -65,8 +65,6 @@ def reshape(x, *shape, copy=None) -> Tensor:
         (2, 3)
     """
     t = as_tensor(x, "reshape")
-    if len(shape) == 1:
-        shape = shape[0]
     shape = resolve_shape(_shape_arg(shape), t.size, "reshape")
     if shape == t.shape and copy is not True:
         return views.alias(t)
