@@ -34,7 +34,7 @@ from ..graph.node import forget_recent, result_leaf
 from ..stats import bump
 from . import tensor
 from .context import concrete_error, state
-from .views import Storage, array_view, set_base
+from .views import Storage, array_of, array_view, set_base
 
 LEARN = 1   # cut-policy phases (ThreadState.cut)
 ANCHORED = 2
@@ -225,4 +225,4 @@ def _line(code, offset: int) -> int:
 
 
 
-tensor.install(note, flush, array_view)
+tensor.install(note, flush, array_view, array_of)

@@ -9,12 +9,12 @@ from ..graph.node import Node
 from .context import ad_level, concrete_error, is_abstract
 
 # installed by qtrace.tracer.pending (which imports this module): note, flush, array_view
-_note = _flush = _array_view = None
+_note = _flush = _array_view = _array_of = None
 
 
-def install(note, flush, array_view) -> None:
-    global _note, _flush, _array_view
-    _note, _flush, _array_view = note, flush, array_view
+def install(note, flush, array_view, array_of) -> None:
+    global _note, _flush, _array_view, _array_of
+    _note, _flush, _array_view, _array_of = note, flush, array_view, array_of
 
 
 class Tensor:
@@ -97,6 +97,9 @@ class Tensor:
             arr = _array_view(self)
             if arr is not None:
                 return arr
+        arr = _array_of(node)
+        if arr is not None:  # view nodes over computed data: read through NumPy, no kernel
+            return arr
         if ad_level():  # while differentiating, the tensor must stay connected to its graph
             (buf,) = _evaluate.evaluate((node,))
             return buf

@@ -159,6 +159,32 @@ def derive(base: Node, steps: tuple) -> Node:
     return n
 
 
+_STEP_OF = {
+    "slice": lambda n: ("slice", n.params[0], n.params[1], n.shape),
+    "reshape": lambda n: ("reshape", n.shape),
+    "transpose": lambda n: ("transpose", n.params[0]),
+    "broadcast": lambda n: ("broadcast", n.shape),
+}
+
+
+def array_of(node: Node):
+    """The value of ``node`` as a NumPy view, when it is view nodes over an evaluated leaf
+    (reading ``x[i, j]`` of computed data then needs no kernel); else None."""
+    steps = []
+    while node.prim in _STEP_OF:
+        steps.append(_STEP_OF[node.prim](node))
+        node = node.inputs[0]
+    if node.prim != "input" or node.buffer is None or not steps:
+        return None
+    arr = node.buffer
+    try:
+        for step in reversed(steps):
+            arr = _array_step(arr, step)
+    except ValueError:
+        return None
+    return arr
+
+
 def array_view(t: Tensor):
     """``t``'s value as a NumPy view of its evaluated base's buffer, or None (no storage, a
     pending base, or a layout NumPy cannot view)."""
