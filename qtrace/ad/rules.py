@@ -117,8 +117,9 @@ def _positive(ct, xs, out):
 @vjp_rule("abs")
 @_ew
 def _abs(ct, xs, out):
-    if xs[0].dtype.kind == "c":  # JAX's convention: ct * conj(z) / |z|
-        return [mul(ct, ew.conj(ew.sign(xs[0])))]
+    if xs[0].dtype.kind == "c":  # JAX's convention: ct * conj(z) / |z| (0 at z = 0),
+        # written with differentiable operations (sign is not), so it has a second derivative
+        return [mul(ct, ew.conj(div(xs[0], ew.where(ew.equal(out, 0), 1.0, out))))]
     return [mul(ct, ew.sign(xs[0]))]
 
 

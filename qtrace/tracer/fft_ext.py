@@ -119,6 +119,11 @@ def _length(n, name: str, what: str = "n") -> int:
     return n
 
 
+def _sizes_1d(n, name: str) -> tuple | None:
+    """``n`` of a one-dimensional transform as the ``s`` of its n-dimensional form."""
+    return None if n is None else (_length(n, name),)
+
+
 def _axis(axis, t: Tensor, name: str) -> int:
     if t.ndim == 0:
         raise ValueError(f"qt.fft.{name}: expected an array of at least one dimension, got a 0-d array")
@@ -203,7 +208,7 @@ def fft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -
         [(0.25+0j), (0.25+0j), (0.25+0j), (0.25+0j)]
     """
     t = _tensor(x, "fft")
-    return _c2c(t, None if n is None else (n,), (_axis(axis, t, "fft"),), norm, "fft", False)
+    return _c2c(t, _sizes_1d(n, "fft"), (_axis(axis, t, "fft"),), norm, "fft", False)
 
 
 def ifft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Tensor:
@@ -216,7 +221,7 @@ def ifft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") 
         [1.0, 2.0, 3.0]
     """
     t = _tensor(x, "ifft")
-    return _c2c(t, None if n is None else (n,), (_axis(axis, t, "ifft"),), norm, "ifft", True)
+    return _c2c(t, _sizes_1d(n, "ifft"), (_axis(axis, t, "ifft"),), norm, "ifft", True)
 
 
 def fftn(x, /, *, s=None, axes=None, norm: str = "backward") -> Tensor:
@@ -288,7 +293,7 @@ def rfft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") 
         [(10+0j), (-2+2j), (-2+0j)]
     """
     t = _tensor(x, "rfft")
-    return _r2c(t, None if n is None else (n,), (_axis(axis, t, "rfft"),), norm, "rfft")
+    return _r2c(t, _sizes_1d(n, "rfft"), (_axis(axis, t, "rfft"),), norm, "rfft")
 
 
 def irfft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward") -> Tensor:
@@ -303,7 +308,7 @@ def irfft(x, /, *, n: int | None = None, axis: int = -1, norm: str = "backward")
         [1.0, 2.0, 3.0]
     """
     t = _tensor(x, "irfft")
-    return _c2r(t, None if n is None else (n,), (_axis(axis, t, "irfft"),), norm, "irfft")
+    return _c2r(t, _sizes_1d(n, "irfft"), (_axis(axis, t, "irfft"),), norm, "irfft")
 
 
 def rfftn(x, /, *, s=None, axes=None, norm: str = "backward") -> Tensor:
