@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import importlib
 
-from ._harness import Row, print_table
+from ._harness import Row, print_table, publish, run_and_print
 
-__all__ = ["MODULES", "Row", "print_table", "run_all"]
+__all__ = ["MODULES", "Row", "print_table", "run_all", "run_and_print"]
 
 # In table order.
 MODULES = ("b1_elementwise", "b2_dispatch", "b3_loop_grad", "b4_compile_cache", "b5_eager_loop",
@@ -22,12 +22,15 @@ def run_all(quick: bool = False, only: tuple[str, ...] = (),
             systems: str | None = None) -> list[Row]:
     """Run every benchmark module (or those whose name starts with one of ``only``).
 
-    ``systems``: comma-separated prefixes of the systems to run (default: all).
+    ``systems``: comma-separated prefixes of the systems to run (default: all). Rows are
+    :func:`~benchmarks._harness.publish`-ed as they finish (inside a module's ``run``
+    or, at the latest, when it returns), so a :func:`~benchmarks._harness.streaming`
+    printer shows them while the rest still runs.
     """
     rows: list[Row] = []
     for name in MODULES:
         if only and not any(name.startswith(prefix) for prefix in only):
             continue
         module = importlib.import_module(f"{__name__}.{name}")
-        rows += module.run(quick=quick, systems=systems)
+        rows += publish(module.run(quick=quick, systems=systems))
     return rows

@@ -1,6 +1,7 @@
 """Run all benchmarks: ``python -m benchmarks [--quick] [--systems S] [b1 b2 ...]``.
 
-Prints one table per benchmark; exits 1 if any system's result fails its float64 check.
+Prints each row as it finishes, in tables at most 100 columns wide (``--wide``: every
+column); exits 1 if any system's result fails its float64 check.
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ def main(argv=None) -> int:
     parser.add_argument("--systems", default=None,
                         help="comma-separated name prefixes of the systems to run, "
                              "e.g. 'numpy,qtrace' (default: all)")
+    _harness.add_wide_flag(parser)
     parser.add_argument("only", nargs="*", help="benchmark name prefixes, e.g. b1 b5")
     args = parser.parse_args(argv)
-    rows = run_all(quick=args.quick, only=tuple(args.only), systems=args.systems)
-    print(_harness.versions())
-    print(f"peak RSS of this process: {_harness.peak_rss_mb():.0f} MB")
-    print()
-    _harness.print_table(rows)
-    return 1 if any(r.passed is False for r in rows) else 0
+    return _harness.run_and_print(
+        lambda: run_all(quick=args.quick, only=tuple(args.only), systems=args.systems),
+        wide=args.wide)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,11 @@ What lives here:
   prepares every system, times them interleaved (:func:`measure_interleaved`) and
   turns each into a row, a skip note or a FAIL note;
 * results: :class:`Row` (one system of one benchmark), :func:`timed_row`, :func:`skip`,
-  :func:`failed`, :func:`guarded`, :func:`set_ratios` and :func:`print_table`;
+  :func:`failed`, :func:`guarded`, :func:`set_ratios`;
+* output: :func:`publish` hands finished rows to the :func:`streaming` printer
+  (:class:`TableStream`), which prints each as it completes, in a table that fits
+  :data:`WIDTH` columns (:func:`format_compact`) or, with ``--wide``, every detail
+  (:func:`format_table`); :func:`print_table` prints finished rows at once;
 * qtrace counters: :func:`qtrace_counters` (``kernel_launches`` and ``compiles`` per call
   from ``qt.stats()``);
 * the command line shared by every file: :func:`main`.
@@ -29,11 +33,13 @@ import argparse
 import contextlib
 import gc
 import importlib
+import io
 import os
 import platform
 import resource
 import statistics
 import sys
+import textwrap
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -503,7 +509,7 @@ def run_systems(benchmark: str, prepare: dict[str, Callable[[], Case | str]], *,
         else:
             rows[case.system] = guarded(benchmark, case.system,
                                         lambda c=case, t=timing: c.finish(t), **row_defaults)
-    return set_ratios([rows[name] for name in prepare], reference=reference)
+    return publish(set_ratios([rows[name] for name in prepare], reference=reference))
 
 
 def _fmt_time(seconds: float | None, unit: str) -> str:
@@ -550,16 +556,161 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def print_table(rows: Sequence[Row], file=None) -> None:
-    """Print :func:`format_table`, grouping rows by benchmark."""
-    file = file or sys.stdout
-    groups: dict[str, list[Row]] = {}
-    for row in rows:
-        groups.setdefault(row.benchmark, []).append(row)
-    for group in groups.values():
-        print(format_table(group), file=file)
-        print(file=file)
-    file.flush()
+# Columns of the compact table (what fits WIDTH): system, median, ratio, check, notes.
+WIDTH = 100
+_SYSTEM_W, _MEDIAN_W, _RATIO_W, _CHECK_W = 28, 9, 8, 5
+LEGEND = ("median time per unit of work; × qtrace = time / qtrace time (above 1: qtrace is "
+          "faster); check: the result vs a float64 NumPy reference, within tolerance. "
+          "--wide shows min–max, errors and tolerances.")
+
+
+def _compact_row(row: Row, width: int) -> list[str]:
+    """One row of the compact table: one line, or more when its notes wrap."""
+    median = f"{_fmt_time(row.median, row.unit)} {row.unit}" if row.median is not None else "-"
+    ratio = f"{row.ratio:.2f}" if row.ratio is not None else "-"
+    cells = f"{median:>{_MEDIAN_W}}  {ratio:>{_RATIO_W}}  {row.check:<{_CHECK_W}}  "
+    lines = []
+    name = row.system
+    if len(name) > _SYSTEM_W:  # a long name gets a line of its own
+        lines += textwrap.wrap(name, width)
+        name = ""
+    prefix = f"{name:<{_SYSTEM_W}}  {cells}"
+    notes = "; ".join([*(f"{k} {v}" for k, v in row.extra.items()), *([row.note] if row.note else [])])
+    wrapped = textwrap.wrap(notes, max(width - len(prefix), 20)) or [""]
+    lines.append((prefix + wrapped[0]).rstrip())
+    lines += [" " * len(prefix) + more for more in wrapped[1:]]
+    return lines
+
+
+def _compact_header(first: Row, width: int) -> list[str]:
+    header = (f"{'system':<{_SYSTEM_W}}  {'median':>{_MEDIAN_W}}  {'× qtrace':>{_RATIO_W}}  "
+              f"{'check':<{_CHECK_W}}  notes")
+    rule = "  ".join("-" * w for w in (_SYSTEM_W, _MEDIAN_W, _RATIO_W, _CHECK_W))
+    rule += "  " + "-" * (width - len(rule) - 2)
+    title = f"== {first.benchmark} (times per {first.per})"
+    return [*textwrap.wrap(title, width, subsequent_indent="   "), header, rule]
+
+
+def format_compact(rows: Sequence[Row], width: int = WIDTH) -> str:
+    """The rows of one or more benchmarks as text tables no wider than ``width`` columns.
+
+    Each benchmark gets a title, a header and one line per system (long notes wrap under
+    the notes column); extra columns (launches, GB/s, memory) join the notes. The
+    details this leaves out (min–max, the error and its tolerance) are in
+    :func:`format_table`.
+
+    Example:
+        >>> print(format_compact([Row("B0 demo", "NumPy", median=2e-3, ratio=2.0)]))
+        == B0 demo (times per call)
+        system                           median  × qtrace  check  notes
+        ----------------------------  ---------  --------  -----  ------------------------------------------
+        NumPy                              2 ms      2.00  -
+    """
+    text = io.StringIO()
+    print_table(rows, text, width=width, legend=False)
+    return text.getvalue().rstrip("\n")
+
+
+class TableStream:
+    """Prints benchmark rows as they are :func:`publish`-ed, each row once.
+
+    Compact (the default): a row is printed as soon as it arrives, under the header of
+    its benchmark, in at most ``width`` columns (:func:`format_compact`), after a
+    one-time legend. ``wide``: :func:`format_table`'s full table of a benchmark, printed
+    once its last row is in (when the next benchmark's rows arrive, or at
+    :meth:`close`). ``file`` defaults to standard output.
+    """
+
+    def __init__(self, file=None, *, wide: bool = False, width: int = WIDTH, legend: bool = True):
+        self.file = file or sys.stdout
+        self.wide, self.width, self._legend = wide, width, legend and not wide
+        self.rows: list[Row] = []  # every row printed, in order
+        self._seen: set[int] = set()
+        self._group: list[Row] = []
+
+    def _write(self, lines: list[str]) -> None:
+        for line in lines:
+            print(line, file=self.file)
+        self.file.flush()
+
+    def __call__(self, rows: Iterable[Row]) -> None:
+        for row in rows:
+            if id(row) in self._seen:
+                continue
+            self._seen.add(id(row))
+            self.rows.append(row)
+            if self._group and row.benchmark != self._group[0].benchmark:
+                self._end_group()
+            if self._legend:
+                self._write([*textwrap.wrap(LEGEND, self.width), ""])
+                self._legend = False
+            starts = not self._group
+            self._group.append(row)
+            if not self.wide:
+                self._write(([""] if starts and len(self.rows) > 1 else [])
+                            + (_compact_header(row, self.width) if starts else [])
+                            + _compact_row(row, self.width))
+
+    def _end_group(self) -> None:
+        if self._group and self.wide:
+            self._write(([""] if len(self.rows) > len(self._group) else [])
+                        + format_table(self._group).splitlines())
+        self._group = []
+
+    def close(self) -> None:
+        """Print what a wide stream still holds (the last benchmark's table)."""
+        self._end_group()
+
+
+_streams: list[Callable[[list[Row]], None]] = []
+
+
+def publish(rows: Sequence[Row]) -> Sequence[Row]:
+    """Hand finished rows (ratios set) to the active :func:`streaming` printers; returns ``rows``.
+
+    Every benchmark calls it as soon as rows are final, so that long runs show results
+    as they come; a printer ignores rows it has already printed.
+    """
+    for stream in _streams:
+        stream(list(rows))
+    return rows
+
+
+@contextlib.contextmanager
+def streaming(stream: Callable[[list[Row]], None]):
+    """Within the block, every :func:`publish`-ed row also goes to ``stream``."""
+    _streams.append(stream)
+    try:
+        yield stream
+    finally:
+        _streams.remove(stream)
+        if isinstance(stream, TableStream):
+            stream.close()
+
+
+def print_table(rows: Sequence[Row], file=None, *, wide: bool = False, width: int = WIDTH,
+                legend: bool = True) -> None:
+    """Print finished rows: the compact tables, or :func:`format_table`'s with ``wide``."""
+    stream = TableStream(file, wide=wide, width=width, legend=legend)
+    stream(rows)
+    stream.close()
+
+
+def run_and_print(run: Callable[[], Sequence[Row]], *, wide: bool = False, file=None) -> int:
+    """Call ``run()``, printing every row as soon as it is :func:`publish`-ed (rows that
+    ``run`` returns unpublished follow at its end), then the versions and peak memory.
+
+    Returns the exit status of a benchmark command: 1 if any row FAILs its check, else 0.
+    """
+    stream = TableStream(file, wide=wide)
+    with streaming(stream):
+        stream(run())
+    out = stream.file
+    print(file=out)
+    print(versions(), file=out)
+    print(f"peak RSS of this process: {peak_rss_mb():.0f} MB", file=out)
+    out.flush()
+    return 1 if any(r.passed is False for r in stream.rows) else 0
 
 
 # --------------------------------------------------------------------------- errors
@@ -593,16 +744,21 @@ def arg_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--systems", default=None,
                         help="comma-separated name prefixes of the systems to run, "
                              "e.g. 'numpy,qtrace' (default: all)")
+    add_wide_flag(parser)
     return parser
+
+
+def add_wide_flag(parser: argparse.ArgumentParser) -> None:
+    """``--wide``: every column (min–max, errors, tolerances) instead of 100-column tables."""
+    parser.add_argument("--wide", action="store_true",
+                        help="full tables (min–max, errors, tolerances, extra columns); "
+                             f"default: rows printed as they finish, at most {WIDTH} columns")
 
 
 def main(run: Callable[..., list[Row]], parser: argparse.ArgumentParser,
          argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv``, call ``run(**vars(args))``, print the table; 1 if any row FAILs."""
-    args = parser.parse_args(argv)
-    rows = run(**vars(args))
-    print(versions())
-    print(f"peak RSS of this process: {peak_rss_mb():.0f} MB")
-    print()
-    print_table(rows)
-    return 1 if any(r.passed is False for r in rows) else 0
+    """Parse ``argv`` (flags of :func:`arg_parser`), call ``run(**args)`` printing rows as
+    they finish (:func:`run_and_print`); 1 if any row FAILs."""
+    args = vars(parser.parse_args(argv))
+    wide = args.pop("wide", False)
+    return run_and_print(lambda: run(**args), wide=wide)

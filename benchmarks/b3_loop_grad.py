@@ -236,7 +236,7 @@ def worker_table(title: str, key: str, reports: dict[str, dict],
                                   **row_defaults))
     for system, note in (notes or {}).items():
         rows.append(h.skip(title, system, note, **row_defaults))
-    return h.set_ratios(rows, reference=reference)
+    return h.publish(h.set_ratios(rows, reference=reference))
 
 
 def memory_extra(rep: dict) -> dict[str, str]:

@@ -235,7 +235,7 @@ def run(quick: bool = False, repeats: int | None = None, n: int | None = None,
             group.append(h.timed_row(title, system, _timing(ss, key), error=err,
                                      tol=TOL if err is not None else None, extra=extra,
                                      note=note_fn(ss) if note_fn else "", **kw))
-        rows.extend(h.set_ratios(group, reference=reference or (group[0].system if group else "")))
+        rows.extend(h.publish(h.set_ratios(group, reference=reference or (group[0].system if group else ""))))
 
     def q_note(ss):
         return f"compiles {ss[0]['compiles']}, disk hits {ss[0]['disk_hits']}"

@@ -33,6 +33,7 @@ else:
     from . import _harness
 
 N = 41
+TITLE = f"B9 recording, {N}x{N} float64"
 
 
 def _time(fn, calls: int, repeats: int) -> float:
@@ -80,7 +81,7 @@ def run(quick: bool = False, systems: str | None = None, depth: int = 800) -> li
     a, b = rng.random((N, N)), rng.random((N, N))
     np_ops = _operations(np, a.copy(), b.copy())
     if qt is None:
-        return [_harness.skip("B9 recording", "qtrace", why)]
+        return [_harness.skip(TITLE, "qtrace", why)]
     limit = qt.config.max_pending_nodes
     try:
         qt.config.max_pending_nodes = 1 << 30  # measure recording alone: no automatic cut
@@ -96,12 +97,13 @@ def run(quick: bool = False, systems: str | None = None, depth: int = 800) -> li
                 found[label] = _time(qt_fn, calls, repeats)
                 qt.eval(p, keep[0])
             rows.append(_harness.Row(
-                benchmark="B9 recording, 41x41 float64", system=name, unit="µs",
+                benchmark=TITLE, system=name, unit="µs",
                 median=found["shallow"], note=(
                     f"NumPy runs it in {t_np * 1e6:.2f} µs; qtrace records it in "
                     f"{found['shallow'] * 1e6:.2f} µs ({found['shallow'] / t_np:.1f}x NumPy) "
                     f"with nothing pending, {found['deep'] * 1e6:.2f} µs with {depth} operations "
                     "pending")))
+            _harness.publish(rows[-1:])
     finally:
         qt.config.max_pending_nodes = limit
     # a step end to end: the assignment and an evaluation of its (cached) plan
@@ -109,8 +111,9 @@ def run(quick: bool = False, systems: str | None = None, depth: int = 800) -> li
         t_np = _time(fn_np, calls, repeats)
         t_qt = _time(fn_qt, calls, repeats)
         rows.append(_harness.Row(
-            benchmark="B9 recording, 41x41 float64", system=label, unit="µs", median=t_qt,
+            benchmark=TITLE, system=label, unit="µs", median=t_qt,
             note=f"NumPy {t_np * 1e6:.2f} µs; qtrace {t_qt / t_np:.1f}x NumPy"))
+        _harness.publish(rows[-1:])
     return rows
 
 
@@ -147,11 +150,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--depth", type=int, default=800)
+    _harness.add_wide_flag(parser)
     args = parser.parse_args(argv)
-    rows = run(args.quick, depth=args.depth)
-    for r in rows:
-        print(f"{r.system:40s} {r.median * 1e6:8.2f} µs   {r.note}")
-    return 0
+    return _harness.run_and_print(lambda: run(args.quick, depth=args.depth), wide=args.wide)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ tables, never by tests.
 
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
@@ -151,3 +152,86 @@ def test_b7_check_fails_a_wrong_answer():
     swapped = run32(steps)
     swapped[0], swapped[1] = swapped[1], swapped[0]
     assert b7_small_updates.max_rel_err(swapped, ref) > 10 * tol
+
+
+def _long_rows():
+    """Rows as the benchmarks make them, with every field at its longest."""
+    rows = [h.timed_row("B1 fused elementwise chain: N=1,000,000 float32, a title long enough to "
+                        "wrap over a hundred columns", "qtrace eager", h.Timing([4e-3, 3e-3, 9e-3]),
+                        unit="ms", per="eval", error=3e-7, tol=1e-6,
+                        extra={"GB/s": "2.77", "launches/eval": "1", "peak RSS MB": "144"},
+                        note="compiles 1, disk hits 0; goal <= 50 ms above imports: met"),
+            h.skip("B1 fused elementwise chain: N=1,000,000 float32, a title long enough to "
+                   "wrap over a hundred columns", "Quadrants", "quadrants not installed (pip "
+                   "install quadrants)", unit="ms", per="eval"),
+            h.Row("B9 recording", "4 boundary assignments + evaluation, a system name longer "
+                  "than its column", median=6.7e-5, unit="µs",
+                  note="NumPy runs it in 0.18 µs; qtrace records it in 3.34 µs (18.2x NumPy) "
+                       "with nothing pending, 3.20 µs with 800 operations pending " * 2),
+            h.failed("B9 recording", "JAX cold (persistent cache on)",
+                     RuntimeError("x" * 150))]
+    return h.set_ratios(rows)
+
+
+def test_compact_tables_fit_100_columns_and_keep_every_note():
+    rows = _long_rows()
+    text = h.format_compact(rows)
+    assert max(len(line) for line in text.splitlines()) <= h.WIDTH
+    assert text.count("== B1") == 1 and text.count("== B9") == 1
+    flat = "".join(text.split())
+    for row in rows:  # nothing is cut: every name, extra column and note is there, wrapped
+        assert "".join(row.system.split()) in flat
+        assert "".join(row.note.split()) in flat
+    assert "launches/eval1" in flat and "4 ms" in text and "PASS" in text and "FAIL" in text
+    assert "3.00e-07" not in text  # errors are details: only --wide shows them
+    assert "3.00e-07" in h.format_table(rows[:2])
+
+
+def test_stream_prints_each_row_once_as_it_is_published():
+    rows = _long_rows()
+    out = io.StringIO()
+    with h.streaming(h.TableStream(out)) as stream:
+        h.publish(rows[:1])
+        assert "qtrace eager" in out.getvalue() and "Quadrants" not in out.getvalue()
+        h.publish(rows[:2])          # a row published twice prints once
+        stream(rows)                 # rows a benchmark returns without publishing
+    h.publish(rows)                  # after the block: not printed again
+    text = out.getvalue()
+    assert text.count("qtrace eager") == 1 and text.count("Quadrants") == 1
+    assert stream.rows == rows
+    assert max(len(line) for line in text.splitlines()) <= h.WIDTH
+
+
+def test_wide_stream_prints_a_benchmark_when_its_last_row_is_in():
+    rows = _long_rows()
+    out = io.StringIO()
+    with h.streaming(h.TableStream(out, wide=True)):
+        h.publish(rows[:2])
+        assert out.getvalue() == ""  # B1 may still get rows
+        h.publish(rows[2:3])         # B9 starts: B1 is complete
+        assert "min–max ms" in out.getvalue() and "B9" not in out.getvalue()
+        h.publish(rows[3:])
+    assert out.getvalue().count("== B9") == 1  # closing the stream prints the last table
+
+
+def test_run_and_print_streams_and_reports_failure(capsys):
+    def run():
+        h.publish(_long_rows()[:1])
+        assert "qtrace eager" in capsys.readouterr().out  # printed before run returns
+        return _long_rows()[3:]
+
+    assert h.run_and_print(run) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "peak RSS" in out
+    assert max(len(line) for line in out.splitlines()) <= h.WIDTH
+
+
+def test_qtrace_bench_command_streams_narrow_tables(capsys):
+    from qtrace.__main__ import main
+
+    assert main(["bench", "--quick", "--systems", "numpy", "b1"]) == 0
+    out = capsys.readouterr().out
+    assert "== B1" in out and "NumPy" in out and "PASS" in out
+    assert max(len(line) for line in out.splitlines()) <= h.WIDTH
+    assert main(["bench", "--quick", "--systems", "numpy", "--wide", "b1"]) == 0
+    assert "min–max" in capsys.readouterr().out

@@ -10,6 +10,40 @@ import time
 import numpy as np
 
 
+def progress(total: int, file=None):
+    """Report the demo's steps: ``(step(loss), close())``.
+
+    A tqdm bar on ``file`` (standard error) when it is a terminal and tqdm is installed
+    (``pip install "qtrace[demo]"``); otherwise one plain line per step on standard output.
+
+    Example:
+        >>> step, close = progress(2)
+        >>> step(0.5); step(0.25); close()
+          step   1/2  loss 0.5
+          step   2/2  loss 0.25
+    """
+    file = file or sys.stderr
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None and file.isatty():
+        bar = tqdm(total=total, ncols=72, file=file)
+
+        def step(loss: float) -> None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4g}")
+
+        return step, bar.close
+    done = [0]
+
+    def step(loss: float) -> None:
+        done[0] += 1
+        print(f"  step {done[0]:3d}/{total}  loss {loss:.6g}", flush=True)
+
+    return step, lambda: None
+
+
 def demo(args) -> int:
     """A differentiable simulation with per-particle, data-dependent sub-stepping.
 
@@ -18,8 +52,6 @@ def demo(args) -> int:
     tensor of trip counts). Gradient descent on the launch velocities, through every
     sub-step, with the reverse pass running on the adstack — no iteration bound given.
     """
-    from tqdm import tqdm
-
     import qtrace as qt
 
     n, iters = args.n, args.iters
@@ -54,14 +86,13 @@ def demo(args) -> int:
     qt.reset_stats()
     t0 = time.perf_counter()
     lr, losses = 0.4 * n, []  # the loss is a mean: scale the step to move each particle
-    bar = tqdm(range(iters), ncols=72, disable=not sys.stderr.isatty())
-    for _ in bar:
+    report, close = progress(iters)
+    for _ in range(iters):
         value, grad = step(v0)
         losses.append(float(value))
         v0 = v0 - lr * grad
-        bar.set_postfix(loss=f"{losses[-1]:.4g}")
-        if bar.disable:
-            print(f"  step {len(losses):3d}  loss {losses[-1]:.6g}")
+        report(losses[-1])
+    close()
     elapsed = time.perf_counter() - t0
     s = qt.stats()
     print(f"loss {losses[0]:.4g} -> {losses[-1]:.4g} in {elapsed:.2f} s "
@@ -86,8 +117,13 @@ def info(args) -> int:
     print(f"threads    {qt.config.num_threads}")
     print(f"fusion     {'on' if qt.config.fusion else 'off'}")
     print(f"cache dir  {qt.config.cache_dir}")
-    c = disk_cache.info()
-    print(f"cache      {c['entries']} entries, {_bytes(c['bytes'])}, {c['state']}")
+    try:
+        c = disk_cache.info()
+    except disk_cache.CacheDirectoryError as exc:
+        print(f"cache      {exc}")
+    else:
+        corrupt = f" ({c['corrupt']} corrupt)" if c["corrupt"] else ""
+        print(f"cache      {c['entries']} entries{corrupt}, {_bytes(c['bytes'])}, {c['state']}")
     return 0
 
 
@@ -100,27 +136,42 @@ def _bytes(n: int) -> str:
 
 
 def cache(args) -> int:
-    """``cache info``: location, entries and size of the disk kernel cache; ``cache clear``."""
+    """``cache info``: location, entries and size of the disk kernel cache; ``cache clear``.
+
+    A directory that cannot be listed or emptied is reported in one line on stderr, with
+    exit status 1; corrupt entries are counted (and removed by ``clear``).
+    """
     from qtrace.kernels import disk_cache
 
-    if args.action == "info":
-        c = disk_cache.info()
-        print(f"location   {c['location']}")
-        print(f"state      {c['state']}")
-        print(f"entries    {c['entries']}")
-        print(f"size       {_bytes(c['bytes'])} ({c['bytes']} bytes)")
-        if c["temporary_files"]:
-            print(f"temporary  {c['temporary_files']} unfinished write(s) (removed by `cache clear`)")
-        return 0
-    removed, freed = disk_cache.clear()
+    try:
+        if args.action == "info":
+            c = disk_cache.info()
+            print(f"location   {c['location']}")
+            print(f"state      {c['state']}")
+            print(f"entries    {c['entries']}")
+            if c["corrupt"]:
+                print(f"corrupt    {c['corrupt']} unreadable entry(ies) (recompiled when met, "
+                      "removed by `cache clear`)")
+            print(f"size       {_bytes(c['bytes'])} ({c['bytes']} bytes)")
+            if c["temporary_files"]:
+                print(f"temporary  {c['temporary_files']} unfinished write(s) (removed by `cache clear`)")
+            return 0
+        removed, freed, skipped = disk_cache.clear()
+    except disk_cache.CacheDirectoryError as exc:
+        print(f"python -m qtrace cache {args.action}: {exc}", file=sys.stderr)
+        return 1
     print(f"removed {removed} file(s), {_bytes(freed)}, from {disk_cache.kernel_dir()}")
+    if skipped:
+        print(f"skipped {skipped} name(s) that are not cache files (directories or links); "
+              "remove them by hand")
     return 0
 
 
 def bench(args) -> int:
-    """Run ``benchmarks/`` (from a source checkout) and print one table.
+    """Run ``benchmarks/`` (from a source checkout), printing each row as it finishes.
 
     ``only``: benchmark name prefixes (``b1 b3``); the word ``programs`` selects B8.
+    Tables fit 100 columns; ``--wide`` prints every column once a benchmark is done.
     """
     import importlib
     from pathlib import Path
@@ -134,9 +185,9 @@ def bench(args) -> int:
     benchmarks = importlib.import_module("benchmarks")
     # `programs` names B8, the suite of real NumPy programs
     only = tuple("b8" if name == "programs" else name for name in args.only)
-    rows = benchmarks.run_all(quick=args.quick, only=only)
-    benchmarks.print_table(rows)
-    return 1 if any(r.passed is False for r in rows) else 0
+    return benchmarks.run_and_print(
+        lambda: benchmarks.run_all(quick=args.quick, only=only, systems=args.systems),
+        wide=args.wide)
 
 
 def main(argv=None) -> int:
@@ -148,6 +199,11 @@ def main(argv=None) -> int:
     p.set_defaults(fn=demo)
     p = sub.add_parser("bench", help="run the benchmark table (qtrace beside NumPy, JAX, ...)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    p.add_argument("--wide", action="store_true",
+                   help="full tables (min–max, errors, tolerances), printed per benchmark; "
+                        "default: each row as it finishes, at most 100 columns")
+    p.add_argument("--systems", default=None,
+                   help="comma-separated name prefixes of the systems, e.g. 'numpy,qtrace'")
     p.add_argument("only", nargs="*", help="benchmark name prefixes, e.g. b1 b3")
     p.set_defaults(fn=bench)
     p = sub.add_parser("info", help="versions, devices, configuration")

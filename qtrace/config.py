@@ -13,7 +13,8 @@ variable                    attribute                    meaning
 ``QTRACE_DUMP_IR``          ``dump_ir``                  directory for each kernel's IR
 ``QTRACE_NUM_THREADS``      ``num_threads``              CPU worker threads (all cores)
 ``QTRACE_LOG_RECOMPILES``   ``log_recompiles``           ``1``: say why a retrace happened
-``QTRACE_CACHE_DIR``        ``cache_dir``                disk cache location
+``QTRACE_CACHE_DIR``        ``cache_dir``                disk cache location (default:
+                                                         :func:`default_cache_dir`)
 ``QTRACE_OFFLINE_CACHE``    ``offline_cache``            ``0``: no disk cache
 (no variable)               ``check_bounds``             gather/scatter index checks
 (no variable)               ``max_pending_nodes``        graph size that forces evaluation
@@ -25,6 +26,8 @@ variable                    attribute                    meaning
 from __future__ import annotations
 
 import os
+
+import platformdirs
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -50,9 +53,17 @@ def _threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _default_cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "qtrace")
+def default_cache_dir() -> str:
+    """The disk cache location when ``QTRACE_CACHE_DIR`` is not set: the platform's user
+    cache directory (``platformdirs``): ``$XDG_CACHE_HOME/qtrace`` or ``~/.cache/qtrace`` on
+    Linux, ``~/Library/Caches/qtrace`` on macOS, ``%LOCALAPPDATA%\\qtrace\\Cache`` on Windows.
+
+    Example:
+        >>> import os
+        >>> os.path.basename(default_cache_dir().rstrip(os.sep)) in ("qtrace", "Cache")
+        True
+    """
+    return platformdirs.user_cache_dir("qtrace", appauthor=False)
 
 
 class Config:
@@ -65,7 +76,7 @@ class Config:
         self.dump_ir: str | None = os.environ.get("QTRACE_DUMP_IR") or None
         self.num_threads: int = _threads()
         self.log_recompiles: bool = _flag("QTRACE_LOG_RECOMPILES", False)
-        self.cache_dir: str = os.environ.get("QTRACE_CACHE_DIR") or _default_cache_dir()
+        self.cache_dir: str = os.environ.get("QTRACE_CACHE_DIR") or default_cache_dir()
         self.offline_cache: bool = _flag("QTRACE_OFFLINE_CACHE", True)
         self.check_bounds: bool = True
         self.max_pending_nodes: int = 1000

@@ -1,13 +1,14 @@
 """``qt.explain``'s report: the tasks of a compiled plan and every fusion decision.
 
-Text for terminals; an SVG diagram for Jupyter (nodes coloured by the task that
-computes them, free views grey, inputs white, rejected producer -> consumer edges in
-red with the rule that rejected them).
+Text for terminals; an SVG diagram for Jupyter (:func:`draw_svg`: nodes coloured by
+the task that computes them, free views grey, inputs white, rejected producer ->
+consumer edges red, dashed and numbered, with the rule that rejected them in a legend).
 """
 
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass
 
 from .node import Node, toposort
@@ -113,60 +114,152 @@ class Explanation:
         return f"<div>{drawing}<pre>{html.escape(str(self))}</pre></div>"
 
     def svg(self) -> str:
-        """The partitioned graph as an SVG drawing."""
-        sched = self.spec.schedule
-        nodes = toposort(sched.outputs)
-        leaves = list(self.spec.leaves)
-        depth: dict[int, int] = {id(leaf): 0 for leaf in leaves}
-        for n in nodes:
-            depth[id(n)] = 1 + max((depth.get(id(i), 0) for i in n.inputs), default=0)
-        columns: dict[int, list] = {}
-        for n in leaves + nodes:
-            columns.setdefault(depth[id(n)], []).append(n)
-        pos, w, h = {}, 150, 46
-        for d, col in columns.items():
-            for k, n in enumerate(col):
-                pos[id(n)] = (20 + d * (w + 40), 20 + k * (h + 24))
-        width = 40 + (max(columns) + 1) * (w + 40)
-        height = 40 + max(len(c) for c in columns.values()) * (h + 24)
-        group_index = {id(g): i for i, g in enumerate(sched.order)}
-        rejected = {(id(d.producer), id(d.consumer)): d.rule for d in self.decisions if not d.fused}
-        by_producer = {id(d.producer): d.rule for d in self.decisions if not d.fused}
-        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-                 f'font-family="monospace" font-size="11">']
-        for n in nodes:
-            x1, y1 = pos[id(n)]
-            for i in n.inputs:
-                if id(i) not in pos:
-                    continue
-                x0, y0 = pos[id(i)]
-                g = sched.group_of.get(id(n))
-                rule = rejected.get((id(i), id(n))) or (
-                    rejected.get((id(i), id(g.root))) if g not in (None, FREE) else None)
-                if rule is None and g is FREE:  # the boundary is read through this view
-                    rule = by_producer.get(id(i))
-                color = "#d62728" if rule else "#888"
-                parts.append(f'<line x1="{x0 + w}" y1="{y0 + h / 2}" x2="{x1}" y2="{y1 + h / 2}" '
-                             f'stroke="{color}" stroke-width="{2 if rule else 1}"/>')
-                if rule:
-                    parts.append(f'<text x="{(x0 + w + x1) / 2}" y="{(y0 + y1) / 2 + h / 2 - 4}" '
-                                 f'fill="#d62728" font-size="9">{html.escape(rule[:40])}</text>')
-        for n in leaves + nodes:
-            x, y = pos[id(n)]
-            g = sched.group_of.get(id(n))
-            if n.is_leaf or n.prim == "const":
-                fill, label = "#ffffff", ""
-            elif g is FREE:
-                fill, label = "#dddddd", "view"
-            else:
-                gi = group_index.get(id(g), 0)
-                fill, label = PALETTE[gi % len(PALETTE)], f"task {gi}"
-            parts.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" '
-                         f'stroke="#333"/>')
-            parts.append(f'<text x="{x + 6}" y="{y + 18}">{html.escape(describe(n)[:22])}</text>')
-            parts.append(f'<text x="{x + 6}" y="{y + 34}" fill="#555">{label}</text>')
-        parts.append("</svg>")
-        return "".join(parts)
+        """The partitioned graph as an SVG drawing (see :func:`draw_svg`)."""
+        return draw_svg(self)
+
+
+# Geometry of the drawing, in pixels (monospace text of FONT_SIZE px is about
+# CHAR_WIDTH px per character).
+FONT_SIZE, CHAR_WIDTH, PAD = 11, 6.7, 8
+NODE_H, COL_GAP, ROW_GAP, MIN_NODE_W = 40, 56, 30, 90
+REJECTED, EDGE = "#d62728", "#888888"
+
+
+@dataclass
+class _Box:
+    x: float
+    y: float
+    w: float
+    h: float
+
+    def crossed_by(self, x0: float, y0: float, x1: float, y1: float) -> bool:
+        """Whether the horizontal or vertical segment (x0, y0)-(x1, y1) enters the box."""
+        (xa, xb), (ya, yb) = sorted((x0, x1)), sorted((y0, y1))
+        return xa < self.x + self.w and xb > self.x and ya < self.y + self.h and yb > self.y
+
+
+def _node_lines(n: Node, sched) -> tuple[list[str], str]:
+    """A node's text lines and fill colour."""
+    g = sched.group_of.get(id(n))
+    if n.is_leaf or n.prim == "const":
+        return [describe(n)], "#ffffff"
+    if g is FREE:
+        return [describe(n), "view"], "#dddddd"
+    gi = {id(grp): i for i, grp in enumerate(sched.order)}.get(id(g), 0)
+    return [describe(n), f"task {gi}"], PALETTE[gi % len(PALETTE)]
+
+
+def _edge_rule(expl: Explanation, producer: Node, consumer: Node, rejected: dict,
+               by_producer: dict) -> str | None:
+    """The rule that put a task boundary on the edge producer -> consumer (None: fused or
+    within a task)."""
+    sched = expl.spec.schedule
+    g = sched.group_of.get(id(consumer))
+    rule = rejected.get((id(producer), id(consumer))) or (
+        rejected.get((id(producer), id(g.root))) if g not in (None, FREE) else None)
+    if rule is None and g is FREE:  # the boundary is read through this view
+        rule = by_producer.get(id(producer))
+    return rule
+
+
+def draw_svg(expl: Explanation) -> str:
+    """``expl``'s graph as SVG: one box per node in columns by depth, sized to its text.
+
+    Boxes are coloured by the task that computes them (free views grey, inputs white).
+    Edges are drawn orthogonally through the gaps between columns and rows, so an edge
+    never crosses a box it does not connect. An edge where fusion was rejected is red,
+    dashed, numbered, and carries its rule as a tooltip; the numbered legend under the
+    drawing gives every rejected edge's producer, consumer and full rule.
+
+    Example:
+        >>> import qtrace as qt
+        >>> drawing = qt.explain(lambda x: qt.sin(x) * 2, qt.ones(4)).svg()
+        >>> drawing.startswith("<svg") and "sin[4]:float64" in drawing
+        True
+    """
+    sched = expl.spec.schedule
+    nodes = toposort(sched.outputs)
+    leaves = list(expl.spec.leaves)
+    depth: dict[int, int] = {id(leaf): 0 for leaf in leaves}
+    for n in nodes:
+        depth[id(n)] = 1 + max((depth.get(id(i), 0) for i in n.inputs), default=0)
+    columns: dict[int, list] = {}
+    for n in {id(n): n for n in leaves + nodes}.values():
+        columns.setdefault(depth[id(n)], []).append(n)
+    text = {id(n): _node_lines(n, sched) for col in columns.values() for n in col}
+    col_w = {d: max(MIN_NODE_W, *(math.ceil(2 * PAD + CHAR_WIDTH * max(map(len, text[id(n)][0])))
+                                  for n in col))
+             for d, col in columns.items()}
+    col_x, x = {}, 20.0
+    for d in range(max(columns) + 1):
+        col_x[d] = x
+        x += col_w.get(d, 0) + COL_GAP
+    top = 20 + ROW_GAP
+    box = {id(n): _Box(col_x[d], top + k * (NODE_H + ROW_GAP), col_w[d], NODE_H)
+           for d, col in columns.items() for k, n in enumerate(col)}
+
+    rejected = {(id(d.producer), id(d.consumer)): d.rule for d in expl.decisions if not d.fused}
+    by_producer = {id(d.producer): d.rule for d in expl.decisions if not d.fused}
+    edges, legend = [], []
+    for n in nodes:
+        for i in dict.fromkeys(n.inputs, None):  # one edge per distinct input
+            if id(i) not in box:
+                continue
+            rule = _edge_rule(expl, i, n, rejected, by_producer)
+            number = None
+            if rule:
+                legend.append(f"{len(legend) + 1}: {describe(i)} -> {describe(n)}: {rule}")
+                number = len(legend)
+            edges.append((i, n, rule, number))
+
+    parts, marks = [], []
+    for k, (i, n, rule, number) in enumerate(edges):
+        a, b = box[id(i)], box[id(n)]
+        shift = ((k % 5) - 2) * 6  # keeps edges that share a gap apart
+        sx, sy, tx, ty = a.x + a.w, a.y + a.h / 2, b.x, b.y + b.h / 2
+        out_x = a.x + col_w[depth[id(i)]] + COL_GAP / 2 + shift
+        in_x = b.x - COL_GAP / 2 + shift
+        if depth[id(n)] == depth[id(i)] + 1:
+            points = [(sx, sy), (out_x, sy), (out_x, ty), (tx, ty)]
+        else:  # along the gap above the consumer's row, through the columns between
+            lane = b.y - ROW_GAP / 2 + shift / 2
+            points = [(sx, sy), (out_x, sy), (out_x, lane), (in_x, lane), (in_x, ty), (tx, ty)]
+        path = " ".join(f"{'M' if j == 0 else 'L'} {px:g} {py:g}" for j, (px, py) in enumerate(points))
+        style = (f'stroke="{REJECTED}" stroke-width="2" stroke-dasharray="6 3" marker-end="url(#rej)"'
+                 if rule else f'stroke="{EDGE}" stroke-width="1" marker-end="url(#arrow)"')
+        tip = f"<title>{html.escape(rule)}</title>" if rule else ""
+        parts.append(f'<path class="edge{" rejected" if rule else ""}" d="{path}" fill="none" {style}'
+                     f'{f" data-rule={_attr(rule)}" if rule else ""}>{tip}</path>')
+        if number is not None:  # the edge's number, on its first vertical run
+            mx, my = out_x, (sy + points[2][1]) / 2
+            marks.append(f'<g class="edge-number"><circle cx="{mx:g}" cy="{my:g}" r="8" fill="#ffffff" '
+                         f'stroke="{REJECTED}"/><text x="{mx:g}" y="{my + 3.5:g}" text-anchor="middle" '
+                         f'fill="{REJECTED}" font-size="10">{number}</text>{tip}</g>')
+    for col in columns.values():
+        for n in col:
+            r = box[id(n)]
+            lines, fill = text[id(n)]
+            body = "".join(f'<text x="{r.x + PAD:g}" y="{r.y + 16 + 15 * j:g}"'
+                           f'{" fill=" + chr(34) + "#555" + chr(34) if j else ""}>{html.escape(line)}</text>'
+                           for j, line in enumerate(lines))
+            parts.append(f'<g class="node"><title>{html.escape(" ".join(lines))}</title>'
+                         f'<rect x="{r.x:g}" y="{r.y:g}" width="{r.w:g}" height="{r.h:g}" rx="6" '
+                         f'fill="{fill}" stroke="#333"/>{body}</g>')
+    width = max(x - COL_GAP + 20, math.ceil(40 + CHAR_WIDTH * max(map(len, legend), default=0)))
+    rows_h = top + max(len(c) for c in columns.values()) * (NODE_H + ROW_GAP)
+    legend_svg = "".join(f'<text class="legend" x="20" y="{rows_h + 16 * j:g}" fill="{REJECTED}">'
+                         f'{html.escape(line)}</text>' for j, line in enumerate(legend))
+    height = rows_h + 16 * len(legend) + 10
+    defs = "".join(f'<marker id="{name}" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
+                   f'markerHeight="7" orient="auto"><path d="M 0 0 L 10 5 L 0 10 z" fill="{color}"/></marker>'
+                   for name, color in (("arrow", EDGE), ("rej", REJECTED)))
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:g}" height="{height:g}" '
+            f'font-family="monospace" font-size="{FONT_SIZE}"><defs>{defs}</defs>'
+            + "".join(parts) + "".join(marks) + legend_svg + "</svg>")
+
+
+def _attr(value: str) -> str:
+    return '"' + html.escape(value, quote=True) + '"'
 
 
 def explain_nodes(outputs: tuple, fusion: bool, pending: dict | None = None) -> Explanation:
@@ -175,4 +268,4 @@ def explain_nodes(outputs: tuple, fusion: bool, pending: dict | None = None) -> 
     return Explanation(spec, pending)
 
 
-__all__ = ["Explanation", "explain_nodes"]
+__all__ = ["Explanation", "draw_svg", "explain_nodes"]

@@ -429,6 +429,11 @@ class KernelEmitter:
         return tuple(cts) + tuple(acc)
 
     def bound(self, raw, raw_dt: np.dtype, size: int, check: int, ssa) -> ir.Value:
+        """Index ``raw`` into an axis of ``size``: negative indices wrapped as NumPy does,
+        then clamped into ``[0, size)`` (JAX's default gather mode), so nothing outside the
+        buffer is touched. With ``check_bounds`` an out-of-range index also reports error
+        ``check``; ``valid[ssa]`` keeps whether it was in range, for scatters to drop
+        out-of-range updates."""
         b = self.b
         i = scalar.convert(b, raw, raw_dt, np.dtype(np.int64)) if raw_dt != np.int64 else raw
         if raw_dt.kind == "u" and raw_dt.itemsize == 8:
@@ -445,7 +450,13 @@ class KernelEmitter:
             with b.if_then(report, likely=False):
                 b.store(ir.Constant(I64, check + 1), self.status)
                 b.store(i, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
-        return b.select(ok, wrapped, ir.Constant(I64, 0))
+        last = ir.Constant(I64, max(size - 1, 0))
+        high = b.icmp_signed(">", wrapped, last)
+        if raw_dt.kind == "u" and raw_dt.itemsize == 8:
+            high = b.or_(high, b.icmp_signed("<", i, ir.Constant(I64, 0)))  # beyond int64: high
+        clamped = b.select(high, last, b.select(b.icmp_signed("<", wrapped, ir.Constant(I64, 0)),
+                                                ir.Constant(I64, 0), wrapped))
+        return b.select(ok, wrapped, clamped)
 
     def store(self, arg: int, ix, value, values) -> None:
         dt = self.dt[arg]

@@ -86,6 +86,14 @@ class QtraceCacheWarning(UserWarning):
     """A disk cache entry or directory was unusable: ignored, and the kernels compiled."""
 
 
+class CacheDirectoryError(OSError):
+    """The disk cache directory cannot be listed or changed (``cache info``/``clear``).
+
+    Its message is one line naming the path, the reason and the way out; compiling never
+    raises it (an unusable directory there is a :class:`QtraceCacheWarning`).
+    """
+
+
 # --------------------------------------------------------------------------- key
 
 
@@ -396,55 +404,120 @@ def lookup(tasks: dict, options: dict | None = None) -> tuple[Entry | None, dict
 # --------------------------------------------------------------------------- command line
 
 
+def _directory_error(path: str, exc: OSError, doing: str) -> CacheDirectoryError:
+    """A one-line :class:`CacheDirectoryError` for ``exc``, raised while ``doing`` ``path``."""
+    if isinstance(exc, NotADirectoryError):
+        blocker = path
+        while os.path.dirname(blocker) != blocker and not os.path.isfile(blocker):
+            blocker = os.path.dirname(blocker)
+        why = f"{blocker} is a file, not a directory"
+    elif isinstance(exc, PermissionError):
+        why = f"permission denied {doing} {path}"
+    else:
+        why = f"cannot {doing.removesuffix('ing')} {path}: {exc.strerror or exc}"
+    return CacheDirectoryError(f"disk cache unusable: {why} (remove it, fix its permissions, or "
+                               "point QTRACE_CACHE_DIR at another directory)")
+
+
 def _entries(path: str) -> tuple[list, list]:
+    """The entry files and leftover temporary files in kernel directory ``path``."""
     try:
         names = os.listdir(path)
     except FileNotFoundError:
         return [], []
+    except OSError as exc:
+        raise _directory_error(path, exc, "listing") from None
     entries = [os.path.join(path, n) for n in names if n.endswith(SUFFIX) and not n.startswith(".")]
     temps = [os.path.join(path, n) for n in names if n.startswith(".") and n.endswith(".tmp")]
     return entries, temps
 
 
+def _is_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _size(paths: list) -> int:
+    """Total bytes of the regular files among ``paths``."""
     total = 0
     for p in paths:
         try:
-            total += os.lstat(p).st_size
+            st = os.lstat(p)
         except OSError:
-            pass
+            continue
+        total += st.st_size if stat.S_ISREG(st.st_mode) else 0
     return total
 
 
+def _corrupt(path: str) -> bool:
+    """Whether entry ``path`` is not a readable cache file with a valid header (the payload
+    is checked only on load)."""
+    if not _is_file(path):
+        return True
+    try:
+        with open(path, "rb") as f:
+            _parse(f.readline(_MAX_HEADER))
+    except (OSError, _Corrupt):
+        return True
+    return False
+
+
 def info() -> dict:
-    """Location, state, entry count and total size of the disk cache."""
+    """Location, state, entry count and total size of the disk cache.
+
+    ``corrupt`` counts entries that are not cache files with a valid header (they are
+    compiled over when met, and removed by :func:`clear`). Raises
+    :class:`CacheDirectoryError` when the directory cannot be listed.
+
+    Example:
+        >>> from qtrace.kernels import disk_cache
+        >>> sorted(disk_cache.info())
+        ['bytes', 'corrupt', 'entries', 'location', 'state', 'temporary_files']
+    """
     path = kernel_dir()
     entries, temps = _entries(path)
+    corrupt = sum(map(_corrupt, entries))
     if not config.offline_cache:
         state = "disabled (QTRACE_OFFLINE_CACHE=0)"
     elif not os.path.isdir(path):
         state = "enabled (empty, not created yet)"
     else:
-        why = next((w for d in (cache_root(), path) if (w := _insecure(d))), None)
+        try:
+            why = next((w for d in (cache_root(), path) if (w := _insecure(d))), None)
+        except OSError as exc:
+            raise _directory_error(path, exc, "reading") from None
         state = f"REFUSED: {why}" if why else "enabled"
-    return {"location": path, "state": state, "entries": len(entries),
+    return {"location": path, "state": state, "entries": len(entries) - corrupt, "corrupt": corrupt,
             "bytes": _size(entries) + _size(temps), "temporary_files": len(temps)}
 
 
-def clear() -> tuple[int, int]:
-    """Delete every entry (and leftover temporary file); returns (files removed, bytes)."""
+def clear() -> tuple[int, int, int]:
+    """Delete every entry (corrupt ones included) and leftover temporary file.
+
+    Returns ``(files removed, bytes freed, skipped)``: ``skipped`` counts names that look
+    like entries but are not regular files (a directory, a link), which are left alone.
+    Raises :class:`CacheDirectoryError` when the directory cannot be listed or a file in
+    it cannot be removed.
+    """
     entries, temps = _entries(kernel_dir())
-    removed = freed = 0
+    removed = freed = skipped = 0
     for p in entries + temps:
+        if not _is_file(p):
+            skipped += os.path.lexists(p)
+            continue
         try:
             size = os.lstat(p).st_size
             os.unlink(p)
         except FileNotFoundError:
             continue
+        except OSError as exc:
+            raise _directory_error(p, exc, "removing") from None
         removed += 1
         freed += size
-    return removed, freed
+    return removed, freed, skipped
 
 
-__all__ = ["QtraceCacheWarning", "Entry", "lookup", "components", "entry_key", "describe_differences",
-           "usable_dir", "info", "clear"]
+__all__ = ["QtraceCacheWarning", "CacheDirectoryError", "Entry", "lookup", "components", "entry_key",
+           "describe_differences", "usable_dir", "info", "clear"]

@@ -4,7 +4,8 @@ Each rule takes ``(builder, args, in_dtypes, out_dtype)`` — ``args`` are IR va
 the input dtypes (bool as ``i1``) — and returns an IR value of ``out_dtype``. Integer
 semantics follow NumPy exactly where C leaves them undefined (division by zero gives
 0, shifts past the width give 0 or -1, ``floor_divide``/``remainder`` round toward
--inf), and nothing emits LLVM poison.
+-inf; float ``floor_divide`` with an infinite operand is ``floor(x / y)``, the Array
+API's special cases, where NumPy gives NaN), and nothing emits LLVM poison.
 """
 
 from __future__ import annotations
@@ -144,7 +145,15 @@ def _float_divmod(b, x, y):
 @rule("floor_divide")
 def _floor_divide(b, prim, args, dts, out):
     if out.kind == "f":
-        return _float_divmod(b, *args)[0]
+        # an infinite operand: floor(x / y) as the Array API specifies (inf // 2 = inf,
+        # -1 // inf = -0), where NumPy's divmod gives NaN and -1
+        x, y = args
+        ty = x.type
+        inf = ir.Constant(ty, float("inf"))
+        either_inf = b.or_(b.fcmp_ordered("==", _intrinsic(b, "llvm.fabs", [x], ty), inf),
+                           b.fcmp_ordered("==", _intrinsic(b, "llvm.fabs", [y], ty), inf))
+        return b.select(either_inf, _intrinsic(b, "llvm.floor", [b.fdiv(x, y)], ty),
+                        _float_divmod(b, x, y)[0])
     return _int_divmod(b, *args, out)[0]
 
 

@@ -7,7 +7,9 @@ broadcast ``arange``, integers a constant, arrays themselves placed where NumPy 
 advanced-index dimensions — and the access becomes one ``gather`` (or ``scatter``)
 over those coordinates. Coordinates are bounds-checked in the kernel: nothing outside
 a buffer is ever read or written, and an out-of-range index raises ``IndexError``
-naming the operation at evaluation (``qt.config.check_bounds = False`` skips the report).
+naming the operation at evaluation. ``qt.config.check_bounds = False`` skips the report:
+reads then clamp to the nearest element (JAX's default gather mode) and out-of-range
+updates are dropped.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ..graph import origins
 from ..graph.node import Node
 from ..graph.primitives import PRIMITIVES, broadcast_shapes
 from . import dtypes, views
-from .context import record, tracing
+from .context import ad_level, record, tracing
 from .convert import cast, const_node, input_node, operand, wrap
 from .elementwise import apply
 from .shape_ops import as_tensor, broadcast_to, reshape
@@ -136,7 +138,7 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
         axis_of[i] = axis
         size = x.shape[axis]
         if kinds[i] == "array":
-            if _marker(k, "mask") and k[2] != size and k[3]:  # an empty mask matches (as NumPy)
+            if _marker(k, "mask") and k[2] not in (size, 0):  # an axis of length 0 matches (NumPy)
                 raise IndexError(f"{op}: boolean index did not match indexed array along axis {axis}; "
                                  f"size of axis is {size} but size of corresponding boolean axis is {k[2]}")
             fixed[i] = _index_tensor(k, op)
@@ -312,7 +314,7 @@ def getitem(x, key) -> Tensor:
         raise IndexError(f"qt.Tensor.__getitem__: {err}") from None
     if plan is not None:
         if not plan[3] and t.ndim and _integers_only(key):  # x[1, 2]: NumPy gives a scalar (a copy)
-            return wrap(views.reshape_node(views.slice_node(t._node, plan[0], plan[1], plan[2]), ()))
+            return _element(t, views.reshape_node(views.slice_node(t._node, plan[0], plan[1], plan[2]), ()))
         return views.view_chain(t, _basic_steps(t.shape, plan))
     selected = _selection_of_selection(t, key)
     if selected is not None:
@@ -327,6 +329,22 @@ def getitem(x, key) -> Tensor:
     if mask is not None:
         _selections[out._node] = (t._node, mask)
     return out
+
+
+def _element(t: Tensor, node: Node) -> Tensor:
+    """``x[i, j]`` (``node``: the element as a view of ``t``), a copy as in NumPy.
+
+    An element of evaluated memory is read now into a 0-d leaf: what uses it is then keyed
+    by shapes alone, so a loop over ``x[i]`` compiles once rather than once per ``i``
+    (a view's offset is part of its kernel). Inside ``qt.jit`` or while differentiating
+    the element stays a view node, connected to its graph.
+    """
+    if t._node.weak or ad_level():
+        return wrap(node)
+    arr = views.array_of(node)
+    if arr is None:
+        return wrap(node)
+    return wrap(input_node(np.array(arr), "getitem", device=node.device, owned=True))
 
 
 # Selections ``x[mask]`` (a mask over leading axes), remembered so that ``y[mask] = f(x[mask])``
@@ -487,6 +505,9 @@ def setitem(x: Tensor, key, value) -> None:
         return
     mask = _leading_mask(x, key, op)
     if mask is not None:
+        if mask.shape != x.shape[:mask.ndim]:  # an empty mask (an axis of length 0): selects nothing
+            assigned_values(x, value, (0,) + x.shape[mask.ndim:], op)  # still checks the value
+            return
         views.assign(x, _masked_update(x, mask, value, op))
         return
     views.assign(x, scatter(x, key, value, "set")._node)
@@ -532,12 +553,13 @@ def _leading_mask(x: Tensor, key, op: str):
 
 
 def check_mask(shape: tuple, mask_shape: tuple, op: str) -> None:
-    """NumPy's rule: a boolean index matches the axes it indexes exactly."""
+    """NumPy's rule: a boolean index matches the axes it indexes, each exactly or with
+    length 0 (an empty mask, which selects nothing)."""
     if len(mask_shape) > len(shape):
         raise IndexError(f"{op}: too many indices for array: array is {len(shape)}-dimensional, "
                          f"but the boolean index is {len(mask_shape)}-dimensional")
     for axis, (d, m) in enumerate(zip(shape, mask_shape)):
-        if d != m:
+        if m not in (d, 0):
             raise IndexError(f"{op}: boolean index did not match indexed array along axis {axis}; "
                              f"size of axis is {d} but size of corresponding boolean axis is {m}")
 

@@ -118,6 +118,13 @@ def transpose(x, axes=None) -> Tensor:
 
 
 def permute_dims(x, axes) -> Tensor:
+    """``permute_dims`` (Array API; ``numpy.permute_dims``): ``transpose`` with the axes given.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.permute_dims(qt.zeros((2, 3, 4)), (2, 0, 1)).shape
+        (4, 2, 3)
+    """
     return transpose(x, axes)
 
 

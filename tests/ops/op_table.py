@@ -282,11 +282,23 @@ def _elementwise(name: str, qt_fn, ref, domain: tuple, tol=None, note: str = "",
               note=note)
 
 
+def _floor_divide_ref(x, y):
+    """NumPy's ``floor_divide``, except that an infinite float operand gives
+    ``floor(x / y)`` as the Array API specifies (NumPy: NaN for ``inf // 2``, -1 for
+    ``-1 // inf``); special values (``special=True``) exercise both."""
+    q = np.floor_divide(x, y)
+    if q.dtype.kind != "f":
+        return q
+    with np.errstate(all="ignore"):
+        return np.where(np.isinf(x) | np.isinf(y), np.floor(np.true_divide(x, y)), q).astype(q.dtype)
+
+
+_REFERENCE = {"floor_divide": _floor_divide_ref}
 ELEMENTWISE: list[Op] = []
 for _name, _dom in _UNARY.items():
     ELEMENTWISE.append(_elementwise(_name, _qt(_name), getattr(np, _name), (_dom,)))
 for _name, _dom in _BINARY.items():
-    ELEMENTWISE.append(_elementwise(_name, _qt(_name), getattr(np, _name), _dom))
+    ELEMENTWISE.append(_elementwise(_name, _qt(_name), _REFERENCE.get(_name, getattr(np, _name)), _dom))
 
 # SPEC names with no ufunc of the same name, or with extra arguments.
 ELEMENTWISE += [

@@ -441,3 +441,88 @@ def test_cache_info_reports_a_refused_directory(tmp_path):
 def test_info_still_works(tmp_path):
     out = _cli(tmp_path, "info")
     assert "qtrace" in out and "cache" in out
+
+
+def _cache_command(monkeypatch, capsys, cache_dir, action: str) -> tuple[int, str, str]:
+    """``python -m qtrace cache <action>`` in this process, on ``cache_dir``."""
+    from qtrace.__main__ import main
+
+    monkeypatch.setattr(qt.config, "cache_dir", str(cache_dir))
+    status = main(["cache", action])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize("action", ["info", "clear"])
+@pytest.mark.parametrize("broken", ["root is a file", "kernels is a file", "parent is a file"])
+def test_cache_command_on_a_file_where_a_directory_should_be(tmp_path, monkeypatch, capsys, action,
+                                                             broken):
+    if broken == "root is a file":
+        cache_dir = blocker = tmp_path / "cache"
+    elif broken == "kernels is a file":
+        cache_dir, blocker = tmp_path, tmp_path / "kernels"
+    else:
+        blocker = tmp_path / "parent"
+        cache_dir = blocker / "cache"
+    blocker.write_text("not a directory")
+    status, out, err = _cache_command(monkeypatch, capsys, cache_dir, action)
+    assert status == 1 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{blocker} is a file, not a directory" in err and "QTRACE_CACHE_DIR" in err
+    assert blocker.read_text() == "not a directory"  # nothing touched
+
+
+@pytest.mark.parametrize("action", ["info", "clear"])
+def test_cache_command_on_an_unreadable_directory(tmp_path, monkeypatch, capsys, action):
+    (tmp_path / "kernels").mkdir(mode=0o700)
+    real = os.listdir
+
+    def listdir(path="."):
+        if os.fspath(path) == str(tmp_path / "kernels"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)  # chmod 000 does not stop root
+    status, out, err = _cache_command(monkeypatch, capsys, tmp_path, action)
+    assert status == 1 and out == "" and err.count("\n") == 1
+    assert f"permission denied listing {tmp_path / 'kernels'}" in err
+
+
+def test_cache_command_counts_and_clears_corrupt_entries(tmp_path, monkeypatch, capsys):
+    run_program(tmp_path)
+    (entry,) = entry_files(tmp_path)
+    kernels = tmp_path / "kernels"
+    (kernels / ("0" * 16 + "-garbage" + disk_cache.SUFFIX)).write_bytes(b"\x00garbage")
+    (kernels / ("1" * 16 + "-truncated" + disk_cache.SUFFIX)).write_bytes(b'{"format": "qtr')
+    (kernels / ("2" * 16 + "-a-directory" + disk_cache.SUFFIX)).mkdir()
+    status, out, _ = _cache_command(monkeypatch, capsys, tmp_path, "info")
+    assert status == 0 and "entries    1\n" in out and "corrupt    3 " in out
+    status, out, _ = _cache_command(monkeypatch, capsys, tmp_path, "clear")
+    assert status == 0 and "removed 3 file(s)" in out and "skipped 1 name(s)" in out
+    assert os.listdir(kernels) == ["2" * 16 + "-a-directory" + disk_cache.SUFFIX]
+    status, out, _ = _cache_command(monkeypatch, capsys, tmp_path, "info")
+    assert "entries    0\n" in out and "corrupt    1 " in out
+    assert not os.path.exists(entry)
+
+
+def test_cache_clear_reports_a_file_it_cannot_remove(tmp_path, monkeypatch, capsys):
+    run_program(tmp_path)
+    (entry,) = entry_files(tmp_path)
+
+    def unlink(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    status, out, err = _cache_command(monkeypatch, capsys, tmp_path, "clear")
+    assert status == 1 and err.count("\n") == 1
+    assert f"permission denied removing {entry}" in err
+
+
+def test_info_command_reports_a_broken_cache_in_its_cache_line(tmp_path, monkeypatch, capsys):
+    from qtrace.__main__ import main
+
+    (tmp_path / "kernels").write_text("")
+    monkeypatch.setattr(qt.config, "cache_dir", str(tmp_path))
+    assert main(["info"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("cache  ")]
+    assert "is a file, not a directory" in line

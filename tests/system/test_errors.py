@@ -195,6 +195,38 @@ def test_check_bounds_off_never_reads_outside(rng, fusion):
     np.testing.assert_array_equal(out[valid], view[idx[valid]])
 
 
+def _clamped(index: np.ndarray, n: int) -> np.ndarray:
+    """JAX's default gather mode: negative indices wrapped once, then clamped to [0, n)."""
+    index = index.astype(np.int64)
+    return np.clip(np.where(index < 0, index + n, index), 0, n - 1)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8])
+def test_check_bounds_off_clamps_out_of_range_reads(rng, fusion, dtype):
+    """As the README says: without checks, reads clamp to the nearest element (JAX's gather)."""
+    qt.config.check_bounds = False
+    base, view, x = _guarded(rng)
+    idx = np.array([-128, -101, -100, -1, 0, 50, 99, 100, 101, 127], dtype=dtype)
+    want = view[_clamped(idx, 100)]
+    np.testing.assert_array_equal(x[idx].numpy(), want)
+    np.testing.assert_array_equal((x[qt.asarray(idx)] * 2.0 + 1.0).numpy(), want * 2.0 + 1.0)
+    np.testing.assert_array_equal(qt.take(x, qt.asarray(idx)).numpy(), want)
+    step = qt.jit(lambda x, i: qt.sum(x[i]))
+    np.testing.assert_allclose(float(step(x, qt.asarray(idx))), want.sum(), rtol=1e-12)
+
+
+def test_check_bounds_off_clamps_every_axis_and_huge_indices(rng, fusion):
+    qt.config.check_bounds = False
+    a = rng.uniform(0, 1, (4, 5))
+    x = qt.asarray(a)
+    rows = np.array([-9, 0, 3, 4, 2**40, -2**40])
+    cols = np.array([7, -6, 1, -1, 2**62, 5])
+    np.testing.assert_array_equal(x[rows, cols].numpy(), a[_clamped(rows, 4), _clamped(cols, 5)])
+    np.testing.assert_array_equal(x[rows].numpy(), a[_clamped(rows, 4)])
+    big = np.array([2**63 + 5, 1, 2**64 - 1], dtype=np.uint64)  # beyond int64: too high
+    np.testing.assert_array_equal(x[0][big].numpy(), a[0][[4, 1, 4]])
+
+
 @pytest.mark.parametrize("mode", ["set", "add", "max"])
 def test_check_bounds_off_never_writes_outside(rng, fusion, mode):
     qt.config.check_bounds = False
