@@ -389,7 +389,9 @@ def prepare_qtrace(cfg: dict) -> Work | str:
 
     fwd = qt.jit(forward)
     fwd_bwd = qt.jit(qt.value_and_grad(loss, argnums=(0, 1)))
-    x, c, n = (qt.asarray(a) for a in (p.x, p.c, p.trips))
+    # copies, as jax.device_put makes: memory qtrace owns lets the adstack reuse its sizing
+    # (a borrowed NumPy array may change behind qtrace's back and is re-reduced per call)
+    x, c, n = (qt.asarray(a, copy=True) for a in (p.x, p.c, p.trips))
     qt.eval(x, c, n)
     qt.sync()
     setup = own_peak_rss_mb()

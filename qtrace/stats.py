@@ -20,9 +20,15 @@ COUNTERS = (
     "kernel_launches",      # native launches (a run of small tasks is one sequence launch)
     "tasks_run",            # tasks executed (each a kernel; several may share a launch)
     "tasks_fused",
+    # adstack sizing, one count per launch of a reverse-mode loop task and stack level
+    # (qtrace.devices.adstack): read on the host, found in the reducer's cache, reduced
+    # now (a miss: new or changed data, or volatile memory), reduced from recorded counts
     "adstack_host_sized",
-    "adstack_device_sized",
-    "max_reducer_dispatches",
+    "adstack_reducer_hits",
+    "adstack_reducer_dispatches",
+    "adstack_recorded",
+    "adstack_device_sized",     # older and coarser: hits + dispatches + recorded
+    "max_reducer_dispatches",   # older and coarser: dispatches + recorded
     "adstack_bytes",
     "bytes_host_to_device",
     "bytes_device_to_host",

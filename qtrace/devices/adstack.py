@@ -5,17 +5,27 @@ each counted in ``qt.stats()``:
 
 1. the count depends only on shapes and scalars (a constant, or a 0-d value): read on
    the host, no reduction (``adstack_host_sized``);
-2. it depends on tensor data: a max-reduction over the counts
-   (``adstack_device_sized``, ``max_reducer_dispatches``), whose result is cached
+2. it depends on tensor data: a max-reduction over the counts, whose result is cached
    against the identity and version of every input buffer the counts were computed
-   from — repeated launches on unchanged data dispatch no reducer;
+   from (``qtrace.graph.buffers``): repeated launches on unchanged data find it
+   (``adstack_reducer_hits``) and dispatch no reducer; a miss dispatches one
+   (``adstack_reducer_dispatches``). Leaves of at most ``SMALL_LEAF`` elements (a weak
+   Python scalar of a jitted call: ``fori_loop(0, n + k, ...)``) are keyed by their
+   values, not their identity, so a fresh 0-d buffer per call still hits. Borrowed host
+   memory and buffers exported for writing are volatile (``buffers.identity`` is None):
+   their depth is never cached, the reducer runs on every launch that reads them;
 3. ``while_loop``: the forward pass records each element's trip count; the reverse is
-   sized from those counts (path 2 without caching, since they are fresh each run).
+   sized from those counts (``adstack_recorded``: a reduction, never cached, since the
+   counts are fresh each run).
+
+``adstack_device_sized`` (paths 2 and 3) and ``max_reducer_dispatches`` (reductions
+run: misses of path 2 and path 3) are the older, coarser counters, kept for the
+benchmarks and ``python -m qtrace``.
 
 Stacks belong to workers, not elements: ``workers x depth x entry bytes``, floats and
 integers in separate stacks. Loops nested in a differentiated loop's body push above its
 rows: a second level sized by the largest nested trip count, which the forward loop
-records as it runs (path 2 again, uncached). ``qt.config.adstack_max_depth`` caps the depth (a debug
+records as it runs (path 3 again). ``qt.config.adstack_max_depth`` caps the depth (a debug
 setting that provokes the overflow diagnostic).
 """
 
@@ -30,12 +40,19 @@ from ..config import config
 from ..graph import buffers
 from ..graph.loops import depth_source
 from ..graph.node import Node, toposort
-from ..stats import bump
+from ..stats import bump, bump_many
 from . import cpu
 
 HEADER = 64
+SMALL_LEAF = 8      # leaves of at most this many elements are keyed by their values
 _cache: dict = {}
 _lock = threading.Lock()
+
+_HOST = (("adstack_host_sized", 1),)
+_HIT = (("adstack_reducer_hits", 1), ("adstack_device_sized", 1))
+_DISPATCH = (("adstack_reducer_dispatches", 1), ("adstack_device_sized", 1),
+             ("max_reducer_dispatches", 1))
+_RECORDED = (("adstack_recorded", 1), ("adstack_device_sized", 1), ("max_reducer_dispatches", 1))
 
 
 class DepthSource:
@@ -49,34 +66,65 @@ class DepthSource:
         if base.prim == "const":
             self.const = max(int(base.params[0]), 0)
         nodes = toposort((base,))
-        self.cacheable = not any(n.prim in ("loop", "loop_vjp") for n in nodes)
-        self.leaf_slots = sorted({leaf_slots[id(leaf)] for leaf in base.leaves if id(leaf) in leaf_slots})
+        # the counts are a function of the leaves' data only (not recorded by a loop), and
+        # every leaf is a buffer of the plan: the key below then determines them
+        self.cacheable = not any(n.prim in ("loop", "loop_vjp") for n in nodes) and all(
+            id(leaf) in leaf_slots for leaf in base.leaves)
+        # in the order of base.leaves: the positions base.key describes them by
+        self.leaf_slots = tuple(leaf_slots[id(leaf)] for leaf in base.leaves if id(leaf) in leaf_slots)
         self.key = base.key
 
     def depth(self, bufs: list) -> int:
+        """The depth for this launch: read on the host, cached, or reduced now."""
         if self.const is not None:
-            bump("adstack_host_sized")
+            bump_many(_HOST)
             return self.const
         buf = bufs[self.slot]
         if self.scalar:
-            bump("adstack_host_sized")
+            bump_many(_HOST)
             return max(int(np.asarray(buf).reshape(-1)[0]) if buf.size else 0, 0)
-        bump("adstack_device_sized")
-        if self.cacheable:
-            key = (self.key, tuple(buffers.identity(bufs[s]) for s in self.leaf_slots))
+        if not self.cacheable:
+            bump_many(_RECORDED)
+            return _max(buf)
+        key, by_identity = self._key(bufs)
+        if key is not None:
             with _lock:
                 hit = _cache.get(key)
-            if hit is not None and all(bufs[s] is ref() for s, ref in zip(self.leaf_slots, hit[1])):
+            if hit is not None and all(ref() is bufs[s] for s, ref in hit[1]):
+                bump_many(_HIT)
                 return hit[0]
-        bump("max_reducer_dispatches")
-        d = max(int(buf.max()), 0) if buf.size else 0
-        if self.cacheable:
-            refs = tuple(weakref.ref(bufs[s]) for s in self.leaf_slots)
+        bump_many(_DISPATCH)
+        d = _max(buf)
+        if key is not None:
+            refs = tuple((s, weakref.ref(bufs[s])) for s in by_identity)
             with _lock:
                 if len(_cache) > 1024:
                     _cache.clear()
                 _cache[key] = (d, refs)
         return d
+
+    def _key(self, bufs: list) -> tuple:
+        """``(cache key, slots keyed by identity)`` of this launch's leaves, or ``(None, ())``
+        when one of them is volatile. Small leaves are keyed by value (exact, and a fresh
+        buffer of the same value hits); others by identity and version, which a hit checks
+        against a weak reference to the buffer (a recycled ``id`` must not hit)."""
+        parts, by_identity = [self.key], []
+        for s in self.leaf_slots:
+            leaf = bufs[s]
+            if leaf.size <= SMALL_LEAF:
+                parts.append((leaf.dtype.str, leaf.shape, leaf.tobytes()))
+                continue
+            ident = buffers.identity(leaf)
+            if ident is None:
+                return None, ()
+            parts.append(ident)
+            by_identity.append(s)
+        return tuple(parts), by_identity
+
+
+def _max(buf) -> int:
+    """The reducer: the largest count, at least 0."""
+    return max(int(buf.max()), 0) if buf.size else 0
 
 
 def scratch(workers: int, levels: list):

@@ -100,9 +100,14 @@ def input_index(consumer: Node, pos: int, ix: tuple, ext: dict):
     raise NotImplementedError(f"qtrace: {consumer.prim} inputs are not read per element")
 
 
+def prim_cost(prim: str) -> int:
+    """Rough cost of one evaluation of primitive ``prim`` (arithmetic 1, math functions 4)."""
+    return 4 if prim in TRANSCENDENTAL or prim in ("divide", "sqrt", "gather") else 1
+
+
 def cost(node: Node) -> int:
-    """Rough cost of computing ``node`` once per element (arithmetic 1, math functions 4)."""
-    return 4 if node.prim in TRANSCENDENTAL or node.prim in ("divide", "sqrt", "gather") else 1
+    """Rough cost of computing ``node`` once per element."""
+    return prim_cost(node.prim)
 
 
 RECOMPUTE_BUDGET = 4  # extra evaluations x cost per consumer element a fusion may add

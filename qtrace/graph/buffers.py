@@ -1,31 +1,131 @@
 """Buffer versions: what data-dependent caches (adstack depths) are keyed by.
 
-qtrace's own buffers are immutable once computed, so their version never changes. A
-buffer whose memory qtrace hands out for writing (a DLPack export) becomes *volatile*:
-someone else may write it at any time, so caches keyed on it never hit again.
+A cache keyed on a buffer's data (the adstack's max-reducer, ``devices/adstack.py``)
+asks :func:`identity` for it: ``(id, version)`` while the cached value may be trusted,
+``None`` while it may not. Who can change a buffer's data, and how each path is seen:
+
+* **qtrace's own writes** are functionalized (``v[key] = x``, ``v += x``, ``.at[]``,
+  ``np.add.at``, ``out=`` a tensor, writes into ``qt.jit`` tensor arguments): the result
+  is a *new* buffer, computed by a kernel or a library step, and a new buffer is a new
+  identity — the cache entry of the old one can no more match than an old version could
+  (entries are checked against a weak reference to the buffer object, so a recycled
+  ``id`` never matches either). Library outputs are new arrays too.
+* **qtrace writing into memory it does not own** — a NumPy array argument of ``qt.jit``
+  written back in place, ``out=`` a NumPy array — calls :func:`bump`: a new version.
+* **Host memory qtrace borrows** zero-copy (``qt.asarray`` of a NumPy array or a
+  buffer-protocol object, ``qt.from_dlpack``, NumPy operands of operations, NumPy
+  arguments of ``qt.jit`` functions) is :func:`borrow`-ed: *volatile* for as long as it
+  lives. Its owner may write it at any time and nothing tells qtrace, so no cache keyed
+  on it is ever trusted: the reducer re-runs on every launch whose trip counts read it.
+  This was chosen over copying on entry: a copy costs the same pass over the data as the
+  reducer does (plus the memory), but on every borrowed array, while volatility costs
+  only where a loop's trip counts come from borrowed memory — and ``qt.asarray`` keeps
+  its zero-copy contract. A cheap fingerprint (a few sampled elements, a checksum of a
+  prefix) would not be correct: one element written past the sample gives a stale depth.
+  Pass ``copy=True`` (``qt.asarray(a, copy=True)``, ``qt.array(a)``) to hand qtrace
+  memory of its own, whose depth is then cached.
+* **Exports**: a DLPack export of a tensor (``np.from_dlpack(t)``, ``torch.from_dlpack``)
+  hands out writable memory. The exported buffer is volatile *while exported* — until
+  the consumer drops the last array viewing the export — and gets a new version when the
+  export ends, so a depth cached before or during the export is never trusted after it.
+  ``t.numpy()`` and ``np.asarray(t)`` are not writable exports: they return arrays whose
+  base is a read-only memoryview, so NumPy refuses both writes and turning the
+  ``writeable`` flag back on (``qtrace.tracer.tensor``).
+
+Versions and volatility belong to the array that owns the memory (the end of NumPy's
+``.base`` chain), so every view of it — a jitted call's fresh view of a tensor, a
+reshaped operand — sees them.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
 
+import numpy as np
+
 _lock = threading.Lock()
-_volatile: dict[int, weakref.ref] = {}
-_fresh = itertools.count(1)
 
 
-def mark_written(buf) -> None:
-    """Record that ``buf`` may be written behind qtrace's back from now on."""
-    key = id(buf)
+class _State:
+    """What is known about one memory owner: its version and why it is volatile."""
+
+    __slots__ = ("ref", "version", "borrowed", "exports")
+
+    def __init__(self, ref: weakref.ref):
+        self.ref = ref
+        self.version = 0
+        self.borrowed = False
+        self.exports = 0
+
+
+_states: dict[int, _State] = {}
+
+
+def _owner(buf: np.ndarray) -> np.ndarray:
+    """The array at the end of ``buf``'s ``.base`` chain (the one viewing the memory first)."""
+    base = buf.base
+    while isinstance(base, np.ndarray):
+        buf, base = base, base.base
+    return buf
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
     with _lock:
-        _volatile[key] = weakref.ref(buf, lambda _, key=key: _volatile.pop(key, None))
+        state = _states.get(key)
+        if state is not None and state.ref is ref:
+            del _states[key]
 
 
-def identity(buf) -> tuple:
-    """``(id, version)``; a volatile buffer gets a new version every time it is asked."""
-    ref = _volatile.get(id(buf))
-    if ref is not None and ref() is buf:
-        return (id(buf), -next(_fresh))
-    return (id(buf), 0)
+def _state(owner: np.ndarray) -> _State:
+    """The state of ``owner`` (created on first use; the caller holds ``_lock``)."""
+    key = id(owner)
+    state = _states.get(key)
+    if state is None or state.ref() is not owner:
+        ref = weakref.ref(owner, lambda r, key=key: _forget(key, r))
+        state = _states[key] = _State(ref)
+    return state
+
+
+def borrow(buf: np.ndarray) -> None:
+    """Record that ``buf``'s memory belongs to someone else, who may write it at any time."""
+    owner = _owner(buf)
+    state = _states.get(id(owner))
+    if state is not None and state.borrowed and state.ref() is owner:
+        return  # the common repeat (a NumPy argument of every jitted call): no lock
+    with _lock:
+        _state(owner).borrowed = True
+
+
+def bump(buf: np.ndarray) -> None:
+    """Record a write into ``buf`` (qtrace writing memory it does not own): a new version."""
+    with _lock:
+        _state(_owner(buf)).version += 1
+
+
+def export(buf: np.ndarray) -> np.ndarray:
+    """A view of ``buf`` to hand to a consumer that may write it: ``buf``'s memory is
+    volatile until that view dies, and gets a new version then."""
+    view = buf.view()
+    with _lock:
+        state = _state(_owner(buf))
+        state.exports += 1
+    weakref.finalize(view, _end_export, state)
+    return view
+
+
+def _end_export(state: _State) -> None:
+    with _lock:
+        state.exports -= 1
+        state.version += 1
+
+
+def identity(buf: np.ndarray) -> tuple | None:
+    """``(id, version)`` of ``buf``, or None while its data may change unseen (volatile)."""
+    owner = _owner(buf)
+    state = _states.get(id(owner))
+    if state is None or state.ref() is not owner:
+        return (id(buf), 0)
+    if state.borrowed or state.exports:
+        return None
+    return (id(buf), state.version)

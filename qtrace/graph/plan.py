@@ -8,11 +8,12 @@ so peak memory follows the live set rather than the graph size.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .loops import depth_source
 from .node import Node, graph_key
-from .partition import Schedule, partition, report_decisions
+from .partition import MAX_TASK_COST, Schedule, partition, report_decisions
 from .partition import kind as kind_of
 from .tasks import Task, build_tasks, coalesce, try_merge
 
@@ -73,7 +74,7 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
         for task in build_tasks(schedule, group):
             target = _merge_target(raw, producer, task) if fusion else None
             if target is not None:
-                why = try_merge(raw[target][1], task)
+                why = _merge_policy(raw[target][1], task) or try_merge(raw[target][1], task)
                 horizontal.append((task, raw[target][1], why))
                 if why is None:
                     fused += 1
@@ -119,6 +120,24 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
         if s not in keep:
             steps[i].frees.append(s)
     return PlanSpec(key, leaves, slot_nodes, steps, out_specs, schedule, fused, horizontal)
+
+
+# Below this many elements, tasks that share no buffer stay separate: merging them saves
+# only a call (small tasks run in one launch, see qtrace.kernels.sequence), while each new
+# combination of tasks is a new kernel to compile (unmerged, identical tasks share one).
+MERGE_MIN_ELEMENTS = 1 << 15
+
+
+def _merge_policy(a: Task, b: Task) -> str | None:
+    """Why map task ``b`` should not join ``a`` whatever its safety, or None."""
+    if a.cost + b.cost > MAX_TASK_COST:
+        return f"task size limit ({MAX_TASK_COST}): bounds compile time"
+    if math.prod(a.domain) < MERGE_MIN_ELEMENTS:
+        shared = {id(n) for n in a.arg_nodes}
+        if not any(id(n) in shared for n in b.arg_nodes):
+            return (f"small independent tasks (< {MERGE_MIN_ELEMENTS} elements, no buffer in common) "
+                    "stay separate: one compiled kernel serves every such task")
+    return None
 
 
 def _merge_target(raw: list, producer: dict, task: Task):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import TracerError
 from . import index as ix_
-from .access import broadcast_index, region_axes, update_index, view_index
+from .access import broadcast_index, prim_cost, region_axes, update_index, view_index
 from .loops import layout, siblings_key
 from .node import Node, c_strides, content_hash
 from .partition import FREE, Schedule, kind
@@ -58,6 +58,13 @@ class Task:
         self.key = content_hash((self.kind, self.domain, self.inner, self.instrs, self.stores,
                                  self.reduce, self.rmw, tuple(sorted(self.writes)),
                                  [(n.dtype.str,) for n in self.arg_nodes], self.checks))
+
+    @property
+    def cost(self) -> int:
+        """Work per element: primitives weighed as in partitioning, each load and store 1
+        (a bound on merged tasks keeps LLVM's time per kernel bounded)."""
+        return len(self.stores) + sum(prim_cost(i[2]) if i[0] == "op" else i[0] == "load"
+                                      for i in self.instrs)
 
     @property
     def symbol(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import config
+from ..graph import buffers
 from ..graph.device import Device
 from ..graph.node import Node, make_input
 from . import dtypes
@@ -32,8 +33,13 @@ def operand(x, op: str) -> Operand:
 
 
 def input_node(x, op: str = "asarray", dtype=None, copy: bool = False,
-               device: Device | str | None = None) -> Node:
-    """A leaf node holding ``x`` (array-like) — zero-copy where the memory allows."""
+               device: Device | str | None = None, owned: bool = False) -> Node:
+    """A leaf node holding ``x`` (array-like) — zero-copy where the memory allows.
+
+    Memory kept zero-copy is *borrowed* (``qtrace.graph.buffers``): its owner may write it
+    behind qtrace's back, so caches keyed on its data are not trusted. ``owned=True``:
+    ``x`` is a fresh array qtrace made and nobody else holds.
+    """
     arr = np.array(x, dtype=dtype, copy=True) if copy else np.asarray(x, dtype=dtype)
     if arr.dtype not in dtypes.SUPPORTED:
         raise TypeError(f"qt.{op}: dtype {arr.dtype} is not supported "
@@ -42,6 +48,8 @@ def input_node(x, op: str = "asarray", dtype=None, copy: bool = False,
     if strides is None:
         arr = np.ascontiguousarray(arr)
         strides = _element_strides(arr)
+    if not (copy or owned) and (arr is x or not arr.flags.owndata):
+        buffers.borrow(arr)
     dev = Device(device if device is not None else config.device)
     if dev.kind != "cpu":
         raise NotImplementedError(f"qt.{op}: device {dev} is not available in this build")

@@ -82,7 +82,7 @@ def from_dlpack(obj, /, *, device=None, copy=None) -> Tensor:
         arr = np.from_dlpack(obj)
         if copy:
             arr = arr.copy()
-    return wrap(input_node(arr, "from_dlpack"))
+    return wrap(input_node(arr, "from_dlpack", owned=bool(copy)))
 
 
 def _shape(shape) -> tuple:
@@ -168,7 +168,7 @@ def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
     if stop is None:
         start, stop = 0, start
     values = np.arange(start, stop, step, dtype=dtype)
-    return wrap(input_node(values, "arange", device=_device(device)))
+    return wrap(input_node(values, "arange", device=_device(device), owned=True))
 
 
 def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, device=None) -> Tensor:
@@ -176,7 +176,7 @@ def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, devi
     if dtype is not None:
         dtype = dtypes.canonical(dtype, "qt.linspace")
     values = np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
-    return wrap(input_node(values, "linspace", device=_device(device)))
+    return wrap(input_node(values, "linspace", device=_device(device), owned=True))
 
 
 def copy(x) -> Tensor:

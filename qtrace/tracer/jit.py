@@ -10,6 +10,7 @@ import threading
 import numpy as np
 
 from ..config import config
+from ..graph import buffers
 from ..graph import evaluate as graph_evaluate
 from ..graph import node as graph_node
 from ..graph.device import CPU, Device
@@ -77,6 +78,8 @@ def _buffer(leaf, desc: int) -> np.ndarray:
         buf = leaf._materialize()
     else:
         buf = np.asarray(leaf)
+        if isinstance(leaf, np.ndarray):  # the caller's memory, read in place
+            buffers.borrow(buf)
     if not buf.flags.c_contiguous:
         buf = np.ascontiguousarray(buf)
     return buf
@@ -230,6 +233,7 @@ class Jitted:
                 views.assign(leaf, graph_node.leaf_like(template, buf))
             elif isinstance(leaf, np.ndarray):
                 np.copyto(leaf, buf)  # NumPy's in-place semantics for a NumPy argument
+                buffers.bump(leaf)
         results, it = [], iter(outs[:n_user])
         for kind, meta, alias in zip(entry.out_kinds, entry.out_meta, entry.aliases):
             if kind != "tensor":

@@ -108,6 +108,7 @@ def _write_out(target, result, name: str):
         return target
     if isinstance(target, np.ndarray):  # a NumPy array asked for the value: computed now
         np.copyto(target, np.asarray(result), casting="same_kind")
+        buffers.bump(target)
         return target
     raise TypeError(f"{name}: out= must be a qt.Tensor or a NumPy array, got {type(target).__name__}")
 
@@ -142,11 +143,14 @@ def _to_numpy(x):
 def dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
     """Export the (computed) value through DLPack; NumPy's implementation does the work.
 
-    The consumer may write through the export, so the buffer is marked as written:
-    caches keyed on its data (adstack depths) are not trusted afterwards.
+    The consumer may write through the export, so unless it asked for a copy, the
+    buffer is volatile while exported (``qtrace.graph.buffers.export``): caches keyed on
+    its data (adstack depths) are not trusted until the consumer's arrays are gone, and
+    not from before the export after that.
     """
     buf = self._materialize()
-    buffers.mark_written(buf)
+    if not copy:
+        buf = buffers.export(buf)
     kwargs = {}
     if max_version is not None:
         kwargs["max_version"] = max_version

@@ -184,7 +184,7 @@ def nonzero(x, /, *, size: int | None = None, fill_value: int = 0) -> tuple:
         raise ValueError("qt.nonzero: 0-d arrays are not supported (the standard forbids them)")
     if size is None:
         found = np.nonzero(_eager(t, "nonzero"))
-        return tuple(wrap(input_node(a.astype(np.int64), "nonzero")) for a in found)
+        return tuple(wrap(input_node(a.astype(np.int64), "nonzero", owned=True)) for a in found)
     flat = reshape(apply("not_equal", t, False if t.dtype == np.bool_ else 0), -1)
     order = argsort(apply("logical_not", flat), axis=0)  # non-zero positions first, in order
     pos = order[:size]
@@ -206,7 +206,7 @@ def _unique(x, op: str):
 
 
 def _as_tensors(*arrays, dtypes_=None):
-    return tuple(wrap(input_node(a if d is None else a.astype(d), "unique"))
+    return tuple(wrap(input_node(a if d is None else a.astype(d), "unique", owned=True))
                  for a, d in zip(arrays, dtypes_ or [None] * len(arrays)))
 
 

@@ -106,18 +106,20 @@ class Tensor:
         return _flush((self,))[0]
 
     def numpy(self) -> np.ndarray:
-        """The value as a NumPy array (computed now if pending). Do not write into it.
+        """The value as a read-only NumPy array (computed now if pending), no copy.
+
+        Its base is a read-only memoryview of the tensor's memory, so NumPy refuses both
+        writes and ``arr.flags.writeable = True``: this is not an export the caller could
+        write behind qtrace's back (``qtrace.graph.buffers``). Copy it to modify it.
 
         Example:
             >>> import qtrace as qt
             >>> (qt.ones(2, dtype=qt.int32) * 3).numpy()
             array([3, 3], dtype=int32)
         """
-        buf = self._materialize()
-        arr = np.asarray(buf)
+        arr = np.asarray(self._materialize())
         if arr.flags.writeable:
-            arr = arr.view()
-            arr.flags.writeable = False
+            arr = np.asarray(memoryview(arr).toreadonly())
         return arr
 
     def __array__(self, dtype=None, copy=None):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import qtrace as qt
+from qtrace.graph.partition import MAX_TASK_COST
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -513,6 +514,44 @@ def test_horizontal_fusion_of_independent_updates(rng):
     assert report.n_kernels == 1, str(report)
     assert len(report.horizontal) == 9 and all(why is None for _, _, why in report.horizontal), str(report)
     assert len(report.tasks[0].writes) == 10, str(report)
+
+
+def _many_updates(*xs):
+    return tuple(qt.tanh(x) * (k + 1.0) - qt.sin(x) for k, x in enumerate(xs))
+
+
+def test_horizontal_merges_are_bounded_by_task_cost(rng):
+    """30 independent updates do not become one kernel: each merged kernel stays within
+    the task cost limit (what bounds LLVM's time), and the values match NumPy."""
+    ins = [rng.uniform(-1, 1, 40_000) for _ in range(30)]
+    outs = _check(_many_updates, lambda *xs: tuple(np.tanh(x) * (k + 1.0) - np.sin(x)
+                                                 for k, x in enumerate(xs)), ins, exact=False)
+    assert len(outs) == 30
+    report = _explain(_many_updates, *ins)
+    limited = [why for _, _, why in report.horizontal if why and "task size limit" in why]
+    assert limited and report.n_kernels == len(limited) + 1, str(report)
+    costs = [step.task.cost for step in report.spec.steps if step.task is not None]
+    assert all(c <= MAX_TASK_COST for c in costs), costs
+    assert len(report.horizontal) - len(limited) == 30 - report.n_kernels, str(report)
+
+
+def test_small_independent_tasks_stay_separate_and_share_one_kernel(fusion, rng):
+    """Products of elements (``[[x[i] * y[j] ...]]``, small and sharing no buffer) are not
+    merged into one kernel per count: every product runs the same compiled kernel."""
+    x, y = rng.normal(size=7), rng.normal(size=9)
+    tx, ty = qt.asarray(x), qt.asarray(y)
+    qt.asarray([[tx[0] * ty[0]]])  # compiles the product kernel
+    for n, m in ((3, 4), (7, 9)):
+        before = qt.stats()["compiles"]
+        got = qt.asarray([[tx[i] * ty[j] for j in range(m)] for i in range(n)])
+        np.testing.assert_array_equal(got.numpy(), np.outer(x[:n], y[:m]))
+        assert qt.stats()["compiles"] == before, f"{n}x{m}: a kernel compiled per shape"
+    report = _explain(lambda a, b: (a + 1.0, b - 1.0), x[:3], y[:3])
+    (_, _, why), = report.horizontal
+    assert why is not None and "small independent" in why and report.n_kernels == 2, str(report)
+    report = _explain(lambda a, b: (a + 1.0, a * b), x[:3], y[:3])  # sharing a buffer: merged
+    (_, _, why), = report.horizontal
+    assert why is None and report.n_kernels == 1, str(report)
 
 
 def test_horizontal_merge_forwards_a_value_read_at_the_same_index(arrays):

@@ -8,7 +8,8 @@ derivative), and JAX running the same body in a ``fori_loop`` to the largest tri
 with ``jnp.where(active, step(v), v)`` masking (the derivative of the same program).
 
 Then the adstack (DESIGN "Reverse mode and the adstack"): how its depth is sized
-(``adstack_host_sized`` / ``adstack_device_sized`` / ``max_reducer_dispatches``), how much
+(``adstack_host_sized`` / ``adstack_reducer_dispatches`` / ``adstack_reducer_hits``; writes
+behind qtrace's back and buffer versions: ``test_adstack_versions.py``), how much
 memory it takes (``adstack_bytes`` = workers x depth x row bytes, never N x depth), the
 overflow diagnostic, and the ``qt.TracerError`` for bodies that mix elements.
 Everything runs with fusion on and off (``fusion`` fixture).
@@ -623,7 +624,10 @@ def test_table_sliced_then_gathered_in_a_loop(fusion, rng):
 
 # --- adstack sizing --------------------------------------------------------------------
 def _b3_inputs(rng, size, n):
-    return qt.asarray(rng.uniform(-2, 2, size)), qt.asarray(rng.uniform(0.5, 1.5, size)), qt.asarray(n)
+    """B3 tensors; the counts are copied (memory qtrace owns, whose depth is cached: the
+    NumPy array itself, borrowed, would be reduced on every launch)."""
+    x, c = qt.asarray(rng.uniform(-2, 2, size)), qt.asarray(rng.uniform(0.5, 1.5, size))
+    return x, c, qt.asarray(n, copy=True)
 
 
 def test_python_int_bounds_are_sized_on_the_host(fusion, rng):
@@ -651,39 +655,20 @@ def test_tensor_trip_counts_dispatch_the_reducer_once(fusion, rng):
     for _ in range(10):
         gx, gc = grads(b3_qt(qn), (x, c), (0, 1))
     s = qt.stats()
-    assert s["adstack_device_sized"] == 10, s
-    assert s["max_reducer_dispatches"] == 1, s
-    assert s["adstack_host_sized"] == 0, s
+    assert s["adstack_reducer_dispatches"] == 1 and s["adstack_reducer_hits"] == 9, s
+    assert s["adstack_device_sized"] == 10 and s["max_reducer_dispatches"] == 1, s
+    assert s["adstack_host_sized"] == 0 and s["adstack_recorded"] == 0, s
     _, hx, hc = b3_numpy(x.numpy(), c.numpy(), n)
     assert_close(gx, hx, what="d/dx")
     n2 = n.copy()
     n2[3] = 12  # a new counts tensor with a larger maximum
-    qn2 = qt.asarray(n2)
+    qn2 = qt.asarray(n2, copy=True)
     for _ in range(10):
         gx, gc = grads(b3_qt(qn2), (x, c), (0, 1))
-    assert qt.stats()["max_reducer_dispatches"] == 2, qt.stats()
+    assert qt.stats()["adstack_reducer_dispatches"] == 2, qt.stats()
     _, hx, hc = b3_numpy(x.numpy(), c.numpy(), n2)
     assert_close(gx, hx, what="d/dx, new counts")
     assert_close(gc, hc, what="d/dc, new counts")
-
-
-def test_counts_mutated_behind_qtraces_back_never_give_a_wrong_gradient(fusion, rng):
-    """``qt.asarray`` shares the NumPy array: writing into it afterwards is "data changed
-    behind qtrace's back". A cached depth may then be stale: qtrace must raise
-    ``AdstackOverflowError`` or compute the right gradient, never write out of bounds or
-    return a wrong value."""
-    size = 40
-    n = rng.integers(0, 5, size)
-    x, c, qn = _b3_inputs(rng, size, n)
-    grads(b3_qt(qn), (x, c), (0, 1))
-    n[7] = 30
-    try:
-        gx, gc = grads(b3_qt(qn), (x, c), (0, 1))
-    except qt.AdstackOverflowError:
-        return
-    _, hx, hc = b3_numpy(x.numpy(), c.numpy(), n)
-    assert_close(gx, hx, what="d/dx after the write")
-    assert_close(gc, hc, what="d/dc after the write")
 
 
 def test_while_loop_gradient_needs_no_hint(fusion, rng):
@@ -694,7 +679,8 @@ def test_while_loop_gradient_needs_no_hint(fusion, rng):
         (g,) = grads(lambda a: qt.sum(newton_qt(a)), (qt.asarray(a),), (0,))
         assert_close(g, 0.5 / np.sqrt(a), rtol=1e-8, what="d sqrt(a)/da")
     s = qt.stats()
-    assert s["adstack_device_sized"] >= 2 and s["adstack_bytes"] > 0, s
+    assert s["adstack_recorded"] >= 2 and s["adstack_bytes"] > 0, s
+    assert s["adstack_reducer_dispatches"] == 0, s
 
 
 def _workers(size: int) -> int:
