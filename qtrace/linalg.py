@@ -2,8 +2,10 @@
 
 Factorizations and solvers run as library tasks (LAPACK through NumPy on the CPU);
 the other functions are compositions of qtrace operations. All of them take stacks of
-matrices and are differentiable where the standard's math is (see
-:mod:`qtrace.ad.linalg_rules` for the conventions of the factorizations' gradients).
+matrices, real and complex dtypes (the standard's result dtypes: norms, singular values
+and ``eigh``'s eigenvalues are real), and are differentiable where the standard's math
+is, complex inputs in JAX's convention (see :mod:`qtrace.ad.linalg_rules` for the
+conventions of the factorizations' gradients).
 
 Example:
     >>> import qtrace as qt

@@ -1,7 +1,10 @@
 """CPU implementations of the ``qt.linalg`` library functions: NumPy's LAPACK bindings.
 
 Each takes the call's static arguments and its input arrays (stacks of matrices, C
-contiguous) and returns one array per output (see :mod:`qtrace.devices.library`).
+contiguous; float32, float64, complex64 or complex128) and returns one array per output
+(see :mod:`qtrace.devices.library`), of the dtypes NumPy gives, which are the ones
+:mod:`qtrace.tracer.linalg_ext` records (complex inputs: real singular values,
+eigenvalues and ``logabsdet`` of the same precision).
 NumPy's ``LinAlgError`` (a singular matrix, one that is not positive definite) is
 raised again naming the qtrace function.
 """

@@ -74,7 +74,8 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
         for task in build_tasks(schedule, group):
             target = _merge_target(raw, producer, task) if fusion else None
             if target is not None:
-                why = _merge_policy(raw[target][1], task) or try_merge(raw[target][1], task)
+                why = _merge_policy(raw[target][1], task) or try_merge(raw[target][1], task,
+                                                                        MAX_TASK_COST)
                 horizontal.append((task, raw[target][1], why))
                 if why is None:
                     fused += 1
@@ -122,21 +123,19 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
     return PlanSpec(key, leaves, slot_nodes, steps, out_specs, schedule, fused, horizontal)
 
 
-# Below this many elements, tasks that share no buffer stay separate: merging them saves
-# only a call (small tasks run in one launch, see qtrace.kernels.sequence), while each new
-# combination of tasks is a new kernel to compile (unmerged, identical tasks share one).
-MERGE_MIN_ELEMENTS = 1 << 15
-
-
 def _merge_policy(a: Task, b: Task) -> str | None:
-    """Why map task ``b`` should not join ``a`` whatever its safety, or None."""
-    if a.cost + b.cost > MAX_TASK_COST:
-        return f"task size limit ({MAX_TASK_COST}): bounds compile time"
-    if math.prod(a.domain) < MERGE_MIN_ELEMENTS:
+    """Why map task ``b`` should not join ``a`` whatever its safety, or None.
+
+    Tasks smaller than one block of lanes that share no buffer stay separate: merging them
+    saves only a call (small tasks run in one launch, see qtrace.kernels.sequence), while
+    each new combination of them would be a new kernel to compile — unmerged, identical
+    tasks (``x[i] * y[j]`` for every ``i, j``) share one compiled kernel.
+    """
+    if math.prod(a.domain) < LANES:
         shared = {id(n) for n in a.arg_nodes}
         if not any(id(n) in shared for n in b.arg_nodes):
-            return (f"small independent tasks (< {MERGE_MIN_ELEMENTS} elements, no buffer in common) "
-                    "stay separate: one compiled kernel serves every such task")
+            return (f"small independent tasks (< {LANES} elements, no buffer in common) stay "
+                    "separate: one compiled kernel serves every such task")
     return None
 
 

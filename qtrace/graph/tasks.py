@@ -61,14 +61,18 @@ class Task:
 
     @property
     def cost(self) -> int:
-        """Work per element: primitives weighed as in partitioning, each load and store 1
-        (a bound on merged tasks keeps LLVM's time per kernel bounded)."""
-        return len(self.stores) + sum(prim_cost(i[2]) if i[0] == "op" else i[0] == "load"
-                                      for i in self.instrs)
+        return instrs_cost(self.instrs)
 
     @property
     def symbol(self) -> str:
         return f"qt_{self.key[:24]}"
+
+
+def instrs_cost(instrs: list) -> int:
+    """Work per element of a task body, in the units of partitioning's task cost (each
+    operation weighed by :func:`qtrace.graph.access.prim_cost`): bounding merged tasks by
+    the same limit as fused ones keeps LLVM's time per kernel bounded."""
+    return sum(prim_cost(i[2]) for i in instrs if i[0] == "op")
 
 
 def buffer_strides(node: Node) -> tuple:
@@ -94,7 +98,7 @@ class TaskBuilder:
 
     def emit(self, instr: tuple) -> int:
         # constants compare by repr: 0.0 == -0.0 and 1 == 1.0 == True must stay distinct
-        key = (instr, repr(instr[2])) if instr[0] == "const" else instr
+        key = _instr_key(instr)
         i = self._ids.get(key)
         if i is None:
             i = self._ids[key] = len(self.instrs)
@@ -531,8 +535,9 @@ def _store_index(task: Task) -> dict:
     return {a: (ix, v) for a, ix, v in task.stores}
 
 
-def try_merge(a: Task, b: Task) -> str | None:
-    """Merge map task ``b`` into ``a`` (same launch bounds) if provably safe.
+def try_merge(a: Task, b: Task, max_cost: int | None = None) -> str | None:
+    """Merge map task ``b`` into ``a`` (same launch bounds) if provably safe and the
+    merged task costs at most ``max_cost`` (see :func:`instrs_cost`).
 
     Safe when every buffer ``a`` writes that ``b`` touches is accessed by ``b`` only at
     the index ``a`` writes it (then ``b`` reads the value ``a`` just computed, in the
@@ -558,39 +563,55 @@ def try_merge(a: Task, b: Task) -> str | None:
     for arg, _, _ in b.stores:
         if remap_arg[arg] in written:
             return "both tasks write one buffer"
-    # merge: renumber b's SSA values, arguments and checks into a
+    # merge into copies of a's lists (a refused merge leaves a as it was): b's SSA values,
+    # arguments and checks renumbered, and every instruction a already has (the same load,
+    # the same operation on the same values) shared rather than repeated
+    instrs, args, arg_nodes = list(a.instrs), list(a.args), list(a.arg_nodes)
+    seen = {_instr_key(instr): k for k, instr in enumerate(instrs)}
+
+    def arg_of(i: int) -> int:
+        ai = remap_arg[i]
+        if ai is None:
+            ai = remap_arg[i] = len(args)
+            args.append(b.args[i])
+            arg_nodes.append(b.arg_nodes[i])
+        return ai
+
     ssa = {}
     for j, instr in enumerate(b.instrs):
         op = instr[0]
         if op == "load":
-            ai = remap_arg[instr[2]]
-            if ai in written:  # forward the value a computed at this very index
-                ssa[j] = written[ai][1]
+            if remap_arg[instr[2]] in written:  # forward the value a computed at this very index
+                ssa[j] = written[remap_arg[instr[2]]][1]
                 continue
-            if ai is None:
-                ai = remap_arg[instr[2]] = len(a.args)
-                a.args.append(b.args[instr[2]])
-                a.arg_nodes.append(b.arg_nodes[instr[2]])
-            new = ("load", instr[1], ai, _remap_ssa_in_ix(instr[3], ssa))
+            new = ("load", instr[1], arg_of(instr[2]), _remap_ssa_in_ix(instr[3], ssa))
         elif op == "op":
             new = ("op", instr[1], instr[2], tuple(ssa[x] for x in instr[3]))
         elif op == "bound":
             new = ("bound", instr[1], ssa[instr[2]], instr[3], instr[4] + len(a.checks))
         else:
             new = instr
-        ssa[j] = len(a.instrs)
-        a.instrs.append(new)
-    for arg, ix, v in b.stores:
-        ai = remap_arg[arg]
-        if ai is None:
-            ai = remap_arg[arg] = len(a.args)
-            a.args.append(b.args[arg])
-            a.arg_nodes.append(b.arg_nodes[arg])
-        a.writes.add(ai)
-        a.stores.append((ai, _remap_ssa_in_ix(ix, ssa), ssa[v]))
+        key = _instr_key(new)
+        k = seen.get(key)
+        if k is None:
+            k = seen[key] = len(instrs)
+            instrs.append(new)
+        ssa[j] = k
+    stores = [(arg_of(arg), _remap_ssa_in_ix(ix, ssa), ssa[v]) for arg, ix, v in b.stores]
+    cost = instrs_cost(instrs)
+    if max_cost is not None and cost > max_cost:
+        return f"task size limit ({max_cost}; merged: {cost}): bounds compile time"
+    a.instrs, a.args, a.arg_nodes = instrs, args, arg_nodes
+    a.writes.update(ai for ai, _, _ in stores)
+    a.stores.extend(stores)
     a.checks.extend(b.checks)
     a.nodes.extend(b.nodes)
     return None
+
+
+def _instr_key(instr: tuple):
+    """Equal keys: instructions computing the same value (constants compare by repr)."""
+    return (instr, repr(instr[2])) if instr[0] == "const" else instr
 
 
 def _remap_ssa_in_ix(ix, ssa: dict):

@@ -9,7 +9,7 @@ from ..graph import buffers
 from ..graph.device import Device
 from ..graph.node import Node, make_input
 from . import dtypes
-from .context import record
+from .context import record, tracing
 from .tensor import Tensor
 
 
@@ -85,6 +85,35 @@ def const_node(value, dtype: np.dtype, device: Device, weak: bool = False) -> No
 _consts: dict = {}  # recent constants, so a repeated step does not rebuild them
 
 
+def scalar_node(value, dtype: np.dtype, device: Device) -> Node:
+    """The node of a Python number operand of an elementwise op, in ``dtype``.
+
+    In eager code a number whose value does not shape the code — a time step, a
+    coefficient, a threshold — becomes a 0-d input holding it: kernels read it like any
+    other input, so a step run with a new ``dt`` reuses its compiled kernels and plan
+    instead of compiling them again for the new value. Small integers (``x * 2``,
+    ``x ** 2``, ``x - 1``, ``|v| <= 4``), booleans and complex numbers stay constants of
+    the graph (LLVM simplifies with them), as does every number while ``qt.jit`` traces
+    (the trace is compiled once).
+    """
+    tv = type(value)
+    if (tv is bool or tv is complex or tracing() or value != value
+            or (abs(value) <= 4 and value == int(value))):
+        return const_node(value, dtype, device)
+    key = (tv, value if value != 0 else repr(value), dtype, device)
+    node = _scalars.get(key)
+    if node is None:
+        arr = np.array(dtypes.scalar_value(value, dtype), dtype=dtype)
+        node = make_input((), dtype, device, buffer=arr)
+        if len(_scalars) > 4096:
+            _scalars.clear()
+        _scalars[key] = node
+    return node
+
+
+_scalars: dict = {}  # 0-d inputs of recent eager scalars (a repeated step finds its own)
+
+
 def cast(node: Node, dtype: np.dtype, weak: bool | None = None) -> Node:
     """``node`` converted to ``dtype`` (NumPy ``astype`` semantics)."""
     weak = node.weak if weak is None else weak
@@ -103,7 +132,7 @@ def place(ops: list[Operand], dts, op: str, device: Device | None = None) -> lis
     for o, dt in zip(ops, dts):
         if o.node is None:
             dtypes.check_int_fits(op, o.value, dt)
-            nodes.append(const_node(o.value, dt, device))
+            nodes.append(scalar_node(o.value, dt, device))
         else:
             nodes.append(cast(o.node, dt, weak=False) if o.node.dtype != dt else o.node)
     return nodes

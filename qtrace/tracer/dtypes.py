@@ -89,7 +89,8 @@ def _resolve(op: str, ufunc: np.ufunc, operands):
 # NumPy orders complex numbers lexicographically; the Array API leaves these undefined, and
 # qtrace does not define them
 COMPLEX_UNORDERED = frozenset({"less", "less_equal", "greater", "greater_equal", "maximum",
-                               "minimum", "floor_divide", "remainder", "arctan2", "hypot"})
+                               "minimum", "fmax", "fmin", "floor_divide", "remainder", "arctan2",
+                               "hypot"})
 
 
 def describe(dtype: np.dtype, weak: bool) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 from ..graph.primitives import COMPARISONS, ELEMENTWISE_UFUNCS, broadcast_shapes, ufunc_of
 from . import dtypes
 from .context import record, record_checked
-from .convert import astype, cast, const_node, operand, place, promote, wrap
+from .convert import astype, cast, const_node, operand, place, promote, scalar_node, wrap
 from .creation import full
 from .tensor import Tensor
 
@@ -109,7 +109,7 @@ def apply2(name: str, x, y) -> Tensor:
         device = ny.device
         if checks[0]:
             dtypes.check_int_fits(name, x, loop[0])
-        nx = const_node(x, loop[0], device)
+        nx = scalar_node(x, loop[0], device)
         shape = ny.shape
     elif ny is None:
         if nx.prim == "const":
@@ -117,7 +117,7 @@ def apply2(name: str, x, y) -> Tensor:
         device = nx.device
         if checks[1]:
             dtypes.check_int_fits(name, y, loop[1])
-        ny = const_node(y, loop[1], device)
+        ny = scalar_node(y, loop[1], device)
         shape = nx.shape
     else:
         device = nx.device
@@ -259,6 +259,9 @@ def clip(x, /, min=None, max=None, *, a_min=None, a_max=None) -> Tensor:  # noqa
     out = x if isinstance(x, Tensor) else wrap(operand(x, "clip").node)
     if lo is None and hi is None:
         return Tensor(out._node)
+    kinds = [operand(v, "clip").dtype.kind for v in (out, lo, hi) if v is not None]
+    if "c" in kinds:  # named here, not as the maximum/minimum it is made of
+        raise TypeError("qt.clip: not supported for complex dtypes: complex numbers have no order")
     if lo is not None:
         out = apply("maximum", out, lo)
     if hi is not None:

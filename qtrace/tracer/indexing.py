@@ -493,7 +493,7 @@ def setitem(x: Tensor, key, value) -> None:
     """
     op = "qt.Tensor.__setitem__"
     if views.is_read_only(x):
-        raise ValueError(f"{op}: assignment destination is read-only (a qt.broadcast_to view)")
+        raise ValueError(f"{op}: {views.READ_ONLY_MESSAGE}")
     try:
         plan = basic_key(x.shape, key)
     except IndexError as err:

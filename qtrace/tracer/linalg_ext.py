@@ -10,11 +10,16 @@ calls (:mod:`qtrace.tracer.library`): LAPACK through NumPy on the CPU
 (:mod:`qtrace.devices.lib_linalg`), fusion boundaries, with reverse-mode rules in
 :mod:`qtrace.ad.linalg_rules`.
 
-Every function accepts stacks of matrices (leading batch dimensions). Only real dtypes
-are supported (complex inputs raise ``TypeError``); the functions the standard defines
-on floating-point arrays take float32 and float64 and raise ``TypeError`` for other
-dtypes (NumPy would convert integers to float64; the standard leaves them undefined).
-Errors name the function: ``qt.linalg.<name>: ...``.
+Every function accepts stacks of matrices (leading batch dimensions) and complex dtypes
+(complex64/complex128: conjugate transposes where the standard's math has them, e.g.
+``cholesky``'s ``x = L @ L^H``, ``vecdot``'s ``sum(conj(x1) * x2)``). The functions the
+standard defines on floating-point arrays take float32, float64, complex64 and
+complex128 and raise ``TypeError`` for other dtypes (NumPy would convert integers to
+float64; the standard leaves them undefined). Results that are real by definition
+(norms, singular values, eigenvalues of ``eigh``/``eigvalsh``, ``slogdet``'s
+``logabsdet``) have the real dtype of the input's precision (float32 for complex64,
+float64 for complex128); ``matrix_rank`` is int64. Errors name the function:
+``qt.linalg.<name>: ...``.
 
 Example:
     >>> import qtrace as qt
@@ -35,6 +40,7 @@ from ..graph.primitives import broadcast_shapes
 from . import dtypes, library
 from . import elementwise as _ew
 from . import reductions as _red
+from .array_api import real as _real
 from .composites import _diagonal
 from .composites import cross as _np_cross
 from .composites import eye as _eye
@@ -92,23 +98,35 @@ def _tensor(x, name: str) -> Tensor:
 
 
 def _floating(x, name: str) -> Tensor:
-    """``x`` as a tensor of a real floating dtype (float32/float64), else ``TypeError``."""
+    """``x`` as a tensor of a floating dtype (float32/float64/complex64/complex128), else
+    ``TypeError``."""
     t = _tensor(x, name)
-    if t.dtype.kind != "f":
-        raise TypeError(f"qt.linalg.{name}: expected a real floating-point array (float32 or float64), "
-                        f"got dtype {t.dtype}")
+    if t.dtype.kind not in "fc":
+        raise TypeError(f"qt.linalg.{name}: expected a floating-point array (float32, float64, complex64 "
+                        f"or complex128), got dtype {t.dtype}")
     if t._node.weak:  # a Python float: float64, like a NumPy array of it
         t = astype(t, t.dtype)
     return t
 
 
 def _numeric(x, name: str) -> Tensor:
-    """``x`` as a tensor of a real numeric dtype (the standard's numeric dtypes exclude bool;
-    complex ones, which need conjugations here, are not supported yet)."""
+    """``x`` as a tensor of a numeric dtype (the standard's numeric dtypes exclude bool)."""
     t = _tensor(x, name)
-    if t.dtype == dtypes.bool_ or t.dtype.kind == "c":
-        raise TypeError(f"qt.linalg.{name}: expected a real numeric array, got dtype {t.dtype}")
+    if t.dtype == dtypes.bool_:
+        raise TypeError(f"qt.linalg.{name}: expected a numeric array, got dtype {t.dtype}")
     return t
+
+
+def real_dtype(dt) -> np.dtype:
+    """The real floating dtype of ``dt``'s precision (float32 for complex64)."""
+    return np.dtype(np.finfo(dt).dtype)
+
+
+def _abs2(t: Tensor) -> Tensor:
+    """``abs(t) ** 2`` (real), differentiable at 0."""
+    if t.dtype.kind == "c":
+        return _real(_ew.multiply(t, _ew.conj(t)))
+    return _ew.multiply(t, t)
 
 
 def _matrix(t: Tensor, name: str) -> Tensor:
@@ -147,6 +165,11 @@ def mT(x: Tensor) -> Tensor:
     return _swapaxes(x, -1, -2)
 
 
+def mH(x: Tensor) -> Tensor:
+    """The conjugate transpose of the last two axes (``mT`` for real dtypes)."""
+    return mT(_ew.conj(x)) if x.dtype.kind == "c" else mT(x)
+
+
 def _rtol(rtol, t: Tensor, name: str):
     """The relative tolerance of ``matrix_rank``/``pinv``: a Python float or a tensor."""
     if rtol is None:
@@ -154,13 +177,13 @@ def _rtol(rtol, t: Tensor, name: str):
     if isinstance(rtol, (int, float)) and not isinstance(rtol, bool):
         return float(rtol)
     r = _tensor(rtol, name)
-    if r.dtype.kind != "f":
+    if r.dtype.kind != "f":  # the standard: a real floating-point array
         raise TypeError(f"qt.linalg.{name}: rtol must be a float or a floating-point array, got dtype "
                         f"{r.dtype}")
     if broadcast_shapes(f"qt.linalg.{name}", r.shape, t.shape[:-2]) != t.shape[:-2]:
         raise ValueError(f"qt.linalg.{name}: rtol of shape {r.shape} does not broadcast to the stack "
                          f"shape {t.shape[:-2]}")
-    return astype(r, t.dtype)
+    return astype(r, real_dtype(t.dtype))
 
 
 # --- compositions of qtrace operations --------------------------------------------------
@@ -191,7 +214,7 @@ def trace(x, /, *, offset: int = 0, dtype=None) -> Tensor:
     """The sum of the ``offset`` diagonal of each matrix of ``x``.
 
     Integer inputs sum in the default integer dtype (int64; unsigned ones in uint64),
-    floating inputs in their own dtype, unless ``dtype`` is given.
+    floating (and complex) inputs in their own dtype, unless ``dtype`` is given.
 
     Example:
         >>> import qtrace as qt
@@ -202,12 +225,13 @@ def trace(x, /, *, offset: int = 0, dtype=None) -> Tensor:
     d = diagonal(t, offset=offset)
     if dtype is None:
         kind = t.dtype.kind
-        dtype = t.dtype if kind == "f" else (dtypes.int64 if kind == "i" else np.dtype(np.uint64))
+        dtype = t.dtype if kind in "fc" else (dtypes.int64 if kind == "i" else np.dtype(np.uint64))
     return _red.sum(d, axis=-1, dtype=dtype)
 
 
 def vecdot(x1, x2, /, *, axis: int = -1) -> Tensor:
-    """Dot products of the vectors along ``axis`` (the other axes broadcast).
+    """Dot products of the vectors along ``axis`` (the other axes broadcast):
+    ``sum(conj(x1) * x2, axis=axis)`` (the conjugation matters for complex ``x1`` only).
 
     Example:
         >>> import qtrace as qt
@@ -227,6 +251,8 @@ def vecdot(x1, x2, /, *, axis: int = -1) -> Tensor:
         raise ValueError(f"qt.linalg.vecdot: the contracted axis {axis} differs in size: shapes "
                          f"{a.shape} and {b.shape}")
     dt = promote([operand(a, "linalg.vecdot"), operand(b, "linalg.vecdot")], "linalg.vecdot")
+    if a.dtype.kind == "c":
+        a = _ew.conj(a)
     return _red.sum(_ew.multiply(a, b), axis=ax, dtype=dt)
 
 
@@ -240,7 +266,8 @@ def _axes_arg(v, nd: int, name: str) -> tuple:
 
 def tensordot(x1, x2, /, *, axes=2) -> Tensor:
     """Contraction of ``x1`` and ``x2`` over ``axes``: the last ``axes`` axes of ``x1`` with the
-    first of ``x2`` (an int), or the axes of each (two sequences). One matrix product.
+    first of ``x2`` (an int), or the axes of each (two sequences). One matrix product (no
+    conjugation of complex inputs, as NumPy).
 
     Example:
         >>> import qtrace as qt
@@ -322,7 +349,8 @@ def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2) -> Tensor:
     axes takes the norm over all of them).
 
     ``ord``: 2 (Euclidean, default), 1, ``inf``, ``-inf``, 0 (count of non-zeros) and any
-    other number ``p`` (``sum(abs(x)**p)**(1/p)``).
+    other number ``p`` (``sum(abs(x)**p)**(1/p)``). Complex inputs give the real dtype of
+    their precision.
 
     Example:
         >>> import qtrace as qt
@@ -337,7 +365,7 @@ def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2) -> Tensor:
     axes = normalize_axes(tuple(axis) if isinstance(axis, list) else axis, t.ndim, "linalg.vector_norm")
     red = dict(axis=axes, keepdims=keepdims)
     if ord == 2:
-        return _ew.sqrt(_red.sum(_ew.multiply(t, t), **red))
+        return _ew.sqrt(_red.sum(_abs2(t), **red))
     a = _ew.abs(t)
     if ord == 1:
         return _red.sum(a, **red)
@@ -346,7 +374,7 @@ def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2) -> Tensor:
     if ord == -math.inf:
         return _red.min(a, **red)
     if ord == 0:
-        return _red.sum(astype(_ew.not_equal(t, 0), t.dtype), **red)
+        return _red.sum(astype(_ew.not_equal(t, 0), real_dtype(t.dtype)), **red)
     p = float(ord)
     return _ew.power(_red.sum(_ew.power(a, p), **red), 1.0 / p)
 
@@ -357,6 +385,7 @@ def matrix_norm(x, /, *, keepdims: bool = False, ord="fro") -> Tensor:
     ``ord``: ``'fro'`` (Frobenius, default), ``'nuc'`` (sum of singular values), 1 / -1
     (largest / smallest absolute column sum), ``inf`` / ``-inf`` (row sums), 2 / -2
     (largest / smallest singular value). ``keepdims`` keeps the matrix axes as size 1.
+    Complex inputs give the real dtype of their precision.
 
     Example:
         >>> import qtrace as qt
@@ -368,7 +397,7 @@ def matrix_norm(x, /, *, keepdims: bool = False, ord="fro") -> Tensor:
     t = _matrix(_floating(x, "matrix_norm"), "matrix_norm")
     if isinstance(ord, str):
         if ord == "fro":
-            out = _ew.sqrt(_red.sum(_ew.multiply(t, t), axis=(-2, -1)))
+            out = _ew.sqrt(_red.sum(_abs2(t), axis=(-2, -1)))
         elif ord == "nuc":
             out = _red.sum(svdvals(t), axis=-1)
         else:
@@ -436,10 +465,12 @@ def matrix_rank(x, /, *, rtol=None) -> Tensor:
 
 # --- library calls ---------------------------------------------------------------------
 def cholesky(x, /, *, upper: bool = False) -> Tensor:
-    """The Cholesky factor of each symmetric positive-definite matrix of ``x``: lower ``L``
-    with ``x = L @ L.T`` (``upper=True``: upper ``U`` with ``x = U.T @ U``).
+    """The Cholesky factor of each symmetric (complex: Hermitian) positive-definite matrix of
+    ``x``: lower ``L`` with ``x = L @ L^H`` (``upper=True``: upper ``U`` with ``x = U^H @ U``;
+    ``^H`` the conjugate transpose, the transpose for real dtypes).
 
-    Only the lower triangle of ``x`` is read (LAPACK); the gradient is the symmetric one.
+    Only the lower triangle of ``x`` is read (LAPACK); the gradient is the symmetric
+    (Hermitian) one.
     A matrix that is not positive definite raises ``numpy.linalg.LinAlgError`` when the
     factor is computed.
 
@@ -469,6 +500,7 @@ def det(x, /) -> Tensor:
 def slogdet(x, /) -> SlogdetResult:
     """The sign and the log of the absolute value of the determinant of each square matrix
     (sign 0 and logabsdet ``-inf`` for a singular one); a ``(sign, logabsdet)`` namedtuple.
+    For complex ``x`` the sign is complex (``det / abs(det)``) and ``logabsdet`` real.
 
     Example:
         >>> import qtrace as qt
@@ -478,19 +510,22 @@ def slogdet(x, /) -> SlogdetResult:
     """
     t = _square(_floating(x, "slogdet"), "slogdet")
     one = _stacked(t)
-    spec = (one.shape[:-2], t.dtype)
-    sign, logabsdet = _lib("slogdet", [one], (), [spec, spec])
+    batch = one.shape[:-2]
+    sign, logabsdet = _lib("slogdet", [one], (), [(batch, t.dtype), (batch, real_dtype(t.dtype))])
     if one is not t:
         sign, logabsdet = reshape(sign, ()), reshape(logabsdet, ())
     return SlogdetResult(sign, logabsdet)
 
 
 def eigh(x, /) -> EighResult:
-    """Eigenvalues (ascending) and orthonormal eigenvectors (columns) of each symmetric matrix
-    of ``x``; an ``(eigenvalues, eigenvectors)`` namedtuple. Only the lower triangle is read.
+    """Eigenvalues (ascending, real) and orthonormal eigenvectors (columns) of each symmetric
+    (complex: Hermitian) matrix of ``x``; an ``(eigenvalues, eigenvectors)`` namedtuple.
+    Only the lower triangle is read.
 
-    Eigenvectors are unique up to sign only (for distinct eigenvalues); the gradient
-    assumes distinct eigenvalues (it divides by their differences) and is the symmetric one.
+    Eigenvectors are unique up to sign (complex: a phase) only, for distinct eigenvalues;
+    the gradient assumes distinct eigenvalues (it divides by their differences), is the
+    symmetric (Hermitian) one and, for complex ``x``, needs a loss that does not depend on
+    the eigenvectors' phases.
 
     Example:
         >>> import qtrace as qt
@@ -499,11 +534,12 @@ def eigh(x, /) -> EighResult:
         ([1.0, 2.0], [[0.0, 1.0], [1.0, 0.0]])
     """
     t = _square(_floating(x, "eigh"), "eigh")
-    return EighResult(*_lib("eigh", [t], (), [(t.shape[:-1], t.dtype), (t.shape, t.dtype)]))
+    return EighResult(*_lib("eigh", [t], (), [(t.shape[:-1], real_dtype(t.dtype)), (t.shape, t.dtype)]))
 
 
 def eigvalsh(x, /) -> Tensor:
-    """The eigenvalues (ascending) of each symmetric matrix of ``x`` (lower triangle read).
+    """The eigenvalues (ascending, real) of each symmetric (complex: Hermitian) matrix of
+    ``x`` (lower triangle read).
 
     Example:
         >>> import qtrace as qt
@@ -511,7 +547,7 @@ def eigvalsh(x, /) -> Tensor:
         [1.0, 3.0]
     """
     t = _square(_floating(x, "eigvalsh"), "eigvalsh")
-    return _lib("eigvalsh", [t], (), [(t.shape[:-1], t.dtype)])[0]
+    return _lib("eigvalsh", [t], (), [(t.shape[:-1], real_dtype(t.dtype))])[0]
 
 
 def inv(x, /) -> Tensor:
@@ -549,8 +585,9 @@ def pinv(x, /, *, rtol=None) -> Tensor:
 
 def qr(x, /, *, mode: str = "reduced") -> QRResult:
     """The QR decomposition of each matrix of ``x``: ``Q`` with orthonormal columns and upper
-    triangular ``R``; a ``(Q, R)`` namedtuple. ``mode='reduced'``: shapes ``(..., M, K)``
-    and ``(..., K, N)`` with ``K = min(M, N)``; ``'complete'``: ``(..., M, M)``, ``(..., M, N)``.
+    triangular ``R`` (with a real diagonal for complex ``x``); a ``(Q, R)`` namedtuple.
+    ``mode='reduced'``: shapes ``(..., M, K)`` and ``(..., K, N)`` with ``K = min(M, N)``;
+    ``'complete'``: ``(..., M, M)``, ``(..., M, N)``.
 
     Unique up to the signs of ``R``'s diagonal (Householder, as LAPACK). Gradients: both
     modes of square and wide matrices, reduced mode of tall ones (complete mode of a tall
@@ -601,14 +638,17 @@ def solve(x1, x2, /) -> Tensor:
 
 def svd(x, /, *, full_matrices: bool = True) -> SVDResult:
     """The singular value decomposition ``x = U @ diag(S) @ Vh`` of each matrix of ``x``; a
-    ``(U, S, Vh)`` namedtuple with ``S`` descending. ``full_matrices=True``: ``U`` is
-    ``(..., M, M)`` and ``Vh`` ``(..., N, N)``; ``False``: ``(..., M, K)`` and ``(..., K, N)``.
+    ``(U, S, Vh)`` namedtuple with ``S`` descending (real, also for complex ``x``).
+    ``full_matrices=True``: ``U`` is ``(..., M, M)`` and ``Vh`` ``(..., N, N)``; ``False``:
+    ``(..., M, K)`` and ``(..., K, N)``.
 
-    Singular vectors are unique up to sign (for distinct singular values). Gradients of
-    ``U`` and ``Vh`` divide by the differences of squared singular values: they are
-    infinite/NaN for repeated singular values (the gradient of ``S`` alone is always
-    defined). With ``full_matrices=True`` and a non-square matrix, only ``S`` is
-    differentiable (the extra singular vectors are not a function of ``x``), as in JAX.
+    Singular vectors are unique up to sign (complex: a phase shared by a column of ``U``
+    and a row of ``Vh``), for distinct singular values. Gradients of ``U`` and ``Vh``
+    divide by the differences of squared singular values: they are infinite/NaN for
+    repeated singular values (the gradient of ``S`` alone is always defined); for complex
+    ``x`` they need a loss that does not depend on the singular vectors' phases. With
+    ``full_matrices=True`` and a non-square matrix, only ``S`` is differentiable (the
+    extra singular vectors are not a function of ``x``), as in JAX.
 
     Example:
         >>> import qtrace as qt
@@ -619,12 +659,13 @@ def svd(x, /, *, full_matrices: bool = True) -> SVDResult:
     *batch, m, n = t.shape
     batch, k = tuple(batch), min(m, n)
     u, v = (m, n) if full_matrices else (k, k)
-    specs = [(batch + (m, u), t.dtype), (batch + (k,), t.dtype), (batch + (v, n), t.dtype)]
+    specs = [(batch + (m, u), t.dtype), (batch + (k,), real_dtype(t.dtype)), (batch + (v, n), t.dtype)]
     return SVDResult(*_lib("svd", [t], (bool(full_matrices),), specs))
 
 
 def svdvals(x, /) -> Tensor:
-    """The singular values of each matrix of ``x``, descending (shape ``(..., min(M, N))``).
+    """The singular values of each matrix of ``x``, descending (shape ``(..., min(M, N))``;
+    real, also for complex ``x``).
 
     Example:
         >>> import qtrace as qt
@@ -632,4 +673,4 @@ def svdvals(x, /) -> Tensor:
         [2.0, 1.0]
     """
     t = _matrix(_floating(x, "svdvals"), "svdvals")
-    return _lib("svdvals", [t], (), [(t.shape[:-2] + (min(t.shape[-2:]),), t.dtype)])[0]
+    return _lib("svdvals", [t], (), [(t.shape[:-2] + (min(t.shape[-2:]),), real_dtype(t.dtype))])[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import composites, indexing, linalg, reductions, shape_ops, views
+from . import array_api, composites, indexing, linalg, reductions, shape_ops, views
 from . import elementwise as ew
 from .convert import astype, cast
 from .tensor import Tensor
@@ -127,6 +127,30 @@ Tensor.std = composites.std
 Tensor.repeat = composites.repeat
 Tensor.trace = composites.trace
 Tensor.cumprod = composites.cumprod
+
+
+def _read_only(t: Tensor) -> Tensor:
+    """``t`` as a read-only view: a write through it raises instead of being lost."""
+    return views.view(t, (views.READ_ONLY, t.shape))
+
+
+def _real_attr(self) -> Tensor:
+    """``ndarray.real``. Of a real tensor: a view of it (writes land in it, as in NumPy).
+    Of a complex one: the real parts, read-only — NumPy's writable view into the complex
+    memory is not offered, and a write through a copy would be silently lost."""
+    if self.dtype.kind != "c":
+        return shape_ops.reshape(self, self.shape)
+    return _read_only(array_api.real(self))
+
+
+def _imag_attr(self) -> Tensor:
+    """``ndarray.imag``: the imaginary parts, read-only (zeros for a real tensor, as in NumPy)."""
+    return _read_only(array_api.imag(self))
+
+
+Tensor.real = property(_real_attr)
+Tensor.imag = property(_imag_attr)
+Tensor.conj = Tensor.conjugate = lambda self: array_api.conj(self)
 
 
 def _fill(self, value) -> None:

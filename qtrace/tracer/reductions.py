@@ -23,8 +23,18 @@ def _result_dtype(prim: str, dtype: np.dtype) -> np.dtype:
     return np.dtype(_NUMPY[prim](np.ones((1,), dtype)).dtype)
 
 
+def _ordered(t, name: str) -> None:
+    """Reductions that compare elements refuse complex numbers (they have no order; the Array
+    API leaves them undefined), at record time as ``maximum`` does."""
+    if t.dtype.kind == "c":
+        raise TypeError(f"qt.{name}: not supported for complex dtypes ({t.dtype}): complex numbers "
+                        "have no order")
+
+
 def _reduce(prim: str, name: str, x, axis, keepdims: bool, dtype=None):
     t = as_tensor(x, name)
+    if prim in _IDENTITY:
+        _ordered(t, name)
     axes = normalize_axes(axis, t.ndim, name)
     out_dtype = dtypes.canonical(dtype, f"qt.{name}") if dtype is not None else _result_dtype(prim, t.dtype)
     if prim in _IDENTITY and builtins.any(t.shape[a] == 0 for a in axes):
@@ -94,6 +104,7 @@ def mean(x, axis=None, dtype=None, keepdims: bool = False):
 
 def _arg(prim: str, name: str, x, axis, keepdims: bool):
     t = as_tensor(x, name)
+    _ordered(t, name)
     if axis is None:
         flat = reshape(t, -1)
         out = _arg(prim, name, flat, 0, False)

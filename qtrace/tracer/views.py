@@ -34,6 +34,8 @@ from .context import record
 from .tensor import Tensor
 
 READ_ONLY = "broadcast"
+READ_ONLY_MESSAGE = ("assignment destination is read-only (a qt.broadcast_to view, or the "
+                     ".real/.imag of a complex tensor: write the whole tensor instead)")
 
 
 class Storage:
@@ -339,7 +341,7 @@ def assign(t: Tensor, new: Node) -> None:
         return
     st, steps = v
     if any(step[0] == READ_ONLY for step in steps):
-        raise ValueError("assignment destination is read-only (a qt.broadcast_to view)")
+        raise ValueError(READ_ONLY_MESSAGE)
     parents = [st.node]
     for step in steps[:-1]:
         parents.append(apply_step(parents[-1], step))
