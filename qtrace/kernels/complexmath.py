@@ -380,11 +380,18 @@ def arctan(b, z) -> tuple:
 
 
 def expm1(b, z) -> tuple:
-    """NumPy's ``(expm1(x) cos y - 2 sin^2(y/2)) + i exp(x) sin y``."""
+    """NumPy's ``(expm1(x) cos y - 2 sin^2(y/2)) + i exp(x) sin y`` for finite ``z``; for an
+    infinite or NaN part, ``exp(z) - 1``: the Array API's special cases (``expm1(inf + 0j)
+    = inf + 0j``, ``expm1(-inf + i y) = -1 + 0j``, ...), where NumPy's formula gives NaN."""
     x, y = z
     h = _f(b, "sin", b.fmul(y, _k(y, 0.5)))
     re = b.fsub(b.fmul(_f(b, "expm1", x), _f(b, "cos", y)), b.fmul(b.fmul(h, h), _k(y, 2.0)))
-    return re, b.fmul(_f(b, "exp", x), _f(b, "sin", y))
+    im = b.fmul(_f(b, "exp", x), _f(b, "sin", y))
+    inf = _k(x, float("inf"))
+    finite = b.and_(b.fcmp_ordered("<", _intr(b, "fabs", [x], x.type), inf),
+                    b.fcmp_ordered("<", _intr(b, "fabs", [y], y.type), inf))
+    e = exp(b, z)
+    return _select2(b, finite, (re, im), (b.fsub(e[0], _k(x, 1.0)), e[1]))
 
 
 def _add(b, x, y) -> tuple:
