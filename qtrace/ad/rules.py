@@ -14,6 +14,7 @@ import math
 
 from ..tracer import elementwise as ew
 from ..tracer import indexing, linalg, reductions, shape_ops, views
+from ..tracer.array_api import imag, real
 from ..tracer.convert import astype, wrap
 from ..tracer.creation import ones_like, zeros, zeros_like
 from ..tracer.tensor import Tensor
@@ -144,6 +145,12 @@ def _real(node, ct, xs, out):
 @vjp_rule("imag")
 def _imag(node, ct, xs, out):
     return [mul(astype(ct, xs[0].dtype), -1j)]
+
+
+@vjp_rule("complex")
+def _complex(node, ct, xs, out):
+    # JAX's convention (complex_p's transpose): x gets real(ct), y gets -imag(ct)
+    return [real(ct), neg(imag(ct))]
 
 
 @vjp_rule("angle")

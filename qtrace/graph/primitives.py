@@ -120,6 +120,7 @@ define("convert", "elementwise")  # params: () ; output dtype is the node's dtyp
 define("real", "elementwise")
 define("imag", "elementwise")
 define("angle", "elementwise")
+define("complex", "elementwise")  # complex(x, y) = x + iy exactly, from real parts of one dtype
 define("wrt", "view")             # identity marking a differentiated value; params: (level, index)
 
 # --- leaves ---------------------------------------------------------------------------

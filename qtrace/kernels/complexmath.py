@@ -499,6 +499,8 @@ def lower(b: ir.IRBuilder, prim: str, args: list, dts: list, out: np.dtype):
         return _intr(b, "rint", [args[0][0]], ty), _intr(b, "rint", [args[0][1]], ty)
     if prim == "abs":
         return absolute(b, args[0])
+    if prim == "complex":  # parts already of the part type: exact, whatever their values
+        return args[0], args[1]
     if prim == "real":
         return args[0][0]
     if prim == "imag":

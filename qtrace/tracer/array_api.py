@@ -222,6 +222,17 @@ def _part(x, prim: str) -> Tensor:
     return wrap(record(prim, (t._node,), (), t.shape, part, weak=t._node.weak))
 
 
+def complex_from_parts(re: Tensor, im: Tensor) -> Tensor:
+    """``re + i im`` exactly (signed zeros, infinities and NaNs kept part by part), from
+    real tensors of one dtype (float32 parts make complex64, float64 complex128)."""
+    from .context import record
+    from .convert import wrap
+    cdt = np.dtype(np.complex64 if re.dtype == np.float32 else np.complex128)
+    shape = np.broadcast_shapes(re.shape, im.shape)
+    return wrap(record("complex", (re._node, im._node), (), shape, cdt,
+                       weak=re._node.weak and im._node.weak))
+
+
 def real(x, /) -> Tensor:
     """``real`` (Array API): the real part (of a real array: its own values).
 

@@ -281,6 +281,9 @@ def round(x, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy's name
         return astype(apply("multiply", apply("rint", apply("divide", t, factor)), factor), t.dtype)
     if decimals == 0:
         return apply("rint", t)
+    if t.dtype.kind == "c":  # each part rounded as a real number (NumPy)
+        from .array_api import complex_from_parts, imag, real
+        return complex_from_parts(round(real(t), decimals), round(imag(t), decimals))
     if decimals > 0:
         scale = 10.0 ** decimals
         return apply("divide", apply("rint", apply("multiply", t, scale)), scale)

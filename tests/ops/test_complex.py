@@ -871,6 +871,31 @@ def test_round(dtype, fusion):
     assert_close(qt.round(qt.asarray(z)), np.round(z), 0.0, zero_sign=True)
 
 
+@pytest.mark.parametrize("decimals", [1, 3, -1])
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_round_decimals(dtype, decimals, fusion, rng):
+    """``round(z, d)`` rounds each part as a real number (NumPy), not by complex division."""
+    z = random_complex(rng, "ten", dtype)
+    z[:4] = [complex(np.inf, -0.0), complex(np.nan, -np.inf), complex(-0.0, 0.04), complex(0.04, -0.04)]
+    got, want = qt.round(qt.asarray(z), decimals).numpy(), np.round(z, decimals)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got.imag), np.signbit(want.imag))
+
+
+def test_complex_from_parts_vjp(fusion, rng):
+    """The ``complex`` primitive (real parts to a complex value) against ``jax.lax.complex``:
+    values exact, ``qt.vjp`` with a complex cotangent as ``jax.vjp``."""
+    from qtrace.tracer.array_api import complex_from_parts
+    x, y = rng.normal(size=7), rng.normal(size=7)
+    ct = rng.normal(size=7) + 1j * rng.normal(size=7)
+    out, pull = qt.vjp(complex_from_parts, qt.asarray(x), qt.asarray(y))
+    outj, pullj = jax.vjp(jax.lax.complex, jnp.asarray(x), jnp.asarray(y))
+    np.testing.assert_array_equal(out.numpy(), np.asarray(outj))
+    for g, gj in zip(pull(qt.asarray(ct)), pullj(jnp.asarray(ct))):
+        np.testing.assert_allclose(g.numpy(), np.asarray(gj), rtol=1e-15, atol=0)
+
+
 # --- gradients against JAX ---------------------------------------------------------------
 def _grad_input(key, shape=(6,)) -> np.ndarray:
     """Complex float64 inputs off branch cuts and singularities: parts of modulus in [0.15, 0.85]
