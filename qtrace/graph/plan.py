@@ -9,6 +9,7 @@ so peak memory follows the live set rather than the graph size.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 from .loops import depth_source
@@ -86,6 +87,8 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
             for i in task.writes:
                 producer[id(task.arg_nodes[i])] = len(raw)
             raw.append(("kernel", task))
+    if diag:
+        report_horizontal(horizontal)
     _drop_dead_stores(raw, outputs)
     steps: list[Step] = []
     for kind, item in raw:
@@ -121,6 +124,20 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
         if s not in keep:
             steps[i].frees.append(s)
     return PlanSpec(key, leaves, slot_nodes, steps, out_specs, schedule, fused, horizontal)
+
+
+def _task_name(task: Task) -> str:
+    ops = sorted({n.prim for n in task.nodes if not n.is_leaf})
+    return f"task{list(task.domain)}({', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''})"
+
+
+def report_horizontal(horizontal: list, out=None) -> None:
+    """Print every horizontal merge decision (``QTRACE_FUSION_DIAG=1``), as partitioning
+    prints the vertical ones."""
+    out = out or sys.stderr
+    for task, into, why in horizontal:
+        verdict = "merged" if why is None else f"separate: {why}"
+        print(f"[qtrace fusion] horizontal {_task_name(task)} -> {_task_name(into)}: {verdict}", file=out)
 
 
 def _merge_policy(a: Task, b: Task) -> str | None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..config import config
 from ..graph.device import Device
 from . import dtypes
+from . import elementwise as _ew
 from .context import record
-from .convert import cast, const_node, input_node, wrap
+from .convert import astype, cast, const_node, input_node, wrap
 from .shape_ops import broadcast_to
 from .tensor import Tensor
 
@@ -167,8 +170,39 @@ def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
         dtype = dtypes.canonical(dtype, "qt.arange")
     if stop is None:
         start, stop = 0, start
-    values = np.arange(start, stop, step, dtype=dtype)
-    return wrap(input_node(values, "arange", device=_device(device), owned=True))
+    dev = _device(device)
+    n = _arange_length(start, stop, step)
+    if n is None or n < LAZY_ARANGE_MIN:
+        values = np.arange(start, stop, step, dtype=dtype)  # also raises NumPy's errors
+        return wrap(input_node(values, "arange", device=dev, owned=True))
+    dt = dtype or np.result_type(np.arange(start, start, step), np.arange(stop, stop, step))
+    if dt.kind not in "iuf":
+        return wrap(input_node(np.arange(start, stop, step, dtype=dt), "arange", device=dev, owned=True))
+    # NumPy's fill: element 0 is start, 1 is start + step (each cast to dt), then
+    # start + i * delta in dt's arithmetic with delta = element 1 - element 0
+    first, second = np.arange(start, start + 1.5 * step, step, dtype=dt)[:2].tolist()
+    i = wrap(record("iota", (), (), (n,), dtypes.int64, device=dev))
+    delta = (np.array(second, dt) - np.array(first, dt)).item()
+    vals = _ew.add(_ew.multiply(astype(i, dt), wrap(const_node(delta, dt, dev))),
+                   wrap(const_node(first, dt, dev)))
+    vals = _ew.where(_ew.equal(i, 1), wrap(const_node(second, dt, dev)), vals)
+    return _ew.where(_ew.equal(i, 0), wrap(const_node(first, dt, dev)), vals)
+
+
+# From this many elements ``arange`` is an index generator computed where it is read (it
+# fuses into its consumers: ``qt.arange(n) % 7 == 0`` never stores ``n`` integers); below,
+# NumPy fills the values (cheaper than a graph for small ranges).
+LAZY_ARANGE_MIN = 1 << 16
+
+
+def _arange_length(start, stop, step) -> int | None:
+    """NumPy's ``arange`` length, ``ceil((stop - start) / step)`` (at least 0), or None where
+    NumPy must decide (a zero or non-finite step or length, complex or odd arguments)."""
+    try:
+        q = (stop - start) / step
+        return max(0, math.ceil(q)) if math.isfinite(q) else None
+    except (TypeError, ZeroDivisionError, OverflowError, ValueError):
+        return None
 
 
 def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, device=None) -> Tensor:

@@ -604,6 +604,19 @@ def test_fusion_diag_prints_decisions(capfd, rng):
     assert any("boundary" in ln and "broadcast read" in ln for ln in lines), err
 
 
+def test_fusion_diag_prints_horizontal_decisions(capfd, rng):
+    """Horizontal merges and their refusals print too (merged, a task size limit)."""
+    qt.config.fusion = True
+    qt.config.fusion_diag = True
+    ins = [rng.uniform(-1, 1, 40_001) for _ in range(30)]  # a size unique to this test
+    outs = _many_updates(*[qt.asarray(a) for a in ins])
+    qt.eval(*outs)
+    np.testing.assert_allclose(outs[3].numpy(), np.tanh(ins[3]) * 4.0 - np.sin(ins[3]), rtol=1e-14)
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("[qtrace fusion] horizontal")]
+    assert any(ln.endswith(": merged") for ln in lines), lines
+    assert any("separate: task size limit" in ln for ln in lines), lines
+
+
 def test_fusion_diag_environment_variable():
     code = ("import numpy as np, qtrace as qt\n"
             "v = qt.asarray(np.linspace(0, 1, 9))\n"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import qtrace as qt
+from qtrace.tracer import creation
 
 
 def _launches() -> int:
@@ -216,3 +218,31 @@ def test_explain_without_arguments_reports_pending_work(rng):
     assert report.n_kernels == 1
     qt.eval(y)
     assert "nothing to evaluate" in str(qt.explain())
+
+
+ARANGE_CASES = [(10,), (0, 10, 3), (5, -7, -2), (0.0, 1.0, 0.1), (1.5, -3.2, -0.37), (-0.0, 4.0, 1.0),
+                (-3, 20, 0.25), (2**31 - 5, 2**31 + 5, 1), (0, 2**25, 1, "float32"),
+                (0.1, 1000.0, 0.7, "float32"), (0, 100, 3, "uint16"), (0, 3), (1, 2), (3, 1)]
+
+
+@pytest.mark.parametrize("case", ARANGE_CASES, ids=str)
+def test_arange_generator_is_bit_exact(case, fusion, monkeypatch):
+    """``arange`` as an index generator (forced here for every size) gives NumPy's values
+    bit for bit: element 0 ``start``, 1 ``start + step``, then ``start + i * delta``."""
+    monkeypatch.setattr(creation, "LAZY_ARANGE_MIN", 0)
+    args, dtype = (case[:-1], case[-1]) if isinstance(case[-1], str) else (case, None)
+    want = np.arange(*args, dtype=dtype)
+    got = qt.arange(*args, dtype=dtype).numpy()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_large_arange_fuses_into_its_consumer(fusion):
+    """A large ``arange`` is no input buffer: fused, ``arange(n) % 7 == 0`` reads nothing of
+    n elements (unfused, the generator's values are stored by its own task)."""
+    n = 1 << 20
+    report = qt.explain(lambda: qt.arange(n) % 7 == 0)
+    assert not report.spec.leaves, str(report)
+    big_reads = [r for t in report.tasks for r in t.reads if f"[{n}]" in r]
+    assert fusion is False or not big_reads, str(report)
+    assert int(qt.sum(qt.arange(n) % 7 == 0)) == len(range(0, n, 7))
