@@ -386,6 +386,7 @@ def expm1(b, z) -> tuple:
     x, y = z
     h = _f(b, "sin", b.fmul(y, _k(y, 0.5)))
     re = b.fsub(b.fmul(_f(b, "expm1", x), _f(b, "cos", y)), b.fmul(b.fmul(h, h), _k(y, 2.0)))
+    re = b.fadd(re, _k(x, 0.0))  # expm1(-0 + 0j) = +0 + 0j (the Array API; NumPy gives -0)
     im = b.fmul(_f(b, "exp", x), _f(b, "sin", y))
     inf = _k(x, float("inf"))
     finite = b.and_(b.fcmp_ordered("<", _intr(b, "fabs", [x], x.type), inf),

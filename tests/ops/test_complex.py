@@ -326,12 +326,15 @@ def test_unary_random(name, dtype, rng_name, fusion, rng):
 
 
 def _expm1_reference(z):
-    """NumPy's ``expm1``, except for an infinite or NaN part: ``exp(z) - 1``, the Array API's
-    special cases (NumPy's formula gives NaN there, e.g. for ``expm1(inf + 0j)``)."""
+    """NumPy's ``expm1``, except where the Array API's special cases say otherwise: for an
+    infinite or NaN part ``exp(z) - 1`` (NumPy's formula gives NaN there, e.g. for
+    ``expm1(inf + 0j)``), and a real part of ``+0`` rather than ``-0`` (``expm1(-0 + 0j)``)."""
     with np.errstate(all="ignore"):
         e = np.exp(z)
         e.real -= 1
-        return np.where(np.isfinite(z), np.expm1(z), e)
+        out = np.where(np.isfinite(z), np.expm1(z), e)
+        out.real += 0.0
+        return out
 
 
 def _reference_of(name: str):
