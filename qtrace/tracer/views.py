@@ -29,8 +29,8 @@ import weakref
 
 import numpy as np
 
-from ..graph.node import Node, c_strides, make_node
-from .context import record
+from ..graph.node import Node, c_strides, make_input, make_node
+from .context import record, special
 from .tensor import Tensor
 
 READ_ONLY = "broadcast"
@@ -246,12 +246,52 @@ def view_chain(t: Tensor, chain: tuple) -> Tensor:
         node = derive(t._node, chain)
     if st.node.prim == "input":
         out = Tensor.__new__(Tensor)  # a view of evaluated memory: no pending work to note
-        out._node = node
+        out._node = _leaf_view(st.node, steps + chain) or node
     else:
         out = Tensor(node)
     out._view = (st, steps + chain)
     st.views.append(weakref.ref(out))
     return out
+
+
+def _leaf_view(base: Node, steps: tuple):
+    """The view ``steps`` of evaluated ``base`` as an input of its own over the NumPy view of
+    base's buffer (zero copy), or None (no buffer, a layout NumPy cannot view, or while
+    tracing or differentiating, where the view stays connected to its graph).
+
+    An input is keyed by its shape and strides, a view node by its offset too: so ``x[i]``
+    for every ``i`` of a loop runs one compiled kernel instead of one per ``i``."""
+    if base.buffer is None or special():
+        return None
+    known = _leaf_views.get(base)
+    if known is None:
+        known = _leaf_views[base] = {}
+    leaf = known.get(steps)
+    if leaf is None:
+        leaf = _new_leaf_view(base, steps)
+        if len(known) >= 256:  # a loop over rows: keep the recent ones
+            known.clear()
+        known[steps] = leaf
+    return leaf
+
+
+# The leaf views of each evaluated base, so the same view is the same node (shared within a
+# graph, like any common subexpression): base node -> {steps: leaf or None}.
+_leaf_views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _new_leaf_view(base: Node, steps: tuple):
+    arr = base.buffer
+    try:
+        for step in steps:
+            arr = _array_step(arr, step)
+    except ValueError:
+        return None
+    item = arr.dtype.itemsize
+    if arr.ctypes.data % item or any(st % item for st in arr.strides):
+        return None
+    return make_input(arr.shape, arr.dtype, base.device, strides=tuple(st // item for st in arr.strides),
+                      buffer=arr, weak=base.weak)
 
 
 def alias(t: Tensor) -> Tensor:

@@ -47,7 +47,9 @@ def test_same_program_on_other_buffers_same_keys(rng):
     k2, leaves2 = graph_key((c2._node, d2._node))
     assert k1 == k2
     assert [leaf.buffer is a._node.buffer for leaf in leaves1][:1] == [True]
-    assert len(leaves1) == len(leaves2) == 2
+    # a view of an evaluated array is an input of its own over the same memory
+    assert len(leaves1) == len(leaves2)
+    assert all(any(np.shares_memory(leaf.buffer, t._node.buffer) for t in (a, b)) for leaf in leaves1)
 
 
 def test_leaf_pattern_distinguishes_a_plus_b_from_a_plus_a(rng):
