@@ -287,6 +287,8 @@ def _new_leaf_view(base: Node, steps: tuple):
             arr = _array_step(arr, step)
     except ValueError:
         return None
+    if type(arr) is not np.ndarray:  # NumPy gave a scalar (a copy), not a view
+        return None
     item = arr.dtype.itemsize
     if arr.ctypes.data % item or any(st % item for st in arr.strides):
         return None
