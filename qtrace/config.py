@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import os
 
-import platformdirs
-
 
 def _flag(name: str, default: bool) -> bool:
     value = os.environ.get(name)
@@ -63,6 +61,12 @@ def default_cache_dir() -> str:
         >>> os.path.basename(default_cache_dir().rstrip(os.sep)) in ("qtrace", "Cache")
         True
     """
+    try:
+        import platformdirs
+    except ImportError:  # qtrace put on PYTHONPATH without its dependencies (a machine with
+        # no package index): the XDG location, which platformdirs also gives on Linux
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(base, "qtrace")
     return platformdirs.user_cache_dir("qtrace", appauthor=False)
 
 
