@@ -75,14 +75,15 @@ class DepthSource:
         self.key = base.key
 
     def depth(self, bufs: list) -> int:
-        """The depth for this launch: read on the host, cached, or reduced now."""
+        """The depth for this launch: read on the host, cached, or reduced now (device
+        buffers are read back)."""
         if self.const is not None:
             bump_many(_HOST)
             return self.const
         buf = bufs[self.slot]
         if self.scalar:
             bump_many(_HOST)
-            return max(int(np.asarray(buf).reshape(-1)[0]) if buf.size else 0, 0)
+            return max(int(buf.reshape(-1)[0]) if buf.size else 0, 0)
         if not self.cacheable:
             bump_many(_RECORDED)
             return _max(buf)
@@ -111,6 +112,8 @@ class DepthSource:
         parts, by_identity = [self.key], []
         for s in self.leaf_slots:
             leaf = bufs[s]
+            if not isinstance(leaf, np.ndarray):  # device memory: no versions tracked yet
+                return None, ()
             if leaf.size <= SMALL_LEAF:
                 parts.append((leaf.dtype.str, leaf.shape, leaf.tobytes()))
                 continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import math
 import queue
+import struct
 import sys
 import threading
 import time
@@ -243,3 +244,14 @@ else:  # pragma: no cover - a NumPy with another struct layout
 
 
 ARGS = ctypes.c_void_p
+
+
+_packers: dict = {}
+
+
+def packer(n: int):
+    """``pack(*addresses) -> bytes``: a kernel's argument block of ``n`` pointers."""
+    p = _packers.get(n)
+    if p is None:
+        p = _packers[n] = struct.Struct(f"{n}Q").pack
+    return p

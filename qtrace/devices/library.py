@@ -34,8 +34,9 @@ def register(name: str, device: str = "cpu") -> Callable:
 class LibraryStep:
     """One library step of a plan: runs the implementation and returns each output's buffer."""
 
-    def __init__(self, node, outputs: list):
+    def __init__(self, node, outputs: list, xp=np):
         self.node = node
+        self.xp = xp   # the array module of the device's buffers
         self.device = node.device.kind
         if node.prim == "matmul":
             self.name, self.static, self.components = "matmul", (), [0]
@@ -51,15 +52,16 @@ class LibraryStep:
 
     def run(self, inputs: list) -> list:
         results = self.fn(self.static, *inputs)
+        xp = self.xp
         out = []
         for k, (shape, dtype) in zip(self.components, self.metas):
-            r = np.asarray(results[k])
+            r = xp.asarray(results[k])
             if r.dtype != dtype:
                 r = r.astype(dtype)
             if r.shape != shape:
                 raise AssertionError(f"qtrace: library function {self.name} gave shape {r.shape} "
                                      f"for component {k}, expected {shape}")
-            out.append(np.ascontiguousarray(r).reshape(shape))  # (ascontiguousarray makes 0-d 1-d)
+            out.append(xp.ascontiguousarray(r).reshape(shape))  # (ascontiguousarray makes 0-d 1-d)
         return out
 
 

@@ -1,15 +1,19 @@
-"""Compiling plans into executable form, caching them, and running them on the CPU.
+"""Compiling plans into executable form, caching them, and running them on a device.
 
 Two in-memory caches, both keyed by content hashes and guarded by one lock:
-``plans`` maps (graph key, codegen options) to an executable plan, so eager code that
-repeats the same steps compiles once; ``kernels`` maps a task's content key to its
-compiled function, so identical tasks in different graphs share machine code.
+``plans`` maps (graph key, device, codegen options) to an executable plan, so eager code
+that repeats the same steps compiles once; ``kernels`` maps (target key, kernel symbol,
+bounds checking) to its loaded entry point, so identical tasks in different graphs share
+machine code, and a CPU and a GPU kernel of the same task never collide.
+
+The executor is target-free: kernels come from the device's
+:class:`~qtrace.kernels.target.Target`, buffers and launches from its
+:class:`~qtrace.devices.registry.DeviceRuntime`, library steps from the library registry.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 import threading
 
 import numpy as np
@@ -19,9 +23,10 @@ from ..errors import AdstackOverflowError
 from ..graph import origins
 from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
-from ..kernels import codegen, llvm_cpu, sequence
+from ..kernels.target import target_for
 from ..stats import bump, bump_many
 from . import adstack, cpu, library
+from .registry import runtime_for
 
 _lock = threading.RLock()
 _plans: dict = {}
@@ -35,14 +40,17 @@ class Plan:
     """An executable plan: kernels bound to slots, ready to run on input buffers.
 
     ``run`` is the per-call path of every jitted function and eager evaluation, so it
-    does only this: allocate missing slots, pack each kernel's buffer addresses into an
-    immutable bytes block (never shared between threads or calls), size and allocate
-    the stacks of reverse-mode loops, launch.
+    does only this: allocate missing slots, hand each kernel its buffer addresses (the
+    runtime packs them; never a block shared between threads or calls), size the stacks
+    of reverse-mode loops, launch.
     """
 
-    def __init__(self, spec: PlanSpec, kernels: dict, check_bounds: bool):
+    def __init__(self, spec: PlanSpec, kernels: dict, check_bounds: bool, device):
         self.spec = spec
         self.key = spec.key
+        self.device = device
+        self.rt = runtime_for(device)
+        flat = target_for(device).lowering.flat
         self.n_leaves = len(spec.leaves)
         self.slot_meta = [(n.shape, n.dtype) for n in spec.slot_nodes]
         self.outputs = spec.outputs
@@ -55,7 +63,7 @@ class Plan:
             if step.kind == "library":
                 n_in = len(step.node.inputs)
                 runner = JitCall(step) if step.node.prim == "call" else library.LibraryStep(
-                    step.node, step.outputs)
+                    step.node, step.outputs, self.rt.xp)
                 self.steps.append((None, ("library", n_in, runner), step.slots, step.frees, False))
                 continue
             t = step.task
@@ -63,7 +71,6 @@ class Plan:
             if math.prod(t.domain) == 0:  # nothing to compute (an empty reduction still stores)
                 continue
             parallel = size >= cpu.PARALLEL_MIN_WORK and t.domain[0] > 1
-            packer = struct.Struct(f"{len(step.slots)}Q").pack
             row = -1
             if t.checks and (check_bounds or t.stack is not None):
                 row = len(self.checks)
@@ -72,19 +79,20 @@ class Plan:
             if t.stack is not None:
                 stack = [(adstack.DepthSource(depth, slot_of, leaf_slots), fb, ib)
                          for depth, fb, ib in t.stack]
-            self.steps.append((kernels[t.symbol], (t.domain[0], packer, row, stack), step.slots,
-                               step.frees, parallel))
+            extent = math.prod(t.domain) if flat else t.domain[0]
+            self.steps.append((kernels[t.symbol], (extent, row, stack), step.slots, step.frees, parallel))
         self.n_tasks = sum(1 for s in self.steps if s[0] is not None)
-        self.steps = _sequences(self.steps, len(self.slot_meta))
+        if self.rt.sequences:
+            self.steps = _sequences(self.steps, len(self.slot_meta))
         self.n_launches = sum(1 for s in self.steps if s[0] is not None or s[1][0] == "sequence")
-        self._fast = self._fast_path()
+        self._fast = self._fast_path() if self.rt.kind == "cpu" else None
 
     def _fast_path(self):
-        """The common small case, one kernel and nothing else to do: a shorter path."""
+        """The common small case on the CPU, one kernel and nothing else to do: a shorter path."""
         if len(self.steps) != 1 or self.checks or any(k != "slot" for k, _ in self.outputs):
             return None
         fn, info, slots, frees, parallel = self.steps[0]
-        if fn is None or parallel or info[3] is not None:
+        if fn is None or parallel or info[2] is not None:
             return None
         if any(v not in slots for _, v in self.outputs):  # an output no kernel writes (empty)
             return None
@@ -95,7 +103,7 @@ class Plan:
                 small = math.prod(shape) * dtype.itemsize < cpu.SMALL  # plain np.empty
                 allocs.append((s, shape, dtype, small))
         extra = (None,) * (len(self.slot_meta) - self.n_leaves)
-        return fn, info[0], info[1], slots, allocs, [v for _, v in self.outputs], extra
+        return fn, info[0], cpu.packer(len(slots)), slots, allocs, [v for _, v in self.outputs], extra
 
     def run(self, leaf_buffers) -> list:
         """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers."""
@@ -110,28 +118,22 @@ class Plan:
             fn(0, extent, pack(*[pointer(bufs[s]) for s in slots]), None, None)
             bump_many(_ONE_LAUNCH)
             return [bufs[s] for s in outs]
+        rt = self.rt
         bufs = list(leaf_buffers)
         bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
         spare: dict = {}
-        status = np.zeros(2 * len(self.checks), np.int64) if self.checks else None
-        status_ptr = cpu.pointer(status) if status is not None else None
-        threads = config.num_threads
-        pointer = cpu.pointer
+        status = None
+        if self.checks:
+            status = rt.empty((2 * len(self.checks),), np.dtype(np.int64))
+            status[...] = 0
+        status_ptr = rt.pointer(status) if status is not None else 0
+        pointer = rt.pointer
         for fn, info, slots, frees, parallel in self.steps:
-            if fn is None and info[0] == "sequence":
-                for s in slots:
-                    if bufs[s] is None:
-                        shape, dtype = self.slot_meta[s]
-                        reuse = spare.get((shape, dtype))
-                        bufs[s] = reuse.pop() if reuse else cpu.aligned_empty(shape, dtype)
-                _, table, n_tasks, pack = info
-                sequence.runner()(table.ctypes.data, n_tasks,
-                                  pack(*[pointer(b) if b is not None else 0 for b in bufs]), status_ptr)
-            elif fn is None:  # a library step: its results become the output slots' buffers
+            if fn is None and info[0] == "library":  # its results become the output slots' buffers
                 _, n_in, runner = info
                 for s in slots[:n_in]:
                     if bufs[s] is None:  # an empty input: no task ran to allocate it
-                        bufs[s] = cpu.aligned_empty(*self.slot_meta[s])
+                        bufs[s] = rt.empty(*self.slot_meta[s])
                 outs = runner.run([bufs[s] for s in slots[:n_in]])
                 for s, buf in zip(slots[n_in:], outs):
                     bufs[s] = buf
@@ -140,39 +142,35 @@ class Plan:
                     if bufs[s] is None:
                         shape, dtype = self.slot_meta[s]
                         reuse = spare.get((shape, dtype))
-                        bufs[s] = reuse.pop() if reuse else cpu.aligned_empty(shape, dtype)
-            if fn is not None:
-                extent, pack, row, stack = info
-                args = pack(*[pointer(bufs[s]) for s in slots])
-                st = status_ptr + 16 * row if row >= 0 else None
-                workers = min(threads, extent) if parallel and threads > 1 else 1
-                block, stride = None, 0
-                if stack is not None:
-                    block, stride = adstack.scratch(workers, [(s.depth(bufs), fb, ib) for s, fb, ib in stack])
-                base = pointer(block) if block is not None else None
-                if workers > 1:
-                    cpu.pool().run(fn, extent, args, st, base, stride)
-                elif parallel:  # long enough to be worth interrupting
-                    cpu.interruptible(fn, 0, extent, args, st, base)
+                        bufs[s] = reuse.pop() if reuse else rt.empty(shape, dtype)
+                if fn is None:  # a sequence of small CPU kernels: one native launch
+                    info[1]([pointer(b) if b is not None else 0 for b in bufs], status_ptr)
                 else:
-                    fn(0, extent, args, st, base)
+                    ptrs = [pointer(bufs[s]) for s in slots]
+                    extent, row, stack = info
+                    levels = None if stack is None else [(s.depth(bufs), fb, ib)
+                                                         for s, fb, ib in stack]
+                    rt.launch(fn, extent, ptrs, status_ptr + 16 * row if row >= 0 else 0, levels,
+                              parallel)
             for s in frees:
                 buf = bufs[s]
                 bufs[s] = None
                 spare.setdefault((buf.shape, buf.dtype), []).append(buf)
         if self.n_launches:
             bump_many((("kernel_launches", self.n_launches), ("tasks_run", self.n_tasks)))
-        if status is not None and status[::2].any():
-            row = int(np.flatnonzero(status[::2])[0])
-            self._raise(row, int(status[2 * row]) - 1, int(status[2 * row + 1]))
+        if status is not None:
+            host = rt.to_host(status)
+            if host[::2].any():
+                row = int(np.flatnonzero(host[::2])[0])
+                self._raise(row, int(host[2 * row]) - 1, int(host[2 * row + 1]))
         out = []
         for kind, v in self.outputs:
             if kind == "slot":
                 if bufs[v] is None:  # an empty result: no task ran to allocate it
-                    bufs[v] = cpu.aligned_empty(*self.slot_meta[v])
+                    bufs[v] = rt.empty(*self.slot_meta[v])
                 out.append(bufs[v])
             else:
-                arr = cpu.aligned_empty(v.shape, v.dtype)
+                arr = rt.empty(v.shape, v.dtype)
                 arr[...] = v.params[0]
                 out.append(arr)
         return out
@@ -192,30 +190,42 @@ class Plan:
                          f"{size}{where}")
 
 
+class _Sequence:
+    """A run of small CPU kernels launched as one call of the native sequence runner
+    (:mod:`qtrace.kernels.sequence`), given the address of every buffer of the plan."""
+
+    def __init__(self, run: list, n_slots: int):
+        from ..kernels import sequence
+        table = []
+        for fn, (extent, row, _), s, _, _ in run:
+            table += [sequence.address(fn), extent, len(s), row, *s]
+        self.table = np.array(table, np.int64)
+        self.n_tasks = len(run)
+        self.pack = cpu.packer(n_slots)
+        self.runner = sequence.runner()
+
+    def __call__(self, all_pointers: list, status: int) -> None:
+        self.runner(self.table.ctypes.data, self.n_tasks, self.pack(*all_pointers), status or None)
+
+
 def _sequences(steps: list, n_slots: int) -> list:
     """``steps`` with every run of two or more small kernels (on the calling thread, no
-    adstack, at most ``sequence.MAX_ARGS`` arguments) replaced by one sequence step: a
-    single launch of :mod:`qtrace.kernels.sequence`'s runner, given the address of every
-    buffer of the plan (``n_slots``)."""
+    adstack, at most ``sequence.MAX_ARGS`` arguments) replaced by one sequence step."""
+    from ..kernels.sequence import MAX_ARGS
     out, run = [], []
-    pack = struct.Struct(f"{n_slots}Q").pack
 
     def close():
         if len(run) < 2:
             out.extend(run)
         else:
-            table, slots, frees = [], [], []
-            for fn, (extent, _, row, _), s, f, _ in run:
-                table += [sequence.address(fn), extent, len(s), row, *s]
-                slots += s
-                frees += f
-            out.append((None, ("sequence", np.array(table, np.int64), len(run), pack),
-                        list(dict.fromkeys(slots)), frees, False))
+            slots = list(dict.fromkeys(s for step in run for s in step[2]))
+            frees = [f for step in run for f in step[3]]
+            out.append((None, ("sequence", _Sequence(run, n_slots)), slots, frees, False))
         run.clear()
 
     for step in steps:
         fn, info, slots, _, parallel = step
-        if fn is not None and not parallel and info[3] is None and len(slots) <= sequence.MAX_ARGS:
+        if fn is not None and not parallel and info[2] is None and len(slots) <= MAX_ARGS:
             run.append(step)
         else:
             close()
@@ -242,37 +252,41 @@ class JitCall:
 
 
 def compile_plan(outputs: tuple) -> Plan:
-    """Partition, lower and compile ``outputs``; kernels already compiled are reused."""
-    spec = build_plan(outputs, config.fusion, config.fusion_diag)
+    """Partition, lower and compile ``outputs`` for their device; kernels already
+    compiled (in this process, or on disk) are reused."""
+    device = outputs[0].device
+    target = target_for(device)
+    spec = build_plan(outputs, config.fusion, config.fusion_diag, target.lowering.lanes)
     check = config.check_bounds
     with _lock:
         missing = {}
         for t in spec.tasks:
-            if (t.symbol, check) not in _kernels and t.symbol not in missing:
-                missing[t.symbol] = t
+            sym = target.symbol(t)
+            if (target.key, sym, check) not in _kernels and sym not in missing:
+                missing[sym] = t
         if missing:
             # -- disk (offline) kernel cache (kernels/disk_cache.py): load, else compile + store
             from ..kernels import disk_cache
             options = dict(config.codegen_options(), check_bounds=check)  # what is lowered below
-            entry, compiled = disk_cache.lookup(missing, options)
+            entry, compiled = disk_cache.lookup(missing, options, target)
             if compiled is None:
-                module = llvm_cpu.new_module(f"qtrace_{spec.key[:16]}")
+                module = target.new_module(f"qtrace_{spec.key[:16]}")
                 for sym, t in missing.items():
-                    codegen.lower_task(t, module, sym, check)
-                compiled, obj = llvm_cpu.compile_module(module, list(missing))
+                    target.lower(t, module, sym, check)
+                compiled, payload = target.compile(module, list(missing))
                 if entry is not None:
-                    entry.store(obj)
+                    entry.store(payload)
             # -- end of the disk cache hook
             for sym, fn in compiled.items():
-                _kernels[(sym, check)] = fn
-        kernels = {t.symbol: _kernels[(t.symbol, check)] for t in spec.tasks}
+                _kernels[(target.key, sym, check)] = fn
+        kernels = {t.symbol: _kernels[(target.key, target.symbol(t), check)] for t in spec.tasks}
     bump("tasks_fused", spec.tasks_fused)
-    return Plan(spec, kernels, check)
+    return Plan(spec, kernels, check, device)
 
 
 def plan_for(outputs: tuple, key: str) -> Plan:
     """The cached plan for a graph with content key ``key``, compiling it on a miss."""
-    ck = (key, config.codegen_options())
+    ck = (key, outputs[0].device, config.codegen_options())
     with _lock:
         plan = _plans.get(ck)
     if plan is not None:
@@ -313,3 +327,34 @@ def clear_plan_cache() -> None:
     with _lock:
         _plans.clear()
         _by_struct.clear()
+
+
+def to_device(array, device):
+    """A buffer on ``device`` holding host ``array``."""
+    return runtime_for(device).from_host(array)
+
+
+def to_host(buf):
+    """A NumPy copy of a device buffer."""
+    from . import cuda
+    return cuda.to_host(buf)
+
+
+def available_devices() -> list:
+    """The CUDA devices present."""
+    from . import cuda
+    return cuda.devices()
+
+
+def unavailable(device) -> str | None:
+    """Why ``device`` cannot run qtrace here, or None."""
+    if device.kind == "cpu":
+        return None
+    from . import cuda
+    return cuda.unavailable(device)
+
+
+def sync() -> None:
+    """Wait for the work of every device (CPU kernels run synchronously)."""
+    from . import cuda
+    cuda.sync()

@@ -6,6 +6,8 @@ tracer and graph layers cannot import the device layer themselves).
 
 from __future__ import annotations
 
+import numpy as np
+
 _runtime = None
 
 
@@ -29,3 +31,32 @@ def evaluate(nodes: tuple) -> list:
 def plan_for(nodes: tuple, key: str):
     """The executable plan computing ``nodes`` (cached by the graph's content ``key``)."""
     return _get().plan_for(nodes, key)
+
+
+def to_device(array, device):
+    """A buffer on ``device`` holding host ``array`` (``array`` itself for the CPU)."""
+    if device.kind == "cpu":
+        return array
+    return _get().to_device(array, device)
+
+
+def to_host(buf):
+    """``buf`` as a NumPy array: itself for host memory, a copy of device memory."""
+    if isinstance(buf, np.ndarray):
+        return buf
+    return _get().to_host(buf)
+
+
+def available_devices() -> list:
+    """The accelerators the installed runtime can run on (CUDA GPUs), possibly none."""
+    return _get().available_devices()
+
+
+def unavailable(device) -> str | None:
+    """Why ``device`` cannot be used here (None when it can)."""
+    return _get().unavailable(device)
+
+
+def sync() -> None:
+    """Wait for all device work."""
+    _get().sync()

@@ -46,7 +46,9 @@ class PlanSpec:
         return [s.task for s in self.steps if s.task is not None]
 
 
-def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
+def build_plan(outputs: tuple, fusion: bool, diag: bool = False, lanes: int = 0) -> PlanSpec:
+    """The plan computing ``outputs``: partition, tasks, horizontal merges, slots and
+    lifetimes. ``lanes``: the target's block width for per-element loops (0: none)."""
     key, leaves = graph_key(outputs)
     schedule = partition(outputs, fusion)
     if diag:
@@ -100,7 +102,7 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False) -> PlanSpec:
             steps.append(step)
         else:
             coalesce(item)
-            _block_lanes(item)
+            _block_lanes(item, lanes)
             item.finalize()
             step = Step("kernel", item, None, [slot(n) for n in item.arg_nodes])
             for depth, _, _ in item.stack or ():  # the host reads trip counts to size the adstack
@@ -143,15 +145,15 @@ def report_horizontal(horizontal: list, out=None) -> None:
 def _merge_policy(a: Task, b: Task) -> str | None:
     """Why map task ``b`` should not join ``a`` whatever its safety, or None.
 
-    Tasks smaller than one block of lanes that share no buffer stay separate: merging them
+    Tasks of fewer than ``SMALL_TASK`` elements that share no buffer stay separate: merging them
     saves only a call (small tasks run in one launch, see qtrace.kernels.sequence), while
     each new combination of them would be a new kernel to compile — unmerged, identical
     tasks (``x[i] * y[j]`` for every ``i, j``) share one compiled kernel.
     """
-    if math.prod(a.domain) < LANES:
+    if math.prod(a.domain) < SMALL_TASK:
         shared = {id(n) for n in a.arg_nodes}
         if not any(id(n) in shared for n in b.arg_nodes):
-            return (f"small independent tasks (< {LANES} elements, no buffer in common) stay "
+            return (f"small independent tasks (< {SMALL_TASK} elements, no buffer in common) stay "
                     "separate: one compiled kernel serves every such task")
     return None
 
@@ -172,20 +174,21 @@ def _merge_target(raw: list, producer: dict, task: Task):
     return None
 
 
-LANES = 64
+SMALL_TASK = 64
 
 
-def _block_lanes(task: Task) -> None:
-    """Run a task's single per-element loop in blocks of lanes (vectorizable; see kernels.lanes)."""
+def _block_lanes(task: Task, lanes: int) -> None:
+    """Run a task's single per-element loop in blocks of ``lanes`` (vectorizable; see
+    kernels.lanes); targets without lanes (``lanes == 0``) run loops one element at a time."""
     loops = [i for i in task.instrs if i[0] in ("loop", "loop_vjp")]
-    if task.kind != "map" or len(loops) != 1 or len(task.domain) != 1:
+    if not lanes or task.kind != "map" or len(loops) != 1 or len(task.domain) != 1:
         return
     if any(i[0] in ("loop", "loop_vjp", "atomic") for prog in _nested(loops[0]) for i in prog[1]):
         return  # nested loops stay scalar; so do atomic adds (every lane would run them)
-    task.lanes = LANES
+    task.lanes = lanes
     if task.stack is not None:
         ((depth, fb, ib),) = task.stack  # one level: nested loops are not blocked
-        task.stack = ((depth, fb * LANES, ib * LANES),)  # a stack row holds every lane of a block
+        task.stack = ((depth, fb * lanes, ib * lanes),)  # a stack row holds every lane of a block
 
 
 def _nested(instr) -> list:

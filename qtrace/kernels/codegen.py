@@ -14,7 +14,9 @@ import numpy as np
 from llvmlite import ir
 
 from . import complexmath, interrupt, lanes, scalar
-from .intrinsics import intrinsic
+from .builder import KernelBuilder
+from .intrinsics import aborted, intrinsic
+from .lowering import CPU, Lowering
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 PTR = ir.PointerType()
@@ -25,8 +27,9 @@ def mem_type(dtype: np.dtype) -> ir.Type:
 
 
 class KernelEmitter:
-    def __init__(self, task, module: ir.Module, name: str, check_bounds: bool):
+    def __init__(self, task, module: ir.Module, name: str, check_bounds: bool, lowering: Lowering):
         self.t = task
+        self.lowering = lowering
         self.check_bounds = check_bounds
         self.dt = [n.dtype for n in task.arg_nodes]
         fnty = ir.FunctionType(ir.VoidType(), [I64, I64, PTR, PTR, PTR])
@@ -34,7 +37,7 @@ class KernelEmitter:
         self.start, self.end, args, self.status, self.scratch = self.fn.args
         for a in self.fn.args:
             a.name = ""
-        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self.b = KernelBuilder(self.fn.append_basic_block("entry"), lowering)
         self.ptrs = [self.b.load(self.b.gep(args, [ir.Constant(I64, i)], source_etype=PTR), typ=PTR)
                      for i in range(len(task.args))]
         self.vars: list = []
@@ -42,7 +45,7 @@ class KernelEmitter:
         self.loop_override = None   # blocked loops: the loop's results, given per lane
         self.lane_active = None     # blocked loops: i1, this lane is running (masks reports)
         self.lane_acc: list = []
-        self.vector_lanes = bool(getattr(task, "lanes", 0))
+        self.vector_lanes = bool(task.lanes) and lowering.lanes > 0
         self._alias_metadata(module, name)
 
     # -- structure --------------------------------------------------------------------
@@ -68,7 +71,10 @@ class KernelEmitter:
         :data:`interrupt.CHUNK_WORK` elements, checking the abort flag before each: a
         Ctrl-C stops a long launch within a chunk (see :mod:`qtrace.kernels.interrupt`).
         """
-        if first_range is not None:
+        if first_range is not None and self.lowering.flat and len(extents) > 1:
+            self._flat(extents, body, first_range)
+            return
+        if first_range is not None and self.lowering.interrupt:
             work = 1
             for d in tuple(extents[1:]) + tuple(self.t.inner):
                 work *= max(d, 1)
@@ -90,7 +96,7 @@ class KernelEmitter:
         b.position_at_end(head)
         lo = b.phi(I64)
         lo.add_incoming(start, pre)
-        go = b.and_(b.icmp_signed("<", lo, end), b.not_(interrupt.aborted(b)))
+        go = b.and_(b.icmp_signed("<", lo, end), b.not_(aborted(b)))
         b.cbranch(go, run, done)
         b.position_at_end(run)
         hi = b.add(lo, ir.Constant(I64, chunk))
@@ -99,6 +105,20 @@ class KernelEmitter:
         lo.add_incoming(hi, b.block)
         b.branch(head)
         b.position_at_end(done)
+
+    def _flat(self, extents: tuple, body, first_range) -> None:
+        """One loop over the flat (row-major) indices ``first_range`` of ``extents``; the
+        loop variables are recovered by division (a GPU thread gets one element)."""
+        def level(flat):
+            b = self.b
+            rest, found = flat, []
+            for d in reversed(extents[1:]):
+                found.append(b.urem(rest, ir.Constant(I64, d)))
+                rest = b.udiv(rest, ir.Constant(I64, d))
+            self.vars.extend([rest, *reversed(found)])
+            body()
+            del self.vars[-len(extents):]
+        self.loop(*first_range, level)
 
     def _nest(self, extents: tuple, body, first_range=None) -> None:
         def level(k):
@@ -177,13 +197,13 @@ class KernelEmitter:
         b = self.b
         values, dts = [], []
         top = instrs is self.t.instrs
-        outer_scalar = getattr(b, "scalar_code", False)
+        outer = b.lowering
         # loop bodies run one element at a time (unless blocked into lanes, which vectorize)
-        b.scalar_code = outer_scalar or (bool(env) and not self.vector_lanes)
+        b.lowering = outer.scalar_code(outer.scalar or (bool(env) and not self.vector_lanes))
         try:
             return self._run(instrs, env, values, dts, top)
         finally:
-            b.scalar_code = outer_scalar
+            b.lowering = outer
 
     def _run(self, instrs, env, values, dts, top) -> list:
         b = self.b
@@ -487,7 +507,7 @@ class KernelEmitter:
         if self.vector_lanes:
             lanes.emit_blocked(self)
             return
-        if not _uses_f32_trig(self.t):
+        if not (self.lowering.fast_trig and _uses_f32_trig(self.t)):
             self.nest(self.t.domain, body, (self.start, self.end))
             return
         # optimistic pass with fast trigonometry; the exact pass only if an argument was large
@@ -497,14 +517,14 @@ class KernelEmitter:
         b.store(ir.Constant(ir.IntType(1), 0), bad)
 
         def fast_body():
-            b.fast_trig_flags = []
+            flags = b.emission.trig_flags = []
             try:
                 body()
-                ok = b.fast_trig_flags[0]
-                for f in b.fast_trig_flags[1:]:
+                ok = flags[0]
+                for f in flags[1:]:
                     ok = b.and_(ok, f)
             finally:
-                b.fast_trig_flags = None
+                b.emission.trig_flags = None
             b.store(b.or_(b.load(bad, typ=ir.IntType(1)), b.not_(ok)), bad)
         self.nest(self.t.domain, fast_body, (self.start, self.end))
         with b.if_then(b.load(bad, typ=ir.IntType(1)), likely=False):
@@ -730,9 +750,11 @@ def _arg_better(b: ir.IRBuilder, is_max: bool, v, best, dt: np.dtype):
     return cmp(">" if is_max else "<", v, best)
 
 
-def lower_task(task, module: ir.Module, name: str, check_bounds: bool) -> ir.Function:
-    """Emit ``task`` into ``module`` as function ``name``."""
-    return KernelEmitter(task, module, name, check_bounds).emit()
+def lower_task(task, module: ir.Module, name: str, check_bounds: bool,
+               lowering: Lowering = CPU) -> ir.Function:
+    """Emit ``task`` into ``module`` as function ``name``
+    (``void name(i64 start, i64 end, ptr args, ptr status, ptr scratch)``)."""
+    return KernelEmitter(task, module, name, check_bounds, lowering).emit()
 
 
 __all__ = ["lower_task", "intrinsic"]

@@ -8,8 +8,10 @@ call compiled together (one LLVM module, one object file). Its key is the SHA-25
 canonical JSON document of:
 
 * the content keys of those tasks (sorted; a task's symbol derives from its key);
-* the device (``"cpu"``) and its architecture (:func:`llvm_cpu.target_info`: triple, CPU
-  name, CPU features, LLVM and llvmlite versions);
+* the target (:meth:`qtrace.kernels.target.Target.info`: the device kind and its
+  architecture — for the CPU the triple, CPU name, CPU features, LLVM and llvmlite
+  versions; for CUDA the GPU architecture, driver and libdevice), so an entry compiled
+  for one device is never loaded for another;
 * the compile options (``qt.config.codegen_options()``: fusion, check_bounds);
 * the qtrace version, refined by a digest of qtrace's own source files (names, sizes,
   modification times) so that a development checkout whose code generator changed
@@ -23,7 +25,7 @@ task keys (so the entries for one set of kernels can be listed, to explain a mis
 
     {"format": "qtrace-kernel-cache", "version": 1, "key": ..., "kernels": [...],
      "symbols": [...], "components": {...}, "payload_bytes": n, "payload_sha256": ...}
-    <n bytes of ELF/Mach-O/COFF object code>
+    <n bytes of ELF/Mach-O/COFF object code, or PTX text for a GPU>
 
 Checks on load, in order: the file is ours (owner), the header parses, the format and
 its version are ours, key/kernels/components equal what was asked for, the payload has
@@ -66,13 +68,12 @@ import warnings
 
 from ..config import config
 from ..stats import bump
-from . import llvm_cpu
+from .target import Target, target_for
 
 FORMAT = "qtrace-kernel-cache"
 VERSION = 1
 SUFFIX = ".qtk"
 SUBDIR = "kernels"
-DEVICE = "cpu"
 _MAX_HEADER = 1 << 20
 
 log = logging.getLogger("qtrace")
@@ -95,6 +96,11 @@ class CacheDirectoryError(OSError):
 
 
 # --------------------------------------------------------------------------- key
+
+
+def _cpu() -> Target:
+    from ..graph.device import CPU
+    return target_for(CPU)
 
 
 def _qtrace_version() -> str:
@@ -122,12 +128,13 @@ def _qtrace_version() -> str:
         return _source_digest[0]
 
 
-def components(options: dict | None = None) -> dict:
+def components(options: dict | None = None, target: Target | None = None) -> dict:
     """Everything besides the kernels themselves that a compiled object depends on;
-    ``options`` defaults to ``qt.config.codegen_options()``."""
+    ``options`` defaults to ``qt.config.codegen_options()``, ``target`` to the CPU's."""
     if options is None:
         options = dict(config.codegen_options())
-    return {"device": DEVICE, **llvm_cpu.target_info(),
+    target = target or _cpu()
+    return {**target.info(),
             "options": {str(k): v for k, v in options.items()}, "qtrace": _qtrace_version()}
 
 
@@ -251,11 +258,13 @@ class Entry:
     """The disk cache slot of one set of kernels compiled together under the current
     configuration. ``load`` returns the kernels or None (a miss); ``store`` writes them."""
 
-    def __init__(self, directory: str, kernels: list, symbols: list, options: dict | None = None):
+    def __init__(self, directory: str, kernels: list, symbols: list, options: dict | None = None,
+                 target: Target | None = None):
         self.dir = directory
         self.kernels = sorted(kernels)
         self.symbols = list(symbols)
-        self.components = components(options)
+        self.target = target or _cpu()
+        self.components = components(options, self.target)
         self.key = entry_key(self.kernels, self.components)
         self.prefix = _kernels_id(self.kernels)
         self.path = os.path.join(directory, f"{self.prefix}-{self.key}{SUFFIX}")
@@ -288,7 +297,7 @@ class Entry:
         except _Corrupt as exc:
             return self._bad(str(exc))
         try:
-            kernels = llvm_cpu.load_object(payload, self.symbols)
+            kernels = self.target.load(payload, self.symbols)
         except Exception as exc:  # a valid checksum over bad code: still never a crash
             return self._bad(f"object code failed to load ({exc})")
         bump("cache_hits_disk", len(self.symbols))
@@ -388,14 +397,16 @@ def _short(items: list) -> str:
 # --------------------------------------------------------------------------- runtime hook
 
 
-def lookup(tasks: dict, options: dict | None = None) -> tuple[Entry | None, dict | None]:
-    """For ``{symbol: task}`` about to be compiled together with codegen ``options``: the
-    disk entry (None when the cache is off or unusable) and the kernels loaded from it
-    (None on a miss: compile them, then ``entry.store(object_code)``)."""
+def lookup(tasks: dict, options: dict | None = None,
+           target: Target | None = None) -> tuple[Entry | None, dict | None]:
+    """For ``{symbol: task}`` about to be compiled together for ``target`` (default: the
+    CPU) with codegen ``options``: the disk entry (None when the cache is off or
+    unusable) and the kernels loaded from it (None on a miss: compile them, then
+    ``entry.store(payload)``)."""
     directory = usable_dir()
     if directory is None:
         return None, None
-    entry = Entry(directory, [t.key for t in tasks.values()], list(tasks), options)
+    entry = Entry(directory, [t.key for t in tasks.values()], list(tasks), options, target)
     if config.dump_ir:
         return entry, None
     return entry, entry.load()

@@ -15,26 +15,15 @@ from __future__ import annotations
 
 import ctypes
 
-import llvmlite.binding as llvm
-from llvmlite import ir
-
 SYMBOL = "qt_abort"
 CHUNK_WORK = 1 << 16     # elements between two checks (a check costs a load and a branch)
 
 _flag = ctypes.c_int32(0)
-llvm.add_symbol(SYMBOL, ctypes.addressof(_flag))
 
 
-def aborted(b: ir.IRBuilder) -> ir.Value:
-    """IR: whether the abort flag is set (an i1), read from the process's flag."""
-    module = b.function.module
-    flag = module.globals.get(SYMBOL)
-    if flag is None:
-        flag = ir.GlobalVariable(module, ir.IntType(32), SYMBOL)
-        flag.linkage = "external"
-    # atomic: another thread sets it while the loop runs (a plain load could be hoisted)
-    value = b.load_atomic(flag, "monotonic", 4, typ=ir.IntType(32))
-    return b.icmp_signed("!=", value, ir.Constant(ir.IntType(32), 0))
+def address() -> int:
+    """Where the flag lives (the CPU back end resolves ``SYMBOL`` to it)."""
+    return ctypes.addressof(_flag)
 
 
 def set_abort(on: bool) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from . import interrupt
+
 
 def suffix(ty: ir.Type) -> str:
     if isinstance(ty, ir.FloatType):
@@ -38,3 +40,21 @@ def libm(b: ir.IRBuilder, cname: str, args: list) -> ir.Value:
     ty = args[0].type
     name = cname + ("f" if isinstance(ty, ir.FloatType) else "")
     return b.call(declare(b.module, name, ty, [ty] * len(args)), args)
+
+
+def libdevice(b: ir.IRBuilder, cname: str, args: list) -> ir.Value:
+    """Call NVIDIA libdevice's ``__nv_<cname>`` (``f`` suffix for float), linked into
+    the module by the NVPTX target: float32 math stays in float32 on the GPU."""
+    return libm(b, "__nv_" + cname, args)
+
+
+def aborted(b: ir.IRBuilder) -> ir.Value:
+    """IR: whether the process's abort flag (:mod:`qtrace.kernels.interrupt`) is set, an i1."""
+    module = b.function.module
+    flag = module.globals.get(interrupt.SYMBOL)
+    if flag is None:
+        flag = ir.GlobalVariable(module, ir.IntType(32), interrupt.SYMBOL)
+        flag.linkage = "external"
+    # atomic: another thread sets it while the loop runs (a plain load could be hoisted)
+    value = b.load_atomic(flag, "monotonic", 4, typ=ir.IntType(32))
+    return b.icmp_signed("!=", value, ir.Constant(ir.IntType(32), 0))

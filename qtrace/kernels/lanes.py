@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from . import interrupt, scalar
+from . import scalar
+from .intrinsics import aborted
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 
@@ -175,7 +176,7 @@ def emit_blocked(em) -> None:
     b.position_at_end(head)
     base = b.phi(I64)
     base.add_incoming(em.start, pre)
-    b.cbranch(b.and_(b.icmp_signed("<", base, em.end), b.not_(interrupt.aborted(b))), body_bb, done)
+    b.cbranch(b.and_(b.icmp_signed("<", base, em.end), b.not_(aborted(b))), body_bb, done)
     b.position_at_end(body_bb)
     block(base)
     base.add_incoming(b.add(base, step), b.block)

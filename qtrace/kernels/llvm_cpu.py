@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from ..config import config
 from ..stats import bump
+from . import interrupt
 
 _lock = threading.RLock()
 _state: dict = {}
@@ -34,6 +35,7 @@ def _init():
         return _state
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    llvm.add_symbol(interrupt.SYMBOL, interrupt.address())  # the abort flag kernels poll
     triple = llvm.get_process_triple()
     target = llvm.Target.from_triple(triple)
     cpu = llvm.get_host_cpu_name()

@@ -9,7 +9,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from . import fastmath
-from .intrinsics import libm
+from .builder import KernelBuilder, lowering_of
+from .intrinsics import libdevice, libm
 
 try:
     from . import mathlib as _ir_math
@@ -33,11 +34,14 @@ def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
     A per-element loop body runs one element at a time, so there is no vector width to
     win, and the C library's scalar routines are shorter than branch-free IR versions.
     """
-    flags = getattr(b, "fast_trig_flags", None)
+    lowering = lowering_of(b)
+    if lowering.math == "libdevice":
+        return libdevice(b, C_NAMES[name], args)
+    flags = b.emission.trig_flags if isinstance(b, KernelBuilder) else None
     if flags is not None and name in ("sin", "cos") and isinstance(args[0].type, ir.FloatType):
         value, ok = fastmath.sincos_f32(b, args[0], name)
         flags.append(ok)
         return value
-    if name in IR_FUNCTIONS and not getattr(b, "scalar_code", False):
+    if name in IR_FUNCTIONS and not lowering.scalar:
         return _ir_math.emit_math(b, name, args)
     return libm(b, C_NAMES[name], args)

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..config import config
 from ..graph import buffers
+from ..graph import evaluate as graph_evaluate
 from ..graph.device import Device
 from ..graph.node import Node, make_input
 from . import dtypes
@@ -39,7 +40,11 @@ def input_node(x, op: str = "asarray", dtype=None, copy: bool = False,
     Memory kept zero-copy is *borrowed* (``qtrace.graph.buffers``): its owner may write it
     behind qtrace's back, so caches keyed on its data are not trusted. ``owned=True``:
     ``x`` is a fresh array qtrace made and nobody else holds.
+    Device arrays (``__cuda_array_interface__``: CuPy, PyTorch, Numba) stay on their GPU,
+    zero-copy unless ``copy``; host data for a GPU ``device`` is copied there.
     """
+    if not isinstance(x, np.ndarray) and hasattr(x, "__cuda_array_interface__"):
+        return _gpu_input(x, op, dtype, copy, device)
     arr = np.array(x, dtype=dtype, copy=True) if copy else np.asarray(x, dtype=dtype)
     if arr.dtype not in dtypes.SUPPORTED:
         raise TypeError(f"qt.{op}: dtype {arr.dtype} is not supported "
@@ -48,12 +53,43 @@ def input_node(x, op: str = "asarray", dtype=None, copy: bool = False,
     if strides is None:
         arr = np.ascontiguousarray(arr)
         strides = _element_strides(arr)
+    dev = usable_device(device, op)
+    if dev.kind != "cpu":
+        return make_input(arr.shape, arr.dtype, dev, buffer=graph_evaluate.to_device(
+            np.ascontiguousarray(arr), dev))
     if not (copy or owned) and (arr is x or not arr.flags.owndata):
         buffers.borrow(arr)
+    return make_input(arr.shape, arr.dtype, dev, strides=strides, buffer=arr)
+
+
+def usable_device(device, op: str) -> Device:
+    """``device`` (default ``qt.config.device``) as a :class:`Device` qtrace can run on
+    here, or an error naming what is missing (a driver, CuPy, the GPU)."""
     dev = Device(device if device is not None else config.device)
     if dev.kind != "cpu":
-        raise NotImplementedError(f"qt.{op}: device {dev} is not available in this build")
-    return make_input(arr.shape, arr.dtype, dev, strides=strides, buffer=arr)
+        why = graph_evaluate.unavailable(dev)
+        if why is not None:
+            raise RuntimeError(f"qt.{op}: device {dev} is not available: {why}")
+    return dev
+
+
+def _gpu_input(x, op: str, dtype, copy: bool, device) -> Node:
+    """A leaf over a GPU array (CuPy's, or anything with ``__cuda_array_interface__``)."""
+    import cupy
+    arr = cupy.asarray(x)   # zero-copy for CUDA array interface exporters
+    dev = Device(f"cuda:{arr.device.id}")
+    if device is not None and Device(device) != dev:
+        raise ValueError(f"qt.{op}: the array is on {dev}, not on {Device(device)}; move it "
+                         "first (qt.asarray(x).to(device))")
+    usable_device(dev, op)
+    if arr.dtype not in dtypes.SUPPORTED:
+        raise TypeError(f"qt.{op}: dtype {arr.dtype} is not supported")
+    if dtype is not None and np.dtype(dtype) != arr.dtype:
+        arr = arr.astype(dtype)
+    elif copy:
+        arr = arr.copy()
+    arr = cupy.ascontiguousarray(arr)
+    return make_input(arr.shape, arr.dtype, dev, buffer=arr)
 
 
 def _element_strides(arr: np.ndarray):
@@ -104,7 +140,7 @@ def scalar_node(value, dtype: np.dtype, device: Device) -> Node:
     node = _scalars.get(key)
     if node is None:
         arr = np.array(dtypes.scalar_value(value, dtype), dtype=dtype)
-        node = make_input((), dtype, device, buffer=arr)
+        node = make_input((), dtype, device, buffer=graph_evaluate.to_device(arr, device))
         if len(_scalars) > 4096:
             _scalars.clear()
         _scalars[key] = node

@@ -6,21 +6,17 @@ import math
 
 import numpy as np
 
-from ..config import config
 from ..graph.device import Device
 from . import dtypes
 from . import elementwise as _ew
 from .context import record
-from .convert import astype, cast, const_node, input_node, wrap
+from .convert import astype, cast, const_node, input_node, usable_device, wrap
 from .shape_ops import broadcast_to
 from .tensor import Tensor
 
 
 def _device(device) -> Device:
-    dev = Device(device if device is not None else config.device)
-    if dev.kind != "cpu":
-        raise NotImplementedError(f"qtrace: device {dev} is not available in this build")
-    return dev
+    return usable_device(device, "device")
 
 
 def array(obj, dtype=None, device=None) -> Tensor:
@@ -74,10 +70,21 @@ def asarray(obj, /, dtype=None, device=None, copy: bool | None = None) -> Tensor
 
 
 def from_dlpack(obj, /, *, device=None, copy=None) -> Tensor:
-    """A tensor sharing the memory of a DLPack-exporting object (CPU memory); ``copy=True``
-    copies, ``copy=False`` refuses to (the Array API's keywords), ``device`` must be the CPU."""
+    """A tensor sharing the memory of a DLPack-exporting object (host or CUDA memory);
+    ``copy=True`` copies, ``copy=False`` refuses to (the Array API's keywords); ``device``,
+    if given, must be where the memory is.
+
+    Example:
+        >>> import numpy as np, qtrace as qt
+        >>> qt.from_dlpack(np.arange(3.0)).tolist()
+        [0.0, 1.0, 2.0]
+    """
+    if hasattr(obj, "__dlpack_device__") and obj.__dlpack_device__()[0] == 2:  # kDLCUDA
+        import cupy
+        arr = cupy.from_dlpack(obj)
+        return wrap(input_node(arr, "from_dlpack", copy=bool(copy), device=device))
     if device is not None and _device(device).kind != "cpu":
-        raise ValueError(f"qt.from_dlpack: device {device} is not available")
+        raise ValueError(f"qt.from_dlpack: the memory is on the host, not on {device}")
     kwargs = {} if copy is None else {"copy": copy}
     try:
         arr = np.from_dlpack(obj, **kwargs)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import TracerError
 from ..graph import evaluate as graph_evaluate
 from ..graph.device import CPU, Device
 from . import pending
 from .context import ad_level, concrete_error, is_abstract
+from .convert import input_node, wrap
 from .tensor import Tensor
 
 
@@ -38,21 +41,39 @@ def eval(*tensors) -> None:  # noqa: A001 - the SPEC's name
 
 
 def sync() -> None:
-    """Wait for all device work. CPU kernels run synchronously, so this returns at once."""
+    """Wait for all device work (GPU launches are asynchronous; CPU kernels are not)."""
+    graph_evaluate.sync()
 
 
 def devices() -> list:
-    """The devices qtrace can run on: ``[Device('cpu')]`` (plus CUDA devices when present)."""
-    return [CPU]
+    """The devices qtrace can run on: ``[Device('cpu')]`` plus the CUDA GPUs present.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.devices()[0]
+        Device('cpu')
+    """
+    return [CPU, *graph_evaluate.available_devices()]
 
 
 def to(self: Tensor, device) -> Tensor:
-    """This tensor on ``device`` (the same tensor if it is already there)."""
+    """This tensor on ``device`` (the same tensor if it is already there): a copy of its
+    value in the other device's memory.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.ones(2).to("cpu").device
+        Device('cpu')
+    """
     dev = Device(device)
     if dev == self.device:
         return self
-    raise ValueError(f"qt.Tensor.to: device {dev} is not available (devices: "
-                     f"{[str(d) for d in devices()]})")
+    why = graph_evaluate.unavailable(dev)
+    if why is not None:
+        raise ValueError(f"qt.Tensor.to: device {dev} is not available: {why} (devices: "
+                         f"{[str(d) for d in devices()]})")
+    host = np.array(graph_evaluate.to_host(self._materialize()))
+    return wrap(input_node(host, "to", device=dev, owned=True))
 
 
 Tensor.to = to

@@ -149,7 +149,7 @@ def dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
     not from before the export after that.
     """
     buf = self._materialize()
-    if not copy:
+    if not copy and isinstance(buf, np.ndarray):
         buf = buffers.export(buf)
     kwargs = {}
     if max_version is not None:
@@ -162,13 +162,23 @@ def dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
 
 
 def dlpack_device(self):
-    return (1, 0)  # kDLCPU
+    dev = self.device
+    return (1, 0) if dev.kind == "cpu" else (2, dev.index)  # kDLCPU, kDLCUDA
+
+
+def cuda_array_interface(self) -> dict:
+    """``__cuda_array_interface__`` of a GPU tensor's (computed) memory, zero-copy; a CPU
+    tensor has none (AttributeError, so ``hasattr`` is False as for NumPy arrays)."""
+    if self.device.kind != "cuda":
+        raise AttributeError("__cuda_array_interface__: a CPU qt.Tensor has no CUDA memory")
+    return self._materialize().__cuda_array_interface__
 
 
 Tensor.__array_ufunc__ = array_ufunc
 Tensor.__array_function__ = array_function
 Tensor.__dlpack__ = dlpack
 Tensor.__dlpack_device__ = dlpack_device
+Tensor.__cuda_array_interface__ = property(cuda_array_interface)
 FUNCTIONS.update(composites.NUMPY_FUNCTIONS)
 UFUNC_TO_QT.update(composites.NUMPY_UFUNCS)
 FUNCTIONS.update({  # numpy.linalg, sorting and complex parts on tensors

@@ -106,7 +106,8 @@ class Tensor:
         return _flush((self,))[0]
 
     def numpy(self) -> np.ndarray:
-        """The value as a read-only NumPy array (computed now if pending), no copy.
+        """The value as a read-only NumPy array (computed now if pending), no copy for a
+        CPU tensor; a GPU tensor's value is copied to the host.
 
         Its base is a read-only memoryview of the tensor's memory, so NumPy refuses both
         writes and ``arr.flags.writeable = True``: this is not an export the caller could
@@ -117,7 +118,7 @@ class Tensor:
             >>> (qt.ones(2, dtype=qt.int32) * 3).numpy()
             array([3, 3], dtype=int32)
         """
-        arr = np.asarray(self._materialize())
+        arr = _evaluate.to_host(self._materialize())   # a GPU tensor's value is copied here
         if arr.flags.writeable:
             arr = np.asarray(memoryview(arr).toreadonly())
         return arr

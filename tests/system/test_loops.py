@@ -26,7 +26,7 @@ import pytest
 
 import qtrace as qt
 from qtrace.devices.cpu import PARALLEL_MIN_WORK
-from qtrace.graph import plan as _plan
+from qtrace.kernels.lowering import CPU as CPU_LOWERING
 
 jax.config.update("jax_enable_x64", True)
 
@@ -691,9 +691,9 @@ def _workers(size: int) -> int:
 
 
 def _row_lanes() -> int:
-    """A stack row holds one entry per lane of a block (``graph/plan.py`` ``LANES``) for a
+    """A stack row holds one entry per lane of a block (the CPU target's ``lanes``) for a
     task whose single, non-nested loop runs in lane blocks; 1 for scalar loops."""
-    return getattr(_plan, "LANES", 1) or 1
+    return CPU_LOWERING.lanes or 1
 
 
 @pytest.mark.parametrize("size", [1000, 40_000])

@@ -1,0 +1,55 @@
+"""The CPU's device runtime: host buffers, worker threads, MCJIT-compiled kernels.
+
+Example:
+    >>> import numpy as np, qtrace as qt
+    >>> from qtrace.devices.registry import runtime_for
+    >>> runtime_for(qt.Device("cpu")).empty((2, 3), np.float32).shape
+    (2, 3)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import config
+from . import adstack, cpu
+from .registry import DeviceRuntime
+
+
+class CpuRuntime(DeviceRuntime):
+    """Kernels are ``void k(i64 start, i64 end, ptr args, ptr status, ptr scratch)``
+    called through ctypes; long ranges are split over the worker pool (each worker with
+    its own adstack block) and stay interruptible; runs of small kernels become one
+    sequence launch."""
+
+    kind = "cpu"
+    xp = np
+    sequences = True
+
+    def empty(self, shape: tuple, dtype):
+        return cpu.aligned_empty(shape, np.dtype(dtype))
+
+    def pointer(self, buf) -> int:
+        return cpu.pointer(buf)
+
+    def to_host(self, buf):
+        return buf
+
+    def from_host(self, array):
+        return array
+
+    def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool) -> None:
+        args = cpu.packer(len(pointers))(*pointers)
+        st = status or None
+        threads = config.num_threads
+        workers = min(threads, extent) if parallel and threads > 1 else 1
+        block, stride = None, 0
+        if levels is not None:
+            block, stride = adstack.scratch(workers, levels)
+        base = cpu.pointer(block) if block is not None else None
+        if workers > 1:
+            cpu.pool().run(kernel, extent, args, st, base, stride)
+        elif parallel:  # long enough to be worth interrupting
+            cpu.interruptible(kernel, 0, extent, args, st, base)
+        else:
+            kernel(0, extent, args, st, base)

@@ -1,0 +1,118 @@
+"""NVIDIA GPUs: buffers from CuPy's memory pool, PTX kernels launched by CuPy.
+
+CuPy is imported when a CUDA device is first used; without it (or without a driver or
+GPU), :func:`devices` is empty and using ``device="cuda"`` raises an error naming what
+is missing. Launches go to CuPy's current stream; :meth:`CudaRuntime.sync` waits for
+the device. Buffers are ``cupy.ndarray``: zero-copy with CuPy, and with JAX/PyTorch
+through DLPack and ``__cuda_array_interface__``.
+
+Example:
+    >>> from qtrace.devices import cuda
+    >>> isinstance(cuda.devices(), list)
+    True
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..graph.device import Device
+from . import adstack
+from .registry import DeviceRuntime
+
+THREAD_CAP = 65536   # at most this many threads of a launch own an adstack each
+
+_lock = threading.Lock()
+_probe: list = []
+
+
+def _cupy():
+    import cupy
+    return cupy
+
+
+def _probe_devices() -> tuple[list, str | None]:
+    with _lock:
+        if not _probe:
+            try:
+                cupy = _cupy()
+            except ImportError as exc:
+                _probe.append(([], f"CuPy is not installed ({exc}); pip install 'qtrace[cuda]'"))
+            else:
+                try:
+                    n = cupy.cuda.runtime.getDeviceCount()
+                    _probe.append(([Device(f"cuda:{i}") for i in range(n)],
+                                   None if n else "no CUDA GPU was found"))
+                except Exception as exc:  # noqa: BLE001 - no driver, no device: say why
+                    _probe.append(([], f"the CUDA driver is not usable ({exc})"))
+        return _probe[0]
+
+
+def devices() -> list:
+    """The CUDA devices present (empty without CuPy, a driver or a GPU)."""
+    return list(_probe_devices()[0])
+
+
+def unavailable(device: Device) -> str | None:
+    """Why ``device`` cannot be used (None when it can)."""
+    found, why = _probe_devices()
+    if device in found:
+        return None
+    if why is not None:
+        return why
+    return f"{device} is not present (CUDA devices: {[str(d) for d in found]})"
+
+
+def to_host(buf) -> np.ndarray:
+    """A host copy of device buffer ``buf`` (waits for the work that writes it)."""
+    return buf.get()
+
+
+def sync() -> None:
+    if _probe and _probe[0][0]:
+        for d in _probe[0][0]:
+            _cupy().cuda.Device(d.index).synchronize()
+
+
+class CudaRuntime(DeviceRuntime):
+    """One GPU: CuPy buffers and launches of :class:`qtrace.kernels.llvm_nvptx.CudaKernel`."""
+
+    kind = "cuda"
+    sequences = False
+
+    def __init__(self, index: int):
+        why = unavailable(Device(f"cuda:{index}"))
+        if why is not None:
+            raise RuntimeError(f"qtrace: device cuda:{index} is not available: {why}")
+        self.cp = self.xp = _cupy()
+        self.index = index
+        self.device = self.cp.cuda.Device(index)
+
+    def empty(self, shape: tuple, dtype):
+        with self.device:
+            return self.cp.empty(shape, dtype)
+
+    def pointer(self, buf) -> int:
+        return buf.data.ptr
+
+    def to_host(self, buf) -> np.ndarray:
+        return buf.get()
+
+    def from_host(self, array):
+        with self.device:
+            return self.cp.asarray(array)
+
+    def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool) -> None:
+        scratch, stride, threads, block = 0, 0, None, None
+        if levels is not None:
+            threads = min(-(-extent // kernel.BLOCK) * kernel.BLOCK, THREAD_CAP)
+            host, stride = adstack.scratch(threads, levels)
+            block = self.from_host(host)   # freed in stream order after the launch
+            scratch = block.data.ptr
+        with self.device:
+            kernel.launch(extent, pointers, status, scratch, stride, threads)
+
+    def sync(self) -> None:
+        self.device.synchronize()

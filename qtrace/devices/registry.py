@@ -1,0 +1,72 @@
+"""Device runtimes: what a plan needs from the device it runs on, and which runtime serves
+a device.
+
+A :class:`DeviceRuntime` allocates buffers, gives their addresses, moves data to and
+from the host, launches a compiled kernel over a range with its argument pointers, and
+synchronises. The plan executor (:mod:`qtrace.devices.runtime`) only talks to this
+interface; the CPU's runtime is :class:`qtrace.devices.cpu_runtime.CpuRuntime`, NVIDIA GPUs'
+:class:`qtrace.devices.cuda.CudaRuntime` (CuPy's memory pool and launches).
+
+Example:
+    >>> import qtrace as qt
+    >>> from qtrace.devices.registry import runtime_for
+    >>> runtime_for(qt.Device("cpu")).kind
+    'cpu'
+"""
+
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()
+_runtimes: dict = {}
+
+
+class DeviceRuntime:
+    """The interface a plan runs against (one instance per device)."""
+
+    kind = ""
+    xp = None            # the array module of this device's buffers (numpy, cupy)
+    sequences = False    # runs of small kernels may become one native sequence launch
+
+    def empty(self, shape: tuple, dtype):
+        """An uninitialised C-contiguous buffer."""
+        raise NotImplementedError
+
+    def pointer(self, buf) -> int:
+        """The device address of ``buf``'s first element."""
+        raise NotImplementedError
+
+    def to_host(self, buf):
+        """``buf`` as a NumPy array (a copy for device memory; a synchronisation)."""
+        raise NotImplementedError
+
+    def from_host(self, array):
+        """A buffer of this device holding ``array``'s values."""
+        raise NotImplementedError
+
+    def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool) -> None:
+        """Run ``kernel`` over ``[0, extent)`` with the buffers at ``pointers``; ``status``
+        is the address of its two-word report row (0: none); ``levels`` the adstack
+        levels ``[(depth, float row bytes, int row bytes), ...]`` or None."""
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        """Wait until every launch of this device has finished."""
+
+
+def runtime_for(device) -> DeviceRuntime:
+    """The runtime of ``device`` (a :class:`qtrace.Device`), created on first use."""
+    rt = _runtimes.get(device)
+    if rt is None:
+        with _lock:
+            rt = _runtimes.get(device)
+            if rt is None:
+                if device.kind == "cpu":
+                    from .cpu_runtime import CpuRuntime
+                    rt = CpuRuntime()
+                else:
+                    from .cuda import CudaRuntime
+                    rt = CudaRuntime(device.index)
+                _runtimes[device] = rt
+    return rt

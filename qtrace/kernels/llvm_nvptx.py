@@ -1,0 +1,194 @@
+"""The CUDA back end: task IR to PTX through LLVM's NVPTX target, loaded by CuPy.
+
+A task is lowered by the same code generator as on the CPU, under the NVPTX
+:data:`~qtrace.kernels.lowering.NVPTX` lowering (flat domain, no lanes, no host abort
+flag, libdevice math), into an internal, always-inlined body
+``body(i64 start, i64 end, ptr args, ptr status, ptr scratch)``. The kernel entry is a
+grid-strided loop over the task's flat extent that calls the body one element at a time::
+
+    kernel(ptr a0, ..., ptr a{n-1}, ptr status, ptr scratch, i64 stride, i64 extent)
+
+Arguments are kernel parameters (no argument block in device memory to upload per
+launch); the entry gathers them into an on-stack array that LLVM's scalar replacement
+removes once the body is inlined. Thread ``t`` of the grid owns ``scratch + t*stride``
+(its adstack). Math calls go to libdevice (``__nv_sinf`` for float32, ``__nv_sin`` for
+float64), whose bitcode ships with the CUDA toolkit: it is found through CuPy's CUDA path
+lookup (or ``CUDA_PATH``/``CUDA_HOME``), linked into each module, internalized, and
+whatever a kernel does not call is removed by LLVM's optimiser.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import threading
+
+import llvmlite
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..stats import bump
+
+TRIPLE = "nvptx64-nvidia-cuda"
+I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
+BODY_SUFFIX = "_body"
+
+_lock = threading.RLock()
+_state: dict = {}
+
+
+def _init() -> dict:
+    if not _state:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _state["target"] = llvm.Target.from_triple(TRIPLE)
+        _state["machines"] = {}
+    return _state
+
+
+def machine(arch: str):
+    """The NVPTX target machine for ``arch`` (``"sm_90"``), one per architecture."""
+    s = _init()
+    tm = s["machines"].get(arch)
+    if tm is None:
+        tm = s["machines"][arch] = s["target"].create_target_machine(cpu=arch, opt=3)
+    return tm
+
+
+def libdevice_path() -> str:
+    """The libdevice bitcode of the CUDA toolkit CuPy uses (``nvvm/libdevice``)."""
+    roots = []
+    try:
+        import cupy
+        roots.append(cupy.cuda.get_cuda_path())
+    except Exception:  # noqa: BLE001 - CuPy absent or without a toolkit: try the environment
+        pass
+    roots += [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    for root in roots:
+        if root:
+            found = sorted(glob.glob(os.path.join(root, "nvvm", "libdevice", "libdevice*.bc")))
+            if found:
+                return found[-1]
+    raise RuntimeError("qtrace cuda: libdevice (nvvm/libdevice/libdevice*.bc) was not found under "
+                       f"the CUDA toolkit paths {[r for r in roots if r]}; install the CUDA toolkit "
+                       "or set CUDA_PATH")
+
+
+def libdevice_info() -> dict:
+    """The libdevice file in use, as its name and a digest (part of the target key)."""
+    s = _init()
+    if "libdevice" not in s:
+        path = libdevice_path()
+        with open(path, "rb") as f:
+            data = f.read()
+        s["libdevice"] = data
+        s["libdevice_id"] = {"libdevice": os.path.basename(path),
+                             "libdevice_sha256": hashlib.sha256(data).hexdigest()[:16]}
+    return s["libdevice_id"]
+
+
+def versions() -> dict:
+    return {"llvm": ".".join(map(str, llvm.llvm_version_info)), "llvmlite": llvmlite.__version__}
+
+
+def new_module(name: str, arch: str) -> ir.Module:
+    module = ir.Module(name=name)
+    module.triple = TRIPLE
+    module.data_layout = str(machine(arch).target_data)
+    return module
+
+
+def _sreg(b: ir.IRBuilder, name: str) -> ir.Value:
+    fn = b.module.globals.get(f"llvm.nvvm.read.ptx.sreg.{name}")
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(I32, []), f"llvm.nvvm.read.ptx.sreg.{name}")
+    return b.zext(b.call(fn, []), I64)
+
+
+def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int) -> ir.Function:
+    """The kernel ``symbol``: a grid-strided loop calling ``body`` per flat element."""
+    body.linkage = "internal"
+    body.attributes.add("alwaysinline")
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * (n_args + 2) + [I64, I64]),
+                     name=symbol)
+    fn.calling_convention = "ptx_kernel"
+    *ptrs, status, scratch, stride, extent = fn.args
+    entry = fn.append_basic_block("entry")
+    loop = fn.append_basic_block("loop")
+    done = fn.append_basic_block("done")
+    b = ir.IRBuilder(entry)
+    block = b.alloca(ir.ArrayType(PTR, max(n_args, 1)))
+    for i, p in enumerate(ptrs):
+        b.store(p, b.gep(block, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
+    args = b.bitcast(block, PTR)
+    tid = b.add(b.mul(_sreg(b, "ctaid.x"), _sreg(b, "ntid.x")), _sreg(b, "tid.x"))
+    step = b.mul(_sreg(b, "nctaid.x"), _sreg(b, "ntid.x"))
+    mine = b.gep(scratch, [b.mul(tid, stride)], source_etype=ir.IntType(8))
+    b.cbranch(b.icmp_signed("<", tid, extent), loop, done)
+    b.position_at_end(loop)
+    i = b.phi(I64)
+    i.add_incoming(tid, entry)
+    b.call(body, [i, b.add(i, ir.Constant(I64, 1)), args, status, mine])
+    nxt = b.add(i, step)
+    i.add_incoming(nxt, loop)
+    b.cbranch(b.icmp_signed("<", nxt, extent), loop, done)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
+def compile_module(module: ir.Module, symbols: list, arch: str) -> bytes:
+    """Link libdevice, optimise at O3 and emit PTX (ASCII bytes)."""
+    with _lock:
+        s = _init()
+        tm = machine(arch)
+        mod = llvm.parse_assembly(str(module))
+        if any(f.name.startswith("__nv_") for f in mod.functions if f.is_declaration):
+            libdevice_info()
+            lib = llvm.parse_bitcode(s["libdevice"])
+            lib.triple, lib.data_layout = mod.triple, mod.data_layout
+            mod.link_in(lib)
+        keep = set(symbols)
+        for f in mod.functions:
+            if not f.is_declaration and f.name not in keep:
+                f.linkage = "internal"
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        ptx = tm.emit_assembly(mod)
+        bump("compiles", len(symbols))
+        return ptx.encode()
+
+
+class CudaKernel:
+    """A loaded kernel: launches over a flat extent with the grid-strided entry."""
+
+    BLOCK = 256
+
+    def __init__(self, module, function, max_blocks: int):
+        self.module, self.function, self.max_blocks = module, function, max_blocks  # the module stays loaded
+
+    def launch(self, extent: int, pointers: list, status: int, scratch: int, stride: int,
+               threads: int | None = None, stream=None) -> None:
+        """Run over ``[0, extent)``; ``threads`` caps the grid (each thread owns a scratch
+        stride, so adstack memory is ``threads * stride``, independent of ``extent``)."""
+        import numpy as np
+        total = min(extent, threads) if threads else extent
+        grid = max(1, min(-(-total // self.BLOCK), self.max_blocks))
+        if threads:
+            grid = max(1, min(grid, threads // self.BLOCK))
+        params = tuple(np.uint64(p) for p in pointers) + (
+            np.uint64(status), np.uint64(scratch), np.int64(stride), np.int64(extent))
+        self.function((grid, 1, 1), (self.BLOCK, 1, 1), params, stream=stream)
+
+
+def load(payload: bytes, symbols: list, device_index: int) -> dict:
+    """``{symbol: CudaKernel}`` from PTX ``payload``, loaded on GPU ``device_index``."""
+    import cupy
+    with cupy.cuda.Device(device_index) as dev:
+        module = cupy.cuda.function.Module()
+        module.load(payload)
+        sms = dev.attributes["MultiProcessorCount"]
+        return {s: CudaKernel(module, module.get_function(s), sms * 32) for s in symbols}

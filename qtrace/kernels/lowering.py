@@ -1,0 +1,49 @@
+"""How a target wants task IR lowered: one explicit value.
+
+Every choice that differs between targets and that the code generator makes while
+emitting a kernel lives in :class:`Lowering`; the target (:mod:`qtrace.kernels.target`)
+gives it, and the emitter hands it on through
+:class:`~qtrace.kernels.builder.KernelBuilder`, the IR builder that carries it (scalar
+helpers and the math library receive only a builder).
+
+Example:
+    >>> from qtrace.kernels import lowering
+    >>> lowering.CPU.math, lowering.NVPTX.math
+    ('ir', 'libdevice')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """Target choices of the code generator.
+
+    ``math``: ``"ir"`` (qtrace's own vectorizable IR math library, the C library inside
+    scalar code) or ``"libdevice"`` (NVIDIA's libdevice, ``__nv_*`` functions, linked in).
+    ``fast_trig``: float32 ``sin``/``cos`` run an optimistic fast pass and the exact
+    reduction only if an argument was large (pays where loops vectorize).
+    ``lanes``: per-element loops run in blocks of this many lanes (0: one element at a
+    time). ``interrupt``: long ranges poll the process's abort flag between chunks (a
+    host-memory flag: CPU only). ``flat``: a task's domain is walked as one flat range
+    (a GPU launches one thread per element; the CPU splits the outer axis). ``scalar``:
+    the code being emitted runs one element at a time (a loop body that is not blocked),
+    where C library calls beat branch-free vector code.
+    """
+
+    math: str = "ir"
+    fast_trig: bool = True
+    lanes: int = 64
+    interrupt: bool = True
+    flat: bool = False
+    scalar: bool = False
+
+    def scalar_code(self, on: bool) -> Lowering:
+        """The same lowering, emitting scalar code (``on``) or not."""
+        return self if on == self.scalar else replace(self, scalar=on)
+
+
+CPU = Lowering()
+NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True)

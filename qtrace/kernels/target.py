@@ -1,0 +1,148 @@
+"""Compilation targets: what turns a plan's tasks into machine code for one device.
+
+A :class:`Target` owns everything that depends on where kernels run: its key (kind,
+architecture, LLVM version, math library, options — part of every kernel symbol and disk
+cache entry, so a CPU and a CUDA kernel with the same body never collide), the
+:class:`~qtrace.kernels.lowering.Lowering` the code generator follows, module creation,
+lowering a task to an entry point, compiling a module to a payload (an object file for
+the CPU, PTX for NVIDIA GPUs) and loading a payload into callable entry points.
+
+LLVM (llvmlite) is imported only when a target is first asked for machine code, so
+``import qtrace`` and programs that only run NumPy-backed library steps never load it.
+
+Example:
+    >>> from qtrace.kernels.target import target_for
+    >>> from qtrace.graph.device import CPU
+    >>> target_for(CPU).kind
+    'cpu'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+
+from . import lowering as _lowering
+
+_lock = threading.Lock()
+_targets: dict = {}
+
+
+class Target:
+    """The interface every target implements (see the module docstring)."""
+
+    kind = ""
+    lowering = _lowering.CPU
+
+    def info(self) -> dict:
+        """The target's identity as named parts (compared by the disk cache to explain a miss)."""
+        raise NotImplementedError
+
+    @property
+    def key(self) -> str:
+        """A digest of :meth:`info`: the target part of every kernel's identity."""
+        key = self.__dict__.get("_key")
+        if key is None:
+            text = json.dumps(self.info(), sort_keys=True, separators=(",", ":"))
+            key = self.__dict__["_key"] = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return key
+
+    def symbol(self, task) -> str:
+        """The kernel symbol of ``task`` on this target."""
+        return f"{task.symbol}_{self.kind}{self.key[:8]}"
+
+    def new_module(self, name: str):
+        raise NotImplementedError
+
+    def lower(self, task, module, symbol: str, check_bounds: bool) -> None:
+        """Emit ``task`` into ``module`` as the entry point ``symbol``."""
+        raise NotImplementedError
+
+    def compile(self, module, symbols: list) -> tuple[dict, bytes]:
+        """Compile ``module``: its entry points ``{symbol: kernel}`` and the payload."""
+        raise NotImplementedError
+
+    def load(self, payload: bytes, symbols: list) -> dict:
+        """Entry points ``{symbol: kernel}`` of a payload :meth:`compile` produced."""
+        raise NotImplementedError
+
+
+class CpuTarget(Target):
+    """The host CPU through LLVM's native back end and MCJIT (:mod:`qtrace.kernels.llvm_cpu`)."""
+
+    kind = "cpu"
+    lowering = _lowering.CPU
+
+    def info(self) -> dict:
+        from . import llvm_cpu
+        return {"device": "cpu", **llvm_cpu.target_info()}
+
+    def new_module(self, name: str):
+        from . import llvm_cpu
+        return llvm_cpu.new_module(name)
+
+    def lower(self, task, module, symbol: str, check_bounds: bool) -> None:
+        from . import codegen
+        codegen.lower_task(task, module, symbol, check_bounds, self.lowering)
+
+    def compile(self, module, symbols: list) -> tuple[dict, bytes]:
+        from . import llvm_cpu
+        return llvm_cpu.compile_module(module, symbols)
+
+    def load(self, payload: bytes, symbols: list) -> dict:
+        from . import llvm_cpu
+        return llvm_cpu.load_object(payload, symbols)
+
+
+class CudaTarget(Target):
+    """An NVIDIA GPU through LLVM's NVPTX back end, loaded by CuPy
+    (:mod:`qtrace.kernels.llvm_nvptx`)."""
+
+    kind = "cuda"
+    lowering = _lowering.NVPTX
+
+    def __init__(self, index: int):
+        import cupy
+        self.index = index
+        self.arch = "sm_" + cupy.cuda.Device(index).compute_capability
+        self.driver = cupy.cuda.runtime.driverGetVersion()
+
+    def info(self) -> dict:
+        from . import llvm_nvptx
+        return {"device": "cuda", "arch": self.arch, "driver": self.driver,
+                **llvm_nvptx.versions(), **llvm_nvptx.libdevice_info()}
+
+    def new_module(self, name: str):
+        from . import llvm_nvptx
+        return llvm_nvptx.new_module(name, self.arch)
+
+    def lower(self, task, module, symbol: str, check_bounds: bool) -> None:
+        from . import codegen, llvm_nvptx
+        body = codegen.lower_task(task, module, symbol + llvm_nvptx.BODY_SUFFIX, check_bounds,
+                                  self.lowering)
+        llvm_nvptx.grid_entry(module, body, symbol, len(task.args))
+
+    def compile(self, module, symbols: list) -> tuple[dict, bytes]:
+        from . import llvm_nvptx
+        ptx = llvm_nvptx.compile_module(module, symbols, self.arch)
+        return self.load(ptx, symbols), ptx
+
+    def load(self, payload: bytes, symbols: list) -> dict:
+        from . import llvm_nvptx
+        return llvm_nvptx.load(payload, symbols, self.index)
+
+
+def target_for(device) -> Target:
+    """The target compiling kernels for ``device`` (a :class:`qtrace.Device`); one per device."""
+    target = _targets.get(device)
+    if target is None:
+        with _lock:
+            target = _targets.get(device)
+            if target is None:
+                if device.kind == "cpu":
+                    target = CpuTarget()
+                else:
+                    target = CudaTarget(device.index)
+                _targets[device] = target
+    return target
