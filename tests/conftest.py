@@ -19,11 +19,31 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import qtrace as qt  # noqa: E402
+from qtrace.graph import evaluate as graph_evaluate  # noqa: E402
+
+TEST_DEVICES = [d for d in os.environ.get("QTRACE_TEST_DEVICES", "cpu,cuda").split(",") if d]
+
+
+@pytest.fixture(params=TEST_DEVICES)
+def device(request):
+    """Run the test on each device (``QTRACE_TEST_DEVICES``, default ``cpu,cuda``): tensors
+    are created there (``qt.config.device``). Without a GPU, CuPy or a driver the CUDA
+    cases skip, saying which is missing."""
+    dev = qt.Device(request.param)
+    if dev.kind != "cpu":
+        why = graph_evaluate.unavailable(dev)
+        if why is not None:
+            pytest.skip(f"no {dev}: {why}")
+    old = qt.config.device
+    qt.config.device = str(dev)
+    yield dev
+    qt.config.device = old
 
 
 @pytest.fixture(params=[True, False], ids=["fused", "unfused"])
-def fusion(request):
-    """Run the test with fusion on and with ``QTRACE_FUSION=0`` semantics (one task per op)."""
+def fusion(request, device):
+    """Run the test with fusion on and with ``QTRACE_FUSION=0`` semantics (one task per op),
+    on every test device."""
     old = qt.config.fusion
     qt.config.fusion = request.param
     yield request.param

@@ -1,4 +1,4 @@
-"""CPU implementations of the ``qt.fft`` library functions: NumPy's pocketfft.
+"""The ``qt.fft`` library functions: NumPy's pocketfft on the CPU, cuFFT through CuPy on a GPU.
 
 Each takes the call's static arguments (transformed axes, output length, ``norm``) and
 its input array (C contiguous, already cropped or zero-padded to the transform's
@@ -9,43 +9,41 @@ precision; the runtime casts each result to the node's dtype.
 
 from __future__ import annotations
 
-import numpy as np
-
-from .library import register
+from .library import DEVICES, register
 
 
-@register("fft.fftn")
-def _fftn(static, x):
+@register("fft.fftn", DEVICES)
+def _fftn(xp, static, x):
     axes, norm = static
-    return [np.fft.fftn(x, axes=axes, norm=norm)]
+    return [xp.fft.fftn(x, axes=axes, norm=norm)]
 
 
-@register("fft.ifftn")
-def _ifftn(static, x):
+@register("fft.ifftn", DEVICES)
+def _ifftn(xp, static, x):
     axes, norm = static
-    return [np.fft.ifftn(x, axes=axes, norm=norm)]
+    return [xp.fft.ifftn(x, axes=axes, norm=norm)]
 
 
-@register("fft.rfftn")
-def _rfftn(static, x):
+@register("fft.rfftn", DEVICES)
+def _rfftn(xp, static, x):
     axes, norm = static
-    return [np.fft.rfftn(x, axes=axes, norm=norm)]
+    return [xp.fft.rfftn(x, axes=axes, norm=norm)]
 
 
-@register("fft.irfftn")
-def _irfftn(static, x):
+@register("fft.irfftn", DEVICES)
+def _irfftn(xp, static, x):
     axes, n, norm = static
     s = [x.shape[a] for a in axes[:-1]] + [n]
-    return [np.fft.irfftn(x, s=s, axes=axes, norm=norm)]
+    return [xp.fft.irfftn(x, s=s, axes=axes, norm=norm)]
 
 
-@register("fft.hfft")
-def _hfft(static, x):
+@register("fft.hfft", DEVICES)
+def _hfft(xp, static, x):
     axis, n, norm = static
-    return [np.fft.hfft(x, n=n, axis=axis, norm=norm)]
+    return [xp.fft.hfft(x, n=n, axis=axis, norm=norm)]
 
 
-@register("fft.ihfft")
-def _ihfft(static, x):
+@register("fft.ihfft", DEVICES)
+def _ihfft(xp, static, x):
     axis, norm = static
-    return [np.fft.ihfft(x, axis=axis, norm=norm)]
+    return [xp.fft.ihfft(x, axis=axis, norm=norm)]

@@ -1,4 +1,5 @@
-"""CPU implementations of the ``qt.linalg`` library functions: NumPy's LAPACK bindings.
+"""The ``qt.linalg`` library functions: NumPy's LAPACK bindings on the CPU, CuPy's
+cuSOLVER/cuBLAS bindings on a GPU.
 
 Each takes the call's static arguments and its input arrays (stacks of matrices, C
 contiguous; float32, float64, complex64 or complex128) and returns one array per output
@@ -15,82 +16,85 @@ import functools
 
 import numpy as np
 
-from .library import register
+from .library import DEVICES, register
 
 
 def _linalg(name: str):
     """Register ``linalg.<name>``; LAPACK failures re-raised as ``qt.linalg.<name>: ...``."""
     def deco(fn):
         @functools.wraps(fn)
-        def run(static, *arrays):
+        def run(xp, static, *arrays):
             try:
-                return fn(static, *arrays)
+                return fn(xp, static, *arrays)
             except np.linalg.LinAlgError as err:
                 raise np.linalg.LinAlgError(f"qt.linalg.{name}: {err}") from None
-        return register(f"linalg.{name}")(run)
+        return register(f"linalg.{name}", DEVICES)(run)
     return deco
 
 
 @_linalg("cholesky")
-def _cholesky(static, x):
+def _cholesky(xp, static, x):
     (upper,) = static
-    return [np.linalg.cholesky(x, upper=upper)]
+    low = xp.linalg.cholesky(x)
+    return [xp.conj(xp.swapaxes(low, -1, -2)) if upper else low]
 
 
 @_linalg("det")
-def _det(static, x):
-    return [np.linalg.det(x)]
+def _det(xp, static, x):
+    return [xp.linalg.det(x)]
 
 
 @_linalg("slogdet")
-def _slogdet(static, x):
-    sign, logabsdet = np.linalg.slogdet(x)
+def _slogdet(xp, static, x):
+    sign, logabsdet = xp.linalg.slogdet(x)
     return [sign, logabsdet]
 
 
 @_linalg("eigh")
-def _eigh(static, x):
-    w, v = np.linalg.eigh(x)
+def _eigh(xp, static, x):
+    w, v = xp.linalg.eigh(x)
     return [w, v]
 
 
 @_linalg("eigvalsh")
-def _eigvalsh(static, x):
-    return [np.linalg.eigvalsh(x)]
+def _eigvalsh(xp, static, x):
+    return [xp.linalg.eigvalsh(x)]
 
 
 @_linalg("inv")
-def _inv(static, x):
-    return [np.linalg.inv(x)]
+def _inv(xp, static, x):
+    return [xp.linalg.inv(x)]
 
 
 @_linalg("pinv")
-def _pinv(static, x, *rtol):
+def _pinv(xp, static, x, *rtol):
     tol = rtol[0] if rtol else static[0]
     if x.size == 0:
-        return [np.zeros(x.shape[:-2] + (x.shape[-1], x.shape[-2]), x.dtype)]
-    return [np.linalg.pinv(x, rtol=tol)]
+        return [xp.zeros(x.shape[:-2] + (x.shape[-1], x.shape[-2]), x.dtype)]
+    if xp is np:
+        return [np.linalg.pinv(x, rtol=tol)]
+    return [xp.linalg.pinv(x, rcond=tol)]  # CuPy's name for the relative cutoff
 
 
 @_linalg("qr")
-def _qr(static, x):
+def _qr(xp, static, x):
     (mode,) = static
-    q, r = np.linalg.qr(x, mode=mode)
+    q, r = xp.linalg.qr(x, mode=mode)
     return [q, r]
 
 
 @_linalg("solve")
-def _solve(static, a, b):
-    return [np.linalg.solve(a, b)]  # b is (..., M, K): NumPy 2 broadcasts the stacks
+def _solve(xp, static, a, b):
+    return [xp.linalg.solve(a, b)]  # b is (..., M, K): NumPy 2 broadcasts the stacks
 
 
 @_linalg("svd")
-def _svd(static, x):
+def _svd(xp, static, x):
     (full_matrices,) = static
-    u, s, vh = np.linalg.svd(x, full_matrices=full_matrices)
+    u, s, vh = xp.linalg.svd(x, full_matrices=full_matrices)
     return [u, s, vh]
 
 
 @_linalg("svdvals")
-def _svdvals(static, x):
-    return [np.linalg.svd(x, compute_uv=False)]
+def _svdvals(xp, static, x):
+    return [xp.linalg.svd(x, compute_uv=False)]

@@ -1,4 +1,4 @@
-"""CPU implementations of library functions, by NumPy (its sorts, LAPACK, pocketfft).
+"""Sorting, searching and set functions: NumPy's on the CPU, CuPy's on a GPU.
 
 Each takes the call's static arguments and its input arrays and returns one array per
 output (see :mod:`qtrace.devices.library`).
@@ -8,32 +8,38 @@ from __future__ import annotations
 
 import numpy as np
 
-from .library import register
+from .library import DEVICES, register
 
 
-@register("sort")
-def _sort(static, x):
+def _stable_argsort(xp, x, axis):
+    if xp is np:
+        return np.argsort(x, axis=axis, kind="stable")
+    return xp.argsort(x, axis=axis)  # CuPy's sorts are stable (radix sort)
+
+
+@register("sort", DEVICES)
+def _sort(xp, static, x):
     axis, descending = static
     if descending:  # stable among equal keys, like the standard asks: reverse a stable sort of -x
-        order = np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+        order = xp.flip(_stable_argsort(xp, xp.flip(x, axis), axis), axis)
         order = x.shape[axis] - 1 - order
     else:
-        order = np.argsort(x, axis=axis, kind="stable")
-    return [np.take_along_axis(x, order, axis), order]
+        order = _stable_argsort(xp, x, axis)
+    return [xp.take_along_axis(x, order, axis), order]
 
 
-@register("searchsorted")
-def _searchsorted(static, a, v):
+@register("searchsorted", DEVICES)
+def _searchsorted(xp, static, a, v):
     (side,) = static
-    return [np.searchsorted(a, v, side=side)]
+    return [xp.searchsorted(a, v, side=side)]
 
 
-@register("isin")
-def _isin(static, a, b):
+@register("isin", DEVICES)
+def _isin(xp, static, a, b):
     (invert,) = static
-    return [np.isin(a, b, invert=invert)]
+    return [xp.isin(a, b, invert=invert)]
 
 
-@register("nextafter")
-def _nextafter(static, a, b):
-    return [np.nextafter(a, b)]
+@register("nextafter", DEVICES)
+def _nextafter(xp, static, a, b):
+    return [xp.nextafter(a, b)]

@@ -8,8 +8,12 @@ array per output component. The runtime makes each result C-contiguous and of th
 node's dtype (what the plan's kernels read), so implementations may return NumPy's own
 results as they come.
 
-CPU implementations are NumPy's (LAPACK, pocketfft, its sorts); a device without an
-implementation of a name raises ``NotImplementedError`` naming both.
+An implementation receives the array module of the device's buffers first (``numpy``
+on the CPU, ``cupy`` on a CUDA GPU), so one definition serves every device whose array
+library mirrors NumPy's API (``register(name, DEVICES)``). On the CPU that is NumPy
+(LAPACK, pocketfft, its sorts); on a GPU CuPy (cuBLAS, cuSOLVER, cuFFT, its sorts). A
+function registered for the CPU only runs on a GPU by a round trip through host memory
+(counted in ``qt.stats()["library_host_round_trips"]``).
 """
 
 from __future__ import annotations
@@ -18,15 +22,20 @@ from collections.abc import Callable
 
 import numpy as np
 
-IMPLEMENTATIONS: dict = {}   # (name, device kind) -> fn(static, *inputs) -> list of arrays
+from ..stats import bump
+
+IMPLEMENTATIONS: dict = {}   # (name, device kind) -> fn(xp, static, *inputs) -> list of arrays
+DEVICES = ("cpu", "cuda")    # the device kinds whose array library mirrors NumPy
 
 
-def register(name: str, device: str = "cpu") -> Callable:
-    """Decorator: ``fn(static, *inputs) -> [array, ...]`` computes library function ``name``."""
+def register(name: str, devices: tuple = ("cpu",)) -> Callable:
+    """Decorator: ``fn(xp, static, *inputs) -> [array, ...]`` computes library function
+    ``name`` on each device kind of ``devices`` (``xp``: that device's array module)."""
     def deco(fn):
-        if (name, device) in IMPLEMENTATIONS:
-            raise AssertionError(f"library function {name} registered twice for {device}")
-        IMPLEMENTATIONS[(name, device)] = fn
+        for device in devices:
+            if (name, device) in IMPLEMENTATIONS:
+                raise AssertionError(f"library function {name} registered twice for {device}")
+            IMPLEMENTATIONS[(name, device)] = fn
         return fn
     return deco
 
@@ -34,9 +43,9 @@ def register(name: str, device: str = "cpu") -> Callable:
 class LibraryStep:
     """One library step of a plan: runs the implementation and returns each output's buffer."""
 
-    def __init__(self, node, outputs: list, xp=np):
+    def __init__(self, node, outputs: list, rt):
         self.node = node
-        self.xp = xp   # the array module of the device's buffers
+        self.rt = rt   # the device runtime holding the buffers
         self.device = node.device.kind
         if node.prim == "matmul":
             self.name, self.static, self.components = "matmul", (), [0]
@@ -45,14 +54,23 @@ class LibraryStep:
             self.components = [n.params[-1] for n in outputs]
         self.metas = [(n.shape, n.dtype) for n in outputs]
         fn = IMPLEMENTATIONS.get((self.name, self.device))
+        self.host = fn is None and self.device != "cpu"   # run on the host, copy back
+        if self.host:
+            fn = IMPLEMENTATIONS.get((self.name, "cpu"))
         if fn is None:
             raise NotImplementedError(f"qtrace: library function {self.name!r} has no "
                                       f"implementation on device {node.device}")
         self.fn = fn
 
     def run(self, inputs: list) -> list:
-        results = self.fn(self.static, *inputs)
-        xp = self.xp
+        if self.host:
+            bump("library_host_round_trips")
+            outs = self._run(np, [self.rt.to_host(i) for i in inputs])
+            return [self.rt.from_host(o) for o in outs]
+        return self._run(self.rt.xp, inputs)
+
+    def _run(self, xp, inputs: list) -> list:
+        results = self.fn(xp, self.static, *inputs)
         out = []
         for k, (shape, dtype) in zip(self.components, self.metas):
             r = xp.asarray(results[k])
@@ -65,6 +83,6 @@ class LibraryStep:
         return out
 
 
-@register("matmul")
-def _matmul(static, a, b):
-    return [np.matmul(a, b)]
+@register("matmul", DEVICES)
+def _matmul(xp, static, a, b):
+    return [xp.matmul(a, b)]

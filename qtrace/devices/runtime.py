@@ -63,7 +63,7 @@ class Plan:
             if step.kind == "library":
                 n_in = len(step.node.inputs)
                 runner = JitCall(step) if step.node.prim == "call" else library.LibraryStep(
-                    step.node, step.outputs, self.rt.xp)
+                    step.node, step.outputs, self.rt)
                 self.steps.append((None, ("library", n_in, runner), step.slots, step.frees, False))
                 continue
             t = step.task
