@@ -31,6 +31,9 @@ def device(request):
     cases skip, saying which is missing."""
     dev = qt.Device(request.param)
     if dev.kind != "cpu":
+        only = request.node.get_closest_marker("cpu_only")
+        if only is not None:
+            pytest.skip(f"CPU-specific: {only.args[0]}")
         why = graph_evaluate.unavailable(dev)
         if why is not None:
             pytest.skip(f"no {dev}: {why}")

@@ -119,6 +119,8 @@ class Plan:
             bump_many(_ONE_LAUNCH)
             return [bufs[s] for s in outs]
         rt = self.rt
+        if rt.kind != "cpu":  # host data (NumPy arguments, Python scalars) goes to the device
+            leaf_buffers = [rt.from_host(b) if isinstance(b, np.ndarray) else b for b in leaf_buffers]
         bufs = list(leaf_buffers)
         bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
         spare: dict = {}

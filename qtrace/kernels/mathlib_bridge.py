@@ -45,3 +45,11 @@ def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
     if name in IR_FUNCTIONS and not lowering.scalar:
         return _ir_math.emit_math(b, name, args)
     return libm(b, C_NAMES[name], args)
+
+
+def fmod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """C ``fmod`` (exact): LLVM's ``frem`` on the CPU (a libm call), libdevice's on a GPU,
+    where NVPTX expands ``frem`` into an inexact ``x - trunc(x/y)*y``."""
+    if lowering_of(b).math == "libdevice":
+        return libdevice(b, "fmod", [x, y])
+    return b.frem(x, y)

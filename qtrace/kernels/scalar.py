@@ -122,7 +122,7 @@ def _float_divmod(b, x, y):
     """NumPy's ``npy_divmod`` for floats: (floor quotient, remainder with the divisor's sign)."""
     ty = x.type
     zero = ir.Constant(ty, 0.0)
-    m = b.frem(x, y)
+    m = mathlib.fmod(b, x, y)
     div = b.fdiv(b.fsub(x, m), y)
     fix = b.and_(b.fcmp_ordered("!=", m, zero),
                  b.icmp_unsigned("!=", b.fcmp_ordered("<", y, zero), b.fcmp_ordered("<", m, zero)))

@@ -344,7 +344,7 @@ def _element(t: Tensor, node: Node) -> Tensor:
     arr = views.array_of(node)
     if arr is None:
         return wrap(node)
-    return wrap(input_node(np.array(arr), "getitem", device=node.device, owned=True))
+    return wrap(input_node(arr.copy(), "getitem", device=node.device, owned=True))
 
 
 # Selections ``x[mask]`` (a mask over leading axes), remembered so that ``y[mask] = f(x[mask])``

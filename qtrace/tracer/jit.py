@@ -13,7 +13,7 @@ from ..config import config
 from ..graph import buffers
 from ..graph import evaluate as graph_evaluate
 from ..graph import node as graph_node
-from ..graph.device import CPU, Device
+from ..graph.device import Device
 from ..graph.subgraph import Subgraph, cut
 from ..stats import bump
 from . import dtypes, pytree, views
@@ -63,7 +63,8 @@ def _describe(leaf) -> int:
     if isinstance(leaf, (np.ndarray, np.generic)):
         dt = np.dtype(leaf.dtype)
         dtypes.check("qt.jit argument", dt)
-        return _signature_id(("tensor", tuple(leaf.shape), dt, False, CPU))
+        # NumPy data goes where new tensors go (qt.config.device), as with qt.asarray
+        return _signature_id(("tensor", tuple(leaf.shape), dt, False, Device(config.device)))
     raise TypeError(f"qt.jit: unsupported argument type {type(leaf).__name__}; arguments must be "
                     "pytrees of tensors, NumPy arrays and Python scalars (mark other values static)")
 

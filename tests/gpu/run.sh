@@ -6,6 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" QTRACE_TEST_DEVICES=cuda PYTHONUNBUFFERED=1
+export JAX_PLATFORMS=cpu   # references run on the CPU; the GPU is for qtrace
 python3 tests/gpu/smoke.py
 out="${OUT:-/tmp}/gpu-junit.xml"
 python3 -m pytest -q -p no:cacheprovider -k cuda --junitxml="$out" "$@" \
