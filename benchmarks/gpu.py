@@ -1,0 +1,156 @@
+"""GPU rows of B1, B5 and a full reduction, beside CuPy and JAX on the same GPU, in one run.
+
+* copy: a device-to-device copy of N float32 (bytes read + written), the bandwidth ceiling;
+* B1 (``b1_elementwise.chain``), float32, N = 1e8: qtrace eager (one fused kernel),
+  qtrace ``jit``, CuPy (a temporary per operation), CuPy hand-fused (``ElementwiseKernel``),
+  JAX ``jit``; GB/s at the compulsory 12 bytes/element and % of the copy bandwidth;
+* B5 (``b5_eager_loop.body``), float32, N = 1e7, ms per iteration, eager: qtrace (one
+  evaluation per iteration), CuPy, JAX (eager ops);
+* sum: a full ``sum`` of N = 1e8 float32: qtrace, ``cupy.sum``, JAX ``jit(jnp.sum)``.
+
+Every timing is a median over repeats, each synchronised (``qt.sync``,
+``cupy.cuda.Device().synchronize``, ``block_until_ready``) after warm-up; results are
+checked against float64 NumPy. Run: ``python benchmarks/gpu.py [--quick]``; without a GPU it
+says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import numpy as np
+
+try:
+    from . import b1_elementwise, b5_eager_loop
+except ImportError:  # run as a script
+    import b1_elementwise
+    import b5_eager_loop
+
+
+def _median_ms(fn, sync, repeats: int) -> float:
+    fn()
+    sync()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) * 1e3
+
+
+def main(argv: list) -> int:
+    import qtrace as qt
+    gpus = [d for d in qt.devices() if d.kind == "cuda"]
+    if not gpus:
+        print("no CUDA device: nothing to measure")
+        return 0
+    import cupy as cp
+    quick = "--quick" in argv
+    n1, n5, iters = (10**7, 10**6, 20) if quick else (10**8, 10**7, 50)
+    reps = 5 if quick else 10
+    sync = cp.cuda.Device().synchronize
+    rows = []
+    rng = np.random.default_rng(0)
+    x_np = rng.uniform(-1, 1, n1).astype(np.float32)
+    y_np = rng.uniform(-1, 1, n1).astype(np.float32)
+    xc, yc = cp.asarray(x_np), cp.asarray(y_np)
+    out = cp.empty_like(xc)
+    copy_ms = _median_ms(lambda: cp.copyto(out, xc), sync, reps)
+    copy_gbs = 8 * n1 / copy_ms / 1e6
+    rows.append(("copy", "CuPy copyto", copy_ms, f"{copy_gbs:.0f} GB/s", ""))
+    ref = b1_elementwise.chain(np, x_np.astype(np.float64), y_np.astype(np.float64))
+
+    def b1_row(system, fn, result):
+        ms = _median_ms(fn, sync, reps)
+        err = float(np.max(np.abs(result() - ref)))
+        gbs = 12 * n1 / ms / 1e6
+        rows.append(("B1", system, ms, f"{gbs:.0f} GB/s ({gbs / copy_gbs:.0%})",
+                     "PASS" if err <= 1e-6 else f"FAIL {err:.1e}"))
+
+    xq, yq = qt.asarray(xc), qt.asarray(yc)
+    box = {}
+
+    def qt_eager():
+        box["q"] = b1_elementwise.chain(qt, xq, yq)
+        qt.eval(box["q"])
+    b1_row("qtrace eager", qt_eager, lambda: box["q"].numpy())
+    jf = qt.jit(lambda a, b: b1_elementwise.chain(qt, a, b))
+
+    def qt_jit():
+        box["j"] = jf(xq, yq)
+    b1_row("qtrace jit", qt_jit, lambda: box["j"].numpy())
+
+    def cupy_plain():
+        box["c"] = b1_elementwise.chain(cp, xc, yc)
+    b1_row("CuPy", cupy_plain, lambda: cp.asnumpy(box["c"]))
+    fused = cp.ElementwiseKernel(
+        "float32 x, float32 y", "float32 z",
+        "z = sinf(x) * cosf(y) + expf(-x * x) * 0.5f + sqrtf(fabsf(y)) - tanhf(x * y)", "b1")
+
+    def cupy_fused():
+        box["f"] = fused(xc, yc)
+    b1_row("CuPy hand-fused", cupy_fused, lambda: cp.asnumpy(box["f"]))
+    try:
+        import jax
+        import jax.numpy as jnp
+        xj, yj = jax.device_put(x_np), jax.device_put(y_np)
+        jj = jax.jit(lambda a, b: b1_elementwise.chain(jnp, a, b))
+
+        def jax_b1():
+            box["x"] = jj(xj, yj).block_until_ready()
+        b1_row("JAX jit", jax_b1, lambda: np.asarray(box["x"]))
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a row saying why
+        rows.append(("B1", "JAX jit", None, f"not run: {str(exc)[:60]}", ""))
+
+    # B5: eager iterations
+    x5 = rng.uniform(-1, 1, n5).astype(np.float32)
+    y5 = rng.uniform(-1, 1, n5).astype(np.float32)
+    want = b5_eager_loop.reference(x5, y5, iters)
+
+    def b5_row(system, run):
+        t0 = time.perf_counter()
+        got = run()
+        ms = (time.perf_counter() - t0) * 1e3 / iters
+        err = max(np.linalg.norm(g - w) / np.linalg.norm(w) for g, w in zip(got, want))
+        rows.append(("B5", system, ms, "per iteration", "PASS" if err <= 4 * iters * 1.2e-7 else
+                     f"FAIL {err:.1e}"))
+
+    def qt_b5():
+        a, b = qt.asarray(x5, device="cuda"), qt.asarray(y5, device="cuda")
+        for _ in range(iters):
+            a, b = b5_eager_loop.body(qt, a, b)
+            qt.eval(a, b)
+        qt.sync()
+        return a.numpy(), b.numpy()
+
+    def cp_b5():
+        a, b = cp.asarray(x5), cp.asarray(y5)
+        for _ in range(iters):
+            a, b = b5_eager_loop.body(cp, a, b)
+        sync()
+        return cp.asnumpy(a), cp.asnumpy(b)
+    qt_b5()  # warm: compile
+    b5_row("qtrace eager", qt_b5)
+    b5_row("CuPy", cp_b5)
+
+    # a full sum
+    s_np = x_np.astype(np.float64).sum()
+    for system, fn in (("qtrace", lambda: qt.sum(xq).numpy()), ("CuPy", lambda: cp.sum(xc).get())):
+        ms = _median_ms(fn, sync, reps)
+        val = float(fn())
+        rows.append(("sum", system, ms, f"{4 * n1 / ms / 1e6:.0f} GB/s",
+                     "PASS" if abs(val - s_np) <= 1e-4 * max(1.0, abs(s_np)) * 10 else f"FAIL {val}"))
+    name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"GPU: {name}; N(B1, sum) = {n1:.0e}, N(B5) = {n5:.0e} x {iters} iterations")
+    print(f"{'bench':6} {'system':18} {'ms':>9}  {'rate':24} check")
+    for bench, system, ms, rate, check in rows:
+        ms_s = f"{ms:9.3f}" if ms is not None else f"{'-':>9}"
+        print(f"{bench:6} {system:18} {ms_s}  {rate:24} {check}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
