@@ -28,6 +28,12 @@ C_NAMES = {
 }
 
 
+# functions whose libdevice version misses NumPy's values: qtrace's IR version (branch-free
+# arithmetic, valid on every target) is used on the GPU too.
+# hypot: libdevice's __nv_hypot(1, DBL_MAX) overflows to inf (NumPy: DBL_MAX).
+NOT_FROM_LIBDEVICE = frozenset({"hypot"})
+
+
 def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
     """``name(*args)``: IR where code may vectorize, libm inside scalar code (loop bodies).
 
@@ -36,6 +42,8 @@ def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
     """
     lowering = lowering_of(b)
     if lowering.math == "libdevice":
+        if name in NOT_FROM_LIBDEVICE:
+            return _ir_math.emit_math(b, name, args)
         return libdevice(b, C_NAMES[name], args)
     flags = b.emission.trig_flags if isinstance(b, KernelBuilder) else None
     if flags is not None and name in ("sin", "cos") and isinstance(args[0].type, ir.FloatType):

@@ -88,7 +88,8 @@ def _gpu_input(x, op: str, dtype, copy: bool, device) -> Node:
         arr = arr.astype(dtype)
     elif copy:
         arr = arr.copy()
-    arr = cupy.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy()   # (ascontiguousarray would make a 0-d array 1-d)
     return make_input(arr.shape, arr.dtype, dev, buffer=arr)
 
 
