@@ -1,0 +1,151 @@
+"""The CUDA device: lowering (runs anywhere LLVM has its NVPTX back end), devices and
+errors without a GPU, and on a GPU: zero-copy interop with CuPy and JAX, moves between
+devices, index errors, target-keyed kernels and cache entries.
+
+The op table, fusion, AD and loop suites run on the GPU through the ``device`` fixture
+(``tests/gpu/run.sh``); this file holds what is specific to the device itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+from qtrace.graph import evaluate as graph_evaluate
+from qtrace.graph.plan import build_plan
+from qtrace.kernels import codegen, llvm_nvptx, lowering
+from qtrace.kernels.target import target_for
+
+CUDA = qt.Device("cuda")
+WHY = graph_evaluate.unavailable(CUDA)
+gpu = pytest.mark.skipif(WHY is not None, reason=f"no CUDA GPU: {WHY}")
+
+
+def _ptx(out: qt.Tensor) -> str:
+    spec = build_plan((out._node,), True)
+    module = llvm_nvptx.new_module("t", "sm_80")
+    symbols = []
+    for task in spec.tasks:
+        body = codegen.lower_task(task, module, task.symbol + "_body", True, lowering.NVPTX)
+        llvm_nvptx.grid_entry(module, body, task.symbol, len(task.args))
+        symbols.append(task.symbol)
+    return llvm_nvptx.compile_module(module, symbols, "sm_80").decode()
+
+
+def test_nvptx_lowering_is_one_grid_strided_entry_per_task(rng):
+    """A 2-D elementwise task lowers (no GPU needed) to one PTX entry whose loop strides by
+    the grid and which reads its buffers as parameters (no argument block in memory)."""
+    a = qt.asarray(rng.random((5, 7)))
+    ptx = _ptx(a * 2.0 + 1.5)
+    assert ptx.count(".entry") == 1
+    assert "%nctaid.x" in ptx and "%ntid.x" in ptx      # the grid stride
+    assert "ld.global" in ptx and "st.global" in ptx    # parameters are global pointers
+    assert "qt_abort" not in ptx                        # no host abort flag on the GPU
+
+
+def test_cpu_and_cuda_kernels_never_share_a_symbol(rng):
+    """The target key is part of every kernel symbol (and of disk cache entries)."""
+    task = build_plan(((qt.asarray(rng.random(8)) + 1.0)._node,), True).tasks[0]
+    cpu = target_for(qt.Device("cpu"))
+    assert cpu.symbol(task).startswith(task.symbol) and cpu.kind in cpu.symbol(task)
+    if WHY is None:
+        cuda = target_for(CUDA)
+        assert cuda.symbol(task) != cpu.symbol(task) and cuda.key != cpu.key
+        assert cuda.info()["device"] == "cuda" and cpu.info()["device"] == "cpu"
+
+
+def test_without_a_gpu_cuda_is_refused_naming_what_is_missing():
+    if WHY is None:
+        pytest.skip("a GPU is present")
+    assert all(d.kind == "cpu" for d in qt.devices())
+    with pytest.raises(RuntimeError, match="cuda:0 is not available"):
+        qt.zeros(3, device="cuda")
+    with pytest.raises(ValueError, match="not available"):
+        qt.ones(3).to("cuda")
+
+
+@gpu
+def test_devices_and_moves(rng):
+    assert CUDA in qt.devices()
+    x = rng.random(100)
+    t = qt.asarray(x, device="cuda")
+    assert t.device == CUDA and str(t.device) == "cuda:0"
+    back = (t * 2.0).to("cpu")
+    assert back.device == qt.Device("cpu")
+    np.testing.assert_array_equal(back.numpy(), x * 2.0)
+    there = qt.asarray(x).to("cuda")
+    np.testing.assert_array_equal(np.asarray(there), x)   # np.asarray copies to the host
+    assert there.__dlpack_device__() == (2, 0)
+
+
+@gpu
+def test_mixing_devices_names_both(rng):
+    with pytest.raises(ValueError, match="cpu and cuda:0|cuda:0 and cpu"):
+        qt.ones(3) + qt.ones(3, device="cuda")
+
+
+@gpu
+def test_cupy_to_qtrace_to_cupy_is_zero_copy(rng):
+    import cupy as cp
+    c = cp.asarray(rng.random(1000))
+    t = qt.asarray(c)
+    assert t.device == CUDA
+    assert t.__cuda_array_interface__["data"][0] == c.data.ptr
+    back = cp.asarray(t)
+    assert back.data.ptr == c.data.ptr
+    via_dlpack = cp.from_dlpack(t)
+    assert via_dlpack.data.ptr == c.data.ptr
+    y = qt.sin(t) + 1.0
+    np.testing.assert_allclose(cp.asnumpy(cp.asarray(y)), np.sin(c.get()) + 1.0, rtol=1e-15)
+
+
+@gpu
+def test_jax_to_qtrace_to_jax_by_dlpack_is_zero_copy(rng):
+    jax = pytest.importorskip("jax")
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        pytest.skip("JAX has no GPU backend here")
+    j = jax.device_put(rng.random(256), gpus[0])
+    t = qt.from_dlpack(j)
+    assert t.device == CUDA
+    assert t.__cuda_array_interface__["data"][0] == j.unsafe_buffer_pointer()
+    y = qt.exp(t)
+    back = jax.dlpack.from_dlpack(y)
+    assert back.unsafe_buffer_pointer() == y.__cuda_array_interface__["data"][0]
+    np.testing.assert_allclose(np.asarray(back), np.exp(np.asarray(j)), rtol=1e-15)
+
+
+@gpu
+def test_out_of_bounds_gather_is_an_index_error_on_the_gpu(rng):
+    x = qt.asarray(rng.random(10), device="cuda")
+    idx = qt.asarray(np.array([1, 2, 10]), device="cuda")
+    with pytest.raises(IndexError, match="index 10 is out of bounds"):
+        x[idx].numpy()
+
+
+@gpu
+def test_while_loop_gradient_on_the_gpu_matches_finite_differences(rng):
+    """Data-dependent trip counts, reverse mode through the adstack on the GPU."""
+    x0 = rng.uniform(0.5, 1.5, 300)
+    lim = rng.uniform(2.0, 30.0, 300)
+
+    def f(x, xp_lim):
+        def cond(s):
+            return s[0] < xp_lim
+
+        def body(s):
+            return (s[0] * 1.3 + 0.1, s[1] + qt.sin(s[0]))
+        v, acc = qt.while_loop(cond, body, (x, qt.zeros_like(x)))
+        return qt.sum(acc * v)
+    tl = qt.asarray(lim, device="cuda")
+    g = qt.grad(f)(qt.asarray(x0, device="cuda"), tl).numpy()
+    cpu = qt.grad(f)(qt.asarray(x0), qt.asarray(lim)).numpy()
+    np.testing.assert_allclose(g, cpu, rtol=1e-12)
+    h = 1e-6
+    i = int(rng.integers(0, 300))
+    e = np.zeros(300)
+    e[i] = h
+    tlim = qt.asarray(lim)
+    fd = (f(qt.asarray(x0 + e), tlim).item() - f(qt.asarray(x0 - e), tlim).item()) / (2 * h)
+    assert abs(g[i] - fd) <= 1e-5 * max(1.0, abs(fd))
