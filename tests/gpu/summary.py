@@ -1,4 +1,4 @@
-"""One table from a pytest JUnit XML file: passed / failed / skipped per test file, and the
+"""One table from pytest JUnit XML files: passed / failed / skipped per test file, and the
 most common failure messages (what tests/gpu/run.sh prints last)."""
 
 import collections
@@ -6,10 +6,11 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def main(path: str) -> None:
+def main(paths: list) -> None:
     per_file = collections.defaultdict(collections.Counter)
     reasons = collections.Counter()
-    for case in ET.parse(path).iter("testcase"):
+    cases = [case for path in paths for case in ET.parse(path).iter("testcase")]
+    for case in cases:
         name = case.get("classname", "").rsplit(".", 1)[0] if "." in case.get("classname", "") else "?"
         verdict = "passed"
         for child in case:
@@ -32,4 +33,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])
