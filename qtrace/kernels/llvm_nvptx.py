@@ -57,7 +57,9 @@ def machine(arch: str):
 
 
 def libdevice_path() -> str:
-    """The libdevice bitcode of the CUDA toolkit CuPy uses (``nvvm/libdevice``)."""
+    """The libdevice bitcode (``nvvm/libdevice/libdevice*.bc``): under the CUDA toolkit CuPy
+    uses, ``CUDA_PATH``/``CUDA_HOME``, ``/usr/local/cuda``, or the ``nvidia-cuda-nvcc`` pip
+    package."""
     roots = []
     try:
         import cupy
@@ -65,6 +67,11 @@ def libdevice_path() -> str:
     except Exception:  # noqa: BLE001 - CuPy absent or without a toolkit: try the environment
         pass
     roots += [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    try:  # the pip package of the CUDA compiler (the `cuda` extra): nvidia/cuda_nvcc
+        import nvidia.cuda_nvcc
+        roots += list(nvidia.cuda_nvcc.__path__)
+    except ImportError:
+        pass
     for root in roots:
         if root:
             found = sorted(glob.glob(os.path.join(root, "nvvm", "libdevice", "libdevice*.bc")))
