@@ -152,7 +152,8 @@ def cache(args) -> int:
             if c["corrupt"]:
                 print(f"corrupt    {c['corrupt']} unreadable entry(ies) (recompiled when met, "
                       "removed by `cache clear`)")
-            print(f"size       {_bytes(c['bytes'])} ({c['bytes']} bytes)")
+            print(f"size       {_bytes(c['bytes'])} ({c['bytes']} bytes) of {_bytes(c['cap_bytes'])} "
+                  "(QTRACE_CACHE_MAX_MB; least recently used entries are trimmed)")
             if c["temporary_files"]:
                 print(f"temporary  {c['temporary_files']} unfinished write(s) (removed by `cache clear`)")
             return 0

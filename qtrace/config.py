@@ -16,6 +16,8 @@ variable                    attribute                    meaning
 ``QTRACE_CACHE_DIR``        ``cache_dir``                disk cache location (default:
                                                          :func:`default_cache_dir`)
 ``QTRACE_OFFLINE_CACHE``    ``offline_cache``            ``0``: no disk cache
+``QTRACE_CACHE_MAX_MB``     ``cache_max_bytes``          disk cache size cap (1024 MB;
+                                                         least recently used trimmed)
 (no variable)               ``check_bounds``             gather/scatter index checks
 (no variable)               ``max_pending_nodes``        graph size that forces evaluation
 (no variable)               ``adstack_max_depth``        debug cap on loop stacks (provokes
@@ -82,6 +84,7 @@ class Config:
         self.log_recompiles: bool = _flag("QTRACE_LOG_RECOMPILES", False)
         self.cache_dir: str = os.environ.get("QTRACE_CACHE_DIR") or default_cache_dir()
         self.offline_cache: bool = _flag("QTRACE_OFFLINE_CACHE", True)
+        self.cache_max_bytes: int = int(float(os.environ.get("QTRACE_CACHE_MAX_MB") or 1024) * 2**20)
         self.check_bounds: bool = True
         self.max_pending_nodes: int = 1000
         self.adstack_max_depth: int | None = None

@@ -49,6 +49,11 @@ Diagnostics. With ``QTRACE_LOG_RECOMPILES=1`` a miss logs (logger ``"qtrace"``) 
 key component differs from the closest entry for the same kernels, e.g.
 ``options differ: check_bounds True -> False`` or ``llvm version differs: 15.0.7 -> 20.1.0``.
 
+Size. Entries are kept per target (a CPU, each GPU architecture), so the cache is capped at
+``qt.config.cache_max_bytes`` (``QTRACE_CACHE_MAX_MB``, default 1024 MB): after a write
+that takes it over the cap, the least recently used entries (by modification time, which
+a load refreshes) are removed until it fits.
+
 ``python -m qtrace cache info|clear`` reports and empties the cache (see :func:`info`,
 :func:`clear`).
 """
@@ -301,6 +306,10 @@ class Entry:
         except Exception as exc:  # a valid checksum over bad code: still never a crash
             return self._bad(f"object code failed to load ({exc})")
         bump("cache_hits_disk", len(self.symbols))
+        try:
+            os.utime(self.path)   # recently used: the last to be trimmed
+        except OSError:
+            pass
         return kernels
 
     def _bad(self, why: str) -> None:
@@ -324,6 +333,7 @@ class Entry:
                 f.write(obj)
             os.replace(tmp, self.path)
             tmp = None
+            trim(self.dir, config.cache_max_bytes)
         except OSError as exc:
             _warn_once(("write", self.dir, type(exc).__name__),
                        f"qtrace disk cache: cannot write to {self.dir} ({exc}); kernels stay in "
@@ -485,7 +495,7 @@ def info() -> dict:
     Example:
         >>> from qtrace.kernels import disk_cache
         >>> sorted(disk_cache.info())
-        ['bytes', 'corrupt', 'entries', 'location', 'state', 'temporary_files']
+        ['bytes', 'cap_bytes', 'corrupt', 'entries', 'location', 'state', 'temporary_files']
     """
     path = kernel_dir()
     entries, temps = _entries(path)
@@ -501,7 +511,34 @@ def info() -> dict:
             raise _directory_error(path, exc, "reading") from None
         state = f"REFUSED: {why}" if why else "enabled"
     return {"location": path, "state": state, "entries": len(entries) - corrupt, "corrupt": corrupt,
-            "bytes": _size(entries) + _size(temps), "temporary_files": len(temps)}
+            "bytes": _size(entries) + _size(temps), "cap_bytes": config.cache_max_bytes,
+            "temporary_files": len(temps)}
+
+
+def trim(directory: str, cap: int) -> int:
+    """Remove the least recently used entries of ``directory`` until their total size is at
+    most ``cap`` bytes; returns how many were removed."""
+    paths, _ = _entries(directory)
+    found = []
+    for p in paths:
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found.append((st.st_mtime_ns, st.st_size, p))
+    total = sum(size for _, size, _ in found)
+    removed = 0
+    for _, size, p in sorted(found):
+        if total <= cap:
+            break
+        try:
+            os.unlink(p)
+        except OSError:
+            continue
+        total -= size
+        removed += 1
+    return removed
 
 
 def clear() -> tuple[int, int, int]:
@@ -531,4 +568,4 @@ def clear() -> tuple[int, int, int]:
 
 
 __all__ = ["QtraceCacheWarning", "CacheDirectoryError", "Entry", "lookup", "components", "entry_key",
-           "describe_differences", "usable_dir", "info", "clear"]
+           "describe_differences", "usable_dir", "info", "clear", "trim"]

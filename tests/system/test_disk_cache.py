@@ -526,3 +526,19 @@ def test_info_command_reports_a_broken_cache_in_its_cache_line(tmp_path, monkeyp
     assert main(["info"]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("cache  ")]
     assert "is a file, not a directory" in line
+
+
+def test_cache_is_trimmed_to_its_cap_least_recently_used_first(tmp_path):
+    """Entries per target make the cache grow: past the cap, the least recently used go."""
+    now = time.time()
+    for i, age in enumerate((300, 100, 200, 10)):
+        p = tmp_path / f"k{i}-key{i}{disk_cache.SUFFIX}"
+        p.write_bytes(b"x" * 1000)
+        os.utime(p, (now - age, now - age))
+    assert disk_cache.trim(str(tmp_path), 2500) == 2
+    assert sorted(p.name[:2] for p in tmp_path.iterdir()) == ["k1", "k3"]  # the two newest
+    assert disk_cache.trim(str(tmp_path), 2500) == 0
+
+
+def test_cache_info_reports_the_cap():
+    assert disk_cache.info()["cap_bytes"] == qt.config.cache_max_bytes > 0
