@@ -38,13 +38,16 @@ class CpuRuntime(DeviceRuntime):
     def from_host(self, array):
         return array
 
-    def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool) -> None:
+    def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool,
+               scratch: int = 0) -> None:
         args = cpu.packer(len(pointers))(*pointers)
         st = status or None
         threads = config.num_threads
         workers = min(threads, extent) if parallel and threads > 1 else 1
         block, stride = None, 0
-        if levels is not None:
+        if scratch:   # shared by all workers (a split reduction's counters and partials)
+            block = np.zeros(scratch, np.uint8)
+        elif levels is not None:
             block, stride = adstack.scratch(workers, levels)
         base = cpu.pointer(block) if block is not None else None
         if workers > 1:

@@ -104,9 +104,14 @@ class CudaRuntime(DeviceRuntime):
         with self.device:
             return self.cp.asarray(array)
 
-    def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool) -> None:
-        scratch, stride, threads, block = 0, 0, None, None
-        if levels is not None:
+    def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool,
+               scratch: int = 0) -> None:
+        stride, threads, block = 0, None, None
+        if scratch:   # zeroed, freed in stream order after the launch
+            with self.device:
+                block = self.cp.zeros(scratch, np.uint8)
+            scratch = block.data.ptr
+        elif levels is not None:
             threads = min(-(-extent // kernel.BLOCK) * kernel.BLOCK, THREAD_CAP)
             host, stride = adstack.scratch(threads, levels)
             block = self.from_host(host)   # freed in stream order after the launch

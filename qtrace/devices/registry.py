@@ -45,10 +45,12 @@ class DeviceRuntime:
         """A buffer of this device holding ``array``'s values."""
         raise NotImplementedError
 
-    def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool) -> None:
+    def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool,
+               scratch: int = 0) -> None:
         """Run ``kernel`` over ``[0, extent)`` with the buffers at ``pointers``; ``status``
         is the address of its two-word report row (0: none); ``levels`` the adstack
-        levels ``[(depth, float row bytes, int row bytes), ...]`` or None."""
+        levels ``[(depth, float row bytes, int row bytes), ...]`` or None; ``scratch``
+        the bytes of zeroed scratch it needs (a split reduction's partials)."""
         raise NotImplementedError
 
     def sync(self) -> None:

@@ -23,6 +23,7 @@ from ..errors import AdstackOverflowError
 from ..graph import origins
 from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
+from ..kernels.lowering import reduce_segments, split_scratch_bytes
 from ..kernels.target import target_for
 from ..stats import bump, bump_many
 from . import adstack, cpu, library
@@ -50,7 +51,7 @@ class Plan:
         self.key = spec.key
         self.device = device
         self.rt = runtime_for(device)
-        flat = target_for(device).lowering.flat
+        lowering = target_for(device).lowering
         self.n_leaves = len(spec.leaves)
         self.slot_meta = [(n.shape, n.dtype) for n in spec.slot_nodes]
         self.outputs = spec.outputs
@@ -70,7 +71,8 @@ class Plan:
             size = math.prod(t.domain + t.inner)
             if math.prod(t.domain) == 0:  # nothing to compute (an empty reduction still stores)
                 continue
-            parallel = size >= cpu.PARALLEL_MIN_WORK and t.domain[0] > 1
+            segments = reduce_segments(t, lowering)   # a reduction split over GPU threads
+            parallel = size >= cpu.PARALLEL_MIN_WORK and (t.domain[0] > 1 or segments > 1)
             row = -1
             if t.checks and (check_bounds or t.stack is not None):
                 row = len(self.checks)
@@ -79,8 +81,10 @@ class Plan:
             if t.stack is not None:
                 stack = [(adstack.DepthSource(depth, slot_of, leaf_slots), fb, ib)
                          for depth, fb, ib in t.stack]
-            extent = math.prod(t.domain) if flat else t.domain[0]
-            self.steps.append((kernels[t.symbol], (extent, row, stack), step.slots, step.frees, parallel))
+            extent = math.prod(t.domain) if lowering.flat or segments > 1 else t.domain[0]
+            scratch = split_scratch_bytes(t, segments)
+            self.steps.append((kernels[t.symbol], (extent * segments, row, stack, scratch), step.slots,
+                               step.frees, parallel))
         self.n_tasks = sum(1 for s in self.steps if s[0] is not None)
         if self.rt.sequences:
             self.steps = _sequences(self.steps, len(self.slot_meta))
@@ -92,7 +96,7 @@ class Plan:
         if len(self.steps) != 1 or self.checks or any(k != "slot" for k, _ in self.outputs):
             return None
         fn, info, slots, frees, parallel = self.steps[0]
-        if fn is None or parallel or info[2] is not None:
+        if fn is None or parallel or info[2] is not None or info[3]:
             return None
         if any(v not in slots for _, v in self.outputs):  # an output no kernel writes (empty)
             return None
@@ -149,11 +153,11 @@ class Plan:
                     info[1]([pointer(b) if b is not None else 0 for b in bufs], status_ptr)
                 else:
                     ptrs = [pointer(bufs[s]) for s in slots]
-                    extent, row, stack = info
+                    extent, row, stack, scratch = info
                     levels = None if stack is None else [(s.depth(bufs), fb, ib)
                                                          for s, fb, ib in stack]
                     rt.launch(fn, extent, ptrs, status_ptr + 16 * row if row >= 0 else 0, levels,
-                              parallel)
+                              parallel, scratch)
             for s in frees:
                 buf = bufs[s]
                 bufs[s] = None
@@ -199,7 +203,7 @@ class _Sequence:
     def __init__(self, run: list, n_slots: int):
         from ..kernels import sequence
         table = []
-        for fn, (extent, row, _), s, _, _ in run:
+        for fn, (extent, row, _, _), s, _, _ in run:
             table += [sequence.address(fn), extent, len(s), row, *s]
         self.table = np.array(table, np.int64)
         self.n_tasks = len(run)
@@ -227,7 +231,7 @@ def _sequences(steps: list, n_slots: int) -> list:
 
     for step in steps:
         fn, info, slots, _, parallel = step
-        if fn is not None and not parallel and info[2] is None and len(slots) <= MAX_ARGS:
+        if fn is not None and not parallel and info[2] is None and not info[3] and len(slots) <= MAX_ARGS:
             run.append(step)
         else:
             close()

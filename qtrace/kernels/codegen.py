@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from . import complexmath, interrupt, lanes, scalar
+from . import complexmath, interrupt, lanes, scalar, split_reduce
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
-from .lowering import CPU, Lowering
+from .lowering import CPU, Lowering, reduce_segments
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 PTR = ir.PointerType()
@@ -604,6 +604,12 @@ class KernelEmitter:
         prim, ssa, acc_str = t.reduce
         acc_dt = np.dtype(acc_str)
         b = self.b
+        segments = reduce_segments(t, self.lowering)
+        if segments > 1:
+            split_reduce.emit(self, segments, _identity(prim, acc_dt),
+                              lambda b, cur, v: _combine(b, prim, cur, v, acc_dt),
+                              lambda b, v, cur: _arg_better(b, prim == "argmax", v, cur, acc_dt))
+            return
         acc = _Cell(b, acc_dt)
         with b.goto_entry_block():
             best_i = b.alloca(I64)

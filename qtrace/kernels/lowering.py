@@ -14,7 +14,10 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,8 @@ class Lowering:
     host-memory flag: CPU only). ``flat``: a task's domain is walked as one flat range
     (a GPU launches one thread per element; the CPU splits the outer axis). ``scalar``:
     the code being emitted runs one element at a time (a loop body that is not blocked),
-    where C library calls beat branch-free vector code.
+    where C library calls beat branch-free vector code. ``split_reductions``: reductions
+    with few outputs are split over threads (:mod:`qtrace.kernels.split_reduce`).
     """
 
     math: str = "ir"
@@ -39,6 +43,7 @@ class Lowering:
     interrupt: bool = True
     flat: bool = False
     scalar: bool = False
+    split_reductions: bool = False
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""
@@ -46,4 +51,35 @@ class Lowering:
 
 
 CPU = Lowering()
-NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True)
+NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
+                 split_reductions=True)
+
+THREADS = 1 << 16          # a split reduction aims at outputs x segments threads in flight
+MIN_SEGMENT = 32           # elements per segment at least
+
+
+def reduce_segments(task, lowering: Lowering) -> int:
+    """Segments per output for ``task`` under ``lowering`` (1: not split)."""
+    if not lowering.split_reductions or task.kind != "reduce" or task.stack is not None:
+        return 1
+    if np.dtype(task.reduce[2]).kind == "c":
+        return 1
+    outputs, length = math.prod(task.domain), math.prod(task.inner)
+    s = 1
+    while outputs * s * 2 <= THREADS and length // (s * 2) >= MIN_SEGMENT:
+        s *= 2
+    return s
+
+
+def split_scratch_bytes(task, s: int) -> int:
+    """Zeroed scratch a split reduction needs (0 when not split)."""
+    if s <= 1:
+        return 0
+    outputs = math.prod(task.domain)
+    is_arg = task.reduce[0] in ("argmax", "argmin")
+    return values_offset(outputs) + outputs * s * 8 * (2 if is_arg else 1)
+
+
+def values_offset(outputs: int) -> int:
+    """Where a split reduction's partial values start in its scratch (after the counters)."""
+    return (4 * outputs + 7) // 8 * 8

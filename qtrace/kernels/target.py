@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -36,7 +37,12 @@ class Target:
     lowering = _lowering.CPU
 
     def info(self) -> dict:
-        """The target's identity as named parts (compared by the disk cache to explain a miss)."""
+        """The target's identity as named parts (compared by the disk cache to explain a
+        miss): its machine (:meth:`machine`) and its lowering options."""
+        return {**self.machine(), "lowering": dataclasses.asdict(self.lowering)}
+
+    def machine(self) -> dict:
+        """Device kind, architecture and compiler versions."""
         raise NotImplementedError
 
     @property
@@ -74,7 +80,7 @@ class CpuTarget(Target):
     kind = "cpu"
     lowering = _lowering.CPU
 
-    def info(self) -> dict:
+    def machine(self) -> dict:
         from . import llvm_cpu
         return {"device": "cpu", **llvm_cpu.target_info()}
 
@@ -108,7 +114,7 @@ class CudaTarget(Target):
         self.arch = "sm_" + cupy.cuda.Device(index).compute_capability
         self.driver = cupy.cuda.runtime.driverGetVersion()
 
-    def info(self) -> dict:
+    def machine(self) -> dict:
         from . import llvm_nvptx
         return {"device": "cuda", "arch": self.arch, "driver": self.driver,
                 **llvm_nvptx.versions(), **llvm_nvptx.libdevice_info()}

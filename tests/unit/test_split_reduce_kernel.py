@@ -1,0 +1,101 @@
+"""Reductions split over threads with a last-arriver combine (``qtrace.kernels.split_reduce``).
+
+The GPU lowering splits reductions with few outputs; the mechanism is target-neutral, so
+here it runs on the CPU under the same lowering switch (``split_reductions``, flat
+domains), with workers racing on the counters, and is compared with NumPy in float64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+from qtrace.devices import runtime
+from qtrace.kernels import lowering
+from qtrace.kernels.target import target_for
+
+
+@pytest.fixture
+def split_cpu():
+    """The CPU target lowering reductions as the GPU does (its key changes with it)."""
+    target = target_for(qt.Device("cpu"))
+    old = target.lowering
+    target.lowering = dataclasses.replace(old, split_reductions=True, flat=True)
+    target.__dict__.pop("_key", None)
+    runtime.clear_plan_cache()
+    yield target
+    target.lowering = old
+    target.__dict__.pop("_key", None)
+    runtime.clear_plan_cache()
+
+
+def _segments(x: qt.Tensor, fn) -> int:
+    from qtrace.graph.plan import build_plan
+    spec = build_plan((fn(x)._node,), True)
+    return max(lowering.reduce_segments(t, target_for(qt.Device("cpu")).lowering) for t in spec.tasks)
+
+
+REDUCTIONS = {
+    "sum": (lambda m, x, a: m.sum(x, axis=a), 1e-12),
+    "sum_of_squares": (lambda m, x, a: m.sum(x * x, axis=a), 1e-12),
+    "prod": (lambda m, x, a: m.prod(1.0 + x * 1e-5, axis=a), 1e-12),
+    "max": (lambda m, x, a: m.max(x, axis=a), 0),
+    "min": (lambda m, x, a: m.min(x, axis=a), 0),
+    "mean": (lambda m, x, a: m.mean(x, axis=a), 1e-12),
+    "argmax": (lambda m, x, a: m.argmax(x, axis=a), 0),
+    "argmin": (lambda m, x, a: m.argmin(x, axis=a), 0),
+    "any": (lambda m, x, a: m.any(x > 0.9999, axis=a), 0),
+    "all": (lambda m, x, a: m.all(x > 1e-6, axis=a), 0),
+}
+
+
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+@pytest.mark.parametrize("shape, axis", [((100_003,), None), ((3, 40_001), -1), ((2, 3, 20_000), None)])
+def test_split_reductions_match_numpy(split_cpu, name, shape, axis, fusion, rng):
+    fn, tol = REDUCTIONS[name]
+    x = rng.random(shape)
+    t = qt.asarray(x)
+    assert _segments(t, lambda v: fn(qt, v, axis)) > 1
+    got = fn(qt, t, axis).numpy()
+    want = fn(np, x, axis)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=0)
+
+
+@pytest.mark.parametrize("where", [0, 1, 777, 99_999, -1])
+def test_split_argmax_first_nan_and_first_tie(split_cpu, where, rng):
+    """Ties across segments keep the smallest index; the first NaN wins (NumPy)."""
+    x = rng.random(100_000)
+    x[[13, 5000, 70_000]] = 2.0                      # a tie in three segments
+    np.testing.assert_array_equal(qt.argmax(qt.asarray(x)).numpy(), np.argmax(x))
+    x[where] = np.nan
+    x[-2] = np.nan
+    t = qt.asarray(x)
+    np.testing.assert_array_equal(qt.argmax(t).numpy(), np.argmax(x))
+    np.testing.assert_array_equal(qt.argmin(t).numpy(), np.argmin(x))
+    assert np.isnan(qt.max(t).numpy()) and np.isnan(qt.min(t).numpy())
+
+
+def test_split_sum_is_deterministic_across_runs_and_threads(split_cpu, rng):
+    """Partials are combined in segment order by whichever thread arrives last."""
+    x = qt.asarray(rng.standard_normal(300_001).astype(np.float32))
+    results = set()
+    for threads in (1, 2, 1, 2):
+        qt.config.num_threads = threads
+        results.add(qt.sum(x).numpy().tobytes())
+    assert len(results) == 1
+
+
+def test_short_rows_and_many_outputs_are_not_split(split_cpu, rng):
+    assert _segments(qt.asarray(rng.random((100_000, 8))), lambda v: qt.sum(v, axis=1)) == 1
+    assert _segments(qt.asarray(rng.random(40)), qt.sum) == 1
+
+
+def test_split_reduction_gradient(split_cpu, rng):
+    x = rng.random(50_000)
+    g = qt.grad(lambda v: qt.sum(qt.sin(v)) + qt.max(v))(qt.asarray(x)).numpy()
+    want = np.cos(x)
+    want[np.argmax(x)] += 1.0
+    np.testing.assert_allclose(g, want, rtol=1e-14)
