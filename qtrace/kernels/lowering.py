@@ -71,15 +71,46 @@ def reduce_segments(task, lowering: Lowering) -> int:
     return s
 
 
+GROUP = 32                 # partials combined by one thread at each level of a split
+
+
+@dataclass(frozen=True)
+class SplitLevel:
+    """One level of a split reduction's combine tree: ``count`` partials per output, in
+    groups of ``group``; byte offsets of its counters, values and indices in scratch."""
+
+    count: int
+    group: int
+    counters: int
+    values: int
+    indices: int
+
+
+@dataclass(frozen=True)
+class SplitLayout:
+    levels: tuple
+    nbytes: int
+
+
+def split_layout(outputs: int, s: int, is_arg: bool) -> SplitLayout:
+    """The scratch layout of a reduction of ``outputs`` rows split in ``s`` segments."""
+    levels, offset, count = [], 0, s
+    while True:
+        group = min(GROUP, count)
+        counters = offset
+        offset += (4 * outputs * (count // group) + 7) // 8 * 8
+        values = offset
+        offset += 8 * outputs * count
+        indices = offset
+        offset += 8 * outputs * count if is_arg else 0
+        levels.append(SplitLevel(count, group, counters, values, indices))
+        if count == group:
+            return SplitLayout(tuple(levels), offset)
+        count //= group
+
+
 def split_scratch_bytes(task, s: int) -> int:
     """Zeroed scratch a split reduction needs (0 when not split)."""
     if s <= 1:
         return 0
-    outputs = math.prod(task.domain)
-    is_arg = task.reduce[0] in ("argmax", "argmin")
-    return values_offset(outputs) + outputs * s * 8 * (2 if is_arg else 1)
-
-
-def values_offset(outputs: int) -> int:
-    """Where a split reduction's partial values start in its scratch (after the counters)."""
-    return (4 * outputs + 7) // 8 * 8
+    return split_layout(math.prod(task.domain), s, task.reduce[0] in ("argmax", "argmin")).nbytes

@@ -5,16 +5,17 @@ gets one thread. Under a lowering with ``split_reductions``, an output's row of 
 inner elements is cut into ``S`` interleaved segments
 (:func:`qtrace.kernels.lowering.reduce_segments`): thread ``(o, s)`` folds elements
 ``s, s + S, s + 2S, ...`` (neighbouring threads read neighbouring elements: coalesced),
-writes its partial to scratch, and bumps output ``o``'s arrival counter (release/acquire
-fences around an atomic add). The thread that arrives last combines the ``S`` partials
-*in segment order* and stores the result, so the value does not depend on timing: a
+writes its partial to scratch, and arrives at its group's counter (release/acquire fences
+around an atomic add). Groups are ``GROUP`` partials: the thread that arrives last in a
+group combines the group's partials *in order* into a partial of the next level and
+arrives there, up to the level of one group per output, whose last arriver stores the
+result. No combine is longer than a group, and the value does not depend on timing: a
 reduction is deterministic, run after run. ``argmax``/``argmin`` partials carry their
 index; ties keep the smallest index, NaN wins as in NumPy.
 
-Scratch (zeroed by the runtime before the launch,
-:func:`qtrace.kernels.lowering.split_scratch_bytes`): ``n_out`` int32
-counters, then ``n_out * S`` partial values (8 bytes each), then, for arg reductions, as
-many int64 indices. One launch, no second pass, no host round trip.
+Scratch (zeroed by the runtime before the launch; :func:`qtrace.kernels.lowering.split_layout`):
+per level, int32 arrival counters, partial values (8 bytes each) and, for arg reductions,
+int64 indices. One launch, no second pass, no host round trip.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import scalar
-from .lowering import values_offset
+from .lowering import split_layout
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 
@@ -36,17 +37,19 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
     prim, ssa, acc_str = t.reduce
     acc_dt = np.dtype(acc_str)
     acc_ty = scalar.ir_type(acc_dt)
-    bits = ir.IntType(8 * 8)
+    bits = ir.IntType(64)
     (arg, out_ix, _), = t.stores
     out_dt = em.dt[arg]
     is_arg = prim in ("argmax", "argmin")
     outputs, length = math.prod(t.domain), math.prod(t.inner)
+    layout = split_layout(outputs, s, is_arg)
     with b.goto_entry_block():
         acc = b.alloca(acc_ty)
         best = b.alloca(I64)
-    counters = em.scratch
-    values = b.gep(em.scratch, [ir.Constant(I64, values_offset(outputs))], source_etype=I8)
-    indices = b.gep(values, [ir.Constant(I64, outputs * s * 8)], source_etype=I8)
+
+    def at(offset: int, ty, i):
+        base = b.gep(em.scratch, [ir.Constant(I64, offset)], source_etype=I8)
+        return b.gep(base, [i], source_etype=ty)
 
     def to_bits(v):
         wide = scalar.convert(b, v, acc_dt, np.dtype(np.float64 if acc_dt.kind == "f" else np.int64))
@@ -57,8 +60,53 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
             return scalar.convert(b, b.bitcast(w, ir.DoubleType()), np.dtype(np.float64), acc_dt)
         return scalar.convert(b, w, np.dtype(np.int64), acc_dt)
 
-    def slot(base, i):
-        return b.gep(base, [i], source_etype=bits)
+    def fold(v, k):
+        """acc, best <- the better of (acc, best) and (v, k): ties keep the smaller index."""
+        cur = b.load(acc, typ=acc_ty)
+        if is_arg:
+            tie = b.and_(_same(b, v, cur, acc_dt), b.icmp_signed("<", k, b.load(best, typ=I64)))
+            take = b.or_(arg_better(b, v, cur), tie)
+            b.store(b.select(take, v, cur), acc)
+            b.store(b.select(take, k, b.load(best, typ=I64)), best)
+        else:
+            b.store(combine(b, cur, v), acc)
+
+    def publish(level, i):
+        # plain stores and loads of partials: the release fence before the counter's atomic
+        # add and the acquire fence after it order them (fence-fence synchronisation)
+        b.store(to_bits(b.load(acc, typ=acc_ty)), at(level.values, bits, i))
+        if is_arg:
+            b.store(b.load(best, typ=I64), at(level.indices, I64, i))
+
+    def climb(o, pos, levels, domain_vars):
+        """Publish the partial at ``pos`` of the first level, arrive; the last of a group
+        combines the group in order and climbs; the last of the top stores the result."""
+        level, rest = levels[0], levels[1:]
+        publish(level, b.add(b.mul(o, ir.Constant(I64, level.count)), pos))
+        b.fence("release")
+        group = b.udiv(pos, ir.Constant(I64, level.group))
+        slot = b.add(b.mul(o, ir.Constant(I64, level.count // level.group)), group)
+        arrived = b.atomic_rmw("add", at(level.counters, I32, slot), ir.Constant(I32, 1), "acq_rel")
+        with b.if_then(b.icmp_unsigned("==", arrived, ir.Constant(I32, level.group - 1))):
+            b.fence("acquire")
+            first = b.add(b.mul(o, ir.Constant(I64, level.count)),
+                          b.mul(group, ir.Constant(I64, level.group)))
+            b.store(from_bits(b.load(at(level.values, bits, first), typ=bits)), acc)
+            if is_arg:
+                b.store(b.load(at(level.indices, I64, first), typ=I64), best)
+
+            def member(j):
+                i = b.add(first, j)
+                k = b.load(at(level.indices, I64, i), typ=I64) if is_arg else None
+                fold(from_bits(b.load(at(level.values, bits, i), typ=bits)), k)
+            em.loop(ir.Constant(I64, 1), ir.Constant(I64, level.group), member)
+            if rest:
+                climb(o, group, rest, domain_vars)
+            else:
+                result = (b.load(best, typ=I64) if is_arg
+                          else scalar.convert(b, b.load(acc, typ=acc_ty), acc_dt, out_dt))
+                em.vars[:] = domain_vars
+                em.store(arg, out_ix, result, [])
 
     def per_thread(f):
         o = b.udiv(f, ir.Constant(I64, s))
@@ -70,47 +118,15 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
         def element(k):
             em.vars[:] = domain_vars + _split(b, k, t.inner)
             v = em.body()[ssa]
-            cur = b.load(acc, typ=acc_ty)
             if is_arg:
-                take = arg_better(b, v, cur)
+                cur = b.load(acc, typ=acc_ty)
+                take = arg_better(b, v, cur)   # in order within a segment: strictly better
                 b.store(b.select(take, v, cur), acc)
                 b.store(b.select(take, k, b.load(best, typ=I64)), best)
             else:
-                v = scalar.convert(b, v, np.dtype(t.instrs[ssa][1]), acc_dt)
-                b.store(combine(b, cur, v), acc)
+                fold(scalar.convert(b, v, np.dtype(t.instrs[ssa][1]), acc_dt), None)
         _strided_loop(em, seg, ir.Constant(I64, length), ir.Constant(I64, s), element)
-        # plain stores and loads of the partials: the release fence before the counter's
-        # atomic add and the acquire fence after it order them (fence-fence synchronisation)
-        b.store(to_bits(b.load(acc, typ=acc_ty)), slot(values, f))
-        if is_arg:
-            b.store(b.load(best, typ=I64), slot(indices, f))
-        b.fence("release")
-        counter = b.gep(counters, [o], source_etype=I32)
-        arrived = b.atomic_rmw("add", counter, ir.Constant(I32, 1), "acq_rel")
-        with b.if_then(b.icmp_unsigned("==", arrived, ir.Constant(I32, s - 1))):
-            b.fence("acquire")
-            first = b.mul(o, ir.Constant(I64, s))
-            b.store(from_bits(b.load(slot(values, first), typ=bits)), acc)
-            if is_arg:
-                b.store(b.load(slot(indices, first), typ=I64), best)
-
-            def partial(j):
-                at = b.add(first, j)
-                v = from_bits(b.load(slot(values, at), typ=bits))
-                cur = b.load(acc, typ=acc_ty)
-                if is_arg:
-                    k = b.load(slot(indices, at), typ=I64)
-                    tie = b.and_(_same(b, v, cur, acc_dt), b.icmp_signed("<", k, b.load(best, typ=I64)))
-                    take = b.or_(arg_better(b, v, cur), tie)
-                    b.store(b.select(take, v, cur), acc)
-                    b.store(b.select(take, k, b.load(best, typ=I64)), best)
-                else:
-                    b.store(combine(b, cur, v), acc)
-            em.loop(ir.Constant(I64, 1), ir.Constant(I64, s), partial)
-            result = (b.load(best, typ=I64) if is_arg
-                      else scalar.convert(b, b.load(acc, typ=acc_ty), acc_dt, out_dt))
-            em.vars[:] = domain_vars
-            em.store(arg, out_ix, result, [])
+        climb(o, seg, layout.levels, domain_vars)
         em.vars[:] = []
     em.loop(em.start, em.end, per_thread)
 
