@@ -55,8 +55,8 @@ def input_node(x, op: str = "asarray", dtype=None, copy: bool = False,
         strides = _element_strides(arr)
     dev = usable_device(device, op)
     if dev.kind != "cpu":
-        return make_input(arr.shape, arr.dtype, dev, buffer=graph_evaluate.to_device(
-            np.ascontiguousarray(arr), dev))
+        host = arr if arr.flags.c_contiguous else arr.copy()   # (0-d stays 0-d)
+        return make_input(arr.shape, arr.dtype, dev, buffer=graph_evaluate.to_device(host, dev))
     if not (copy or owned) and (arr is x or not arr.flags.owndata):
         buffers.borrow(arr)
     return make_input(arr.shape, arr.dtype, dev, strides=strides, buffer=arr)
