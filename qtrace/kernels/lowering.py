@@ -54,7 +54,7 @@ CPU = Lowering()
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
                  split_reductions=True)
 
-THREADS = 1 << 16          # a split reduction aims at outputs x segments threads in flight
+THREADS = 1 << 18          # a split reduction aims at outputs x segments threads in flight
 MIN_SEGMENT = 32           # elements per segment at least
 
 
