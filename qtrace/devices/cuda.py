@@ -19,6 +19,7 @@ import threading
 import numpy as np
 
 from ..graph.device import Device
+from ..stats import bump
 from . import adstack
 from .registry import DeviceRuntime
 
@@ -67,6 +68,7 @@ def unavailable(device: Device) -> str | None:
 
 def to_host(buf) -> np.ndarray:
     """A host copy of device buffer ``buf`` (waits for the work that writes it)."""
+    bump("bytes_device_to_host", buf.nbytes)
     return buf.get()
 
 
@@ -98,9 +100,10 @@ class CudaRuntime(DeviceRuntime):
         return buf.data.ptr
 
     def to_host(self, buf) -> np.ndarray:
-        return buf.get()
+        return to_host(buf)
 
     def from_host(self, array):
+        bump("bytes_host_to_device", array.nbytes)
         with self.device:
             return self.cp.asarray(array)
 

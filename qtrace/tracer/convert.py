@@ -69,7 +69,7 @@ def usable_device(device, op: str) -> Device:
     if dev.kind != "cpu":
         why = graph_evaluate.unavailable(dev)
         if why is not None:
-            raise RuntimeError(f"qt.{op}: device {dev} is not available: {why}")
+            raise ValueError(f"qt.{op}: device {dev} is not available: {why}")
     return dev
 
 
