@@ -88,7 +88,8 @@ class Explanation:
                          f"({p['anchor'] or 'not learned yet'}); {p['automatic_cuts']} automatic so far")
             if self.spec is None:
                 return "\n".join(lines + ["nothing to evaluate"])
-        lines.append(f"qtrace plan {self.spec.key[:16]}: {len(self.tasks)} task(s), "
+        device = self.spec.leaves[0].device if self.spec.leaves else self.spec.schedule.outputs[0].device
+        lines.append(f"qtrace plan {self.spec.key[:16]} on {device}: {len(self.tasks)} task(s), "
                      f"{self.spec.tasks_fused} fusion(s)")
         for t in self.tasks:
             inner = f" x inner {list(t.inner)}" if t.inner else ""
