@@ -17,6 +17,7 @@ from .ad import grad, value_and_grad, vjp
 from .config import config
 from .errors import AdstackOverflowError, TracerError
 from .graph.device import Device
+from .jax_interop import to_jax
 from .stats import reset_stats, stats
 from .tracer import Tensor
 from .tracer.array_api import (
@@ -491,6 +492,7 @@ __all__ = [
     "vecdot",
     "var",
     "vjp",
+    "to_jax",
     "vstack",
     "where",
     "while_loop",

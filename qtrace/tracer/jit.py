@@ -263,6 +263,22 @@ class Jitted:
         leaves, tree = pytree.flatten((dyn_args, dyn_kwargs))
         return static, tree, tuple(_describe(leaf) for leaf in leaves)
 
+    def output_specs(self, *args, **kwargs) -> list:
+        """``(shape, dtype)`` of every output leaf for a call with ``args`` (arrays stand
+        for their shapes and dtypes), found by tracing on placeholders: nothing runs.
+
+        Example:
+            >>> import numpy as np, qtrace as qt
+            >>> qt.jit(lambda x: (x.sum(), x * 2)).output_specs(np.ones((2, 3), np.float32))
+            [((), dtype('float32')), ((2, 3), dtype('float32'))]
+        """
+        out_leaves, _, _, _ = self._trace_graph(*self.signature(args, kwargs))
+        specs = []
+        for leaf in out_leaves:
+            arr = leaf if isinstance(leaf, Tensor) else np.asarray(leaf)
+            specs.append((tuple(arr.shape), np.dtype(arr.dtype)))
+        return specs
+
     def _trace_graph(self, static, tree, descs):
         """Run the function on placeholders; its output leaves, structure and placeholders."""
         placeholders = []

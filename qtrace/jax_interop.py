@@ -1,0 +1,172 @@
+"""qtrace functions inside JAX programs: XLA custom calls (FFI) with qtrace's gradients.
+
+:func:`to_jax` turns a function written with qtrace into one that takes and returns
+``jax.Array`` pytrees and works eagerly and under ``jax.jit``, ``jax.grad``/``jax.vjp``
+(a ``jax.custom_vjp`` whose backward is qtrace's own reverse pass, so a per-element
+``while_loop`` that JAX cannot differentiate gets its gradient), ``jax.vmap`` (the call
+runs once per batch element) and ``jax.shard_map`` (once per shard).
+
+How a call runs (CPU): each input/output signature gets one XLA FFI target
+(``qtrace_<n>``), registered with ``jax.ffi.register_ffi_target``; its handler
+(:mod:`qtrace.devices.xla_ffi`) views XLA's input buffers as NumPy arrays (no copy), runs
+the function through ``qt.jit`` (compiled once per signature, cached like any jitted
+function) and copies the results into XLA's result buffers (one copy per output). The
+backward is a second target running ``qt.vjp`` of the function, also jitted. The handler
+is Python (ctypes): each call holds the GIL for the replay (a few microseconds).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import numpy as np
+
+from .ad import vjp as _vjp
+from .devices import xla_ffi
+from .tracer.jit import jit as _jit
+from .tracer.tensor import Tensor
+
+_lock = threading.RLock()
+_count = itertools.count()
+_handlers: list = []   # every registered handler stays alive with the process
+
+
+def _jax():
+    try:
+        import jax
+    except ImportError as exc:  # pragma: no cover - the jax extra is not installed
+        raise ImportError("qt.to_jax needs JAX: pip install 'qtrace[jax]'") from exc
+    return jax
+
+
+def _register(run) -> str:
+    """Register ``run(args, results)`` as a new CPU FFI target; its name."""
+    jax = _jax()
+    handler = xla_ffi.handler(run)
+    name = f"qtrace_{next(_count)}"
+    with _lock:
+        _handlers.append(handler)
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform="cpu")
+    return name
+
+
+def _fill(results: list, values) -> None:
+    for res, v in zip(results, values):
+        arr = v.numpy() if isinstance(v, Tensor) else np.asarray(v)
+        if arr.shape != res.shape:
+            raise ValueError(f"qt.to_jax: the function returned shape {arr.shape} where its trace "
+                             f"gave {res.shape}")
+        np.copyto(res, arr, casting="same_kind")
+
+
+class _Signature:
+    """One input signature of a function: its output specs and its forward and backward
+    FFI targets (hashable by identity: a static argument of the custom VJP)."""
+
+    def __init__(self, fn, in_tree, specs: list):
+        jax = _jax()
+        self.fn, self.in_tree, self.n_in = fn, in_tree, len(specs)
+        self.forward = _jit(self._flat)
+        self.backward = _jit(self._flat_vjp)
+        outs = self.forward.output_specs(*[np.empty(shape, dtype) for shape, dtype in specs])
+        self.out_specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in outs]
+        self.in_specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in specs]
+        self.fwd_name = _register(self._run_forward)
+        self.bwd_name = _register(self._run_backward)
+
+    def _flat(self, *leaves):
+        jax = _jax()
+        out = self.fn(*jax.tree_util.tree_unflatten(self.in_tree, list(leaves)))
+        flat, self.out_tree = jax.tree_util.tree_flatten(out)
+        return tuple(flat)
+
+    def _flat_vjp(self, *leaves_and_cts):
+        primals, cts = leaves_and_cts[:self.n_in], leaves_and_cts[self.n_in:]
+        _, pullback = _vjp(self._flat, *primals)
+        return tuple(pullback(tuple(cts)))
+
+    def _run_forward(self, args, results):
+        _fill(results, self.forward(*args))
+
+    def _run_backward(self, args, results):
+        _fill(results, self.backward(*args))
+
+
+def _varying(jax, x) -> frozenset:
+    t = jax.typeof(x)
+    manual = getattr(t, "manual_axis_type", None)
+    if manual is not None:
+        return frozenset(manual.varying)
+    return frozenset(getattr(t, "vma", ()) or ())
+
+
+def _vary_like(jax, outs: tuple, inputs) -> tuple:
+    """``outs`` varying over the manual mesh axes its ``inputs`` vary over: inside
+    ``jax.shard_map`` a custom call's results are per-shard values, as its inputs are."""
+    axes = frozenset().union(*(_varying(jax, x) for x in inputs)) if inputs else frozenset()
+    if not axes:
+        return outs
+    cast = getattr(jax.lax, "pcast", None)
+    fixed = []
+    for o in outs:
+        missing = tuple(sorted(axes - _varying(jax, o)))
+        if missing:
+            o = cast(o, missing, to="varying") if cast is not None else jax.lax.pvary(o, missing)
+        fixed.append(o)
+    return tuple(fixed)
+
+
+def _build_call(jax):
+    """The custom-VJP primitive: forward and backward are the signature's FFI targets."""
+    def forward(sig, *flat):
+        outs = jax.ffi.ffi_call(sig.fwd_name, sig.out_specs, vmap_method="sequential")(*flat)
+        return _vary_like(jax, tuple(outs), flat)
+
+    call = jax.custom_vjp(forward, nondiff_argnums=(0,))
+
+    def fwd(sig, *flat):
+        return forward(sig, *flat), flat
+
+    def bwd(sig, flat, cts):
+        cts = [jax.numpy.asarray(c, dtype=s.dtype) for c, s in zip(cts, sig.out_specs)]
+        grads = jax.ffi.ffi_call(sig.bwd_name, sig.in_specs, vmap_method="sequential")(*flat, *cts)
+        return _vary_like(jax, tuple(grads), flat)
+
+    call.defvjp(fwd, bwd)
+    return call
+
+
+def to_jax(fn):
+    """``fn`` (written with qtrace, taking and returning tensors or pytrees of them) as a
+    JAX function on ``jax.Array`` pytrees, usable under ``jax.jit``, ``jax.grad``,
+    ``jax.vmap`` and ``jax.shard_map``. Also a decorator.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, qtrace as qt
+        >>> @qt.to_jax
+        ... def f(x):
+        ...     return qt.sin(x) * 2.0
+        >>> print(f"{float(jax.jit(f)(jnp.float32(0.5))):.6f}")
+        0.958851
+        >>> print(f"{float(jax.grad(f)(jnp.float32(0.5))):.6f}")
+        1.755165
+    """
+    jax = _jax()
+    call = _build_call(jax)
+    signatures: dict = {}
+
+    def wrapped(*args):
+        flat, in_tree = jax.tree_util.tree_flatten(args)
+        flat = [jax.numpy.asarray(x) for x in flat]
+        key = (in_tree, tuple((tuple(x.shape), np.dtype(x.dtype)) for x in flat))
+        with _lock:
+            sig = signatures.get(key)
+            if sig is None:
+                sig = signatures[key] = _Signature(fn, in_tree, list(key[1]))
+        outs = call(sig, *flat)
+        return jax.tree_util.tree_unflatten(sig.out_tree, list(outs))
+
+    wrapped.__wrapped__ = fn
+    wrapped.__doc__ = fn.__doc__
+    return wrapped

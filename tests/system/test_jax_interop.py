@@ -1,0 +1,185 @@
+"""qtrace functions inside JAX programs (``qt.to_jax``): values, ``jax.jit``, ``jax.grad``
+(qtrace's reverse pass behind a custom VJP), ``jax.vmap``, ``jax.shard_map`` over 8
+simulated host devices, errors surfacing as JAX errors, fusion on and off.
+
+References: the same function written in JAX (``jax.grad`` where JAX can differentiate it)
+and central finite differences in float64 where it cannot (a data-dependent
+``while_loop``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+jax.config.update("jax_enable_x64", True)
+
+CPU_ONLY = pytest.mark.cpu_only("the XLA FFI handler is CPU-only so far")
+pytestmark = CPU_ONLY
+
+
+def chain(m, x, y):
+    return m.sin(x) * m.cos(y) + m.exp(-x * x) * 0.5 - m.tanh(x * y)
+
+
+def test_values_eager_and_under_jit(fusion, rng):
+    f = qt.to_jax(lambda x, y: chain(qt, x, y))
+    x, y = rng.uniform(-1, 1, 100), rng.uniform(-1, 1, 100)
+    want = chain(np, x, y)
+    np.testing.assert_allclose(np.asarray(f(jnp.asarray(x), jnp.asarray(y))), want, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(jax.jit(f)(x, y)), want, rtol=1e-13, atol=1e-15)
+    x32 = x.astype(np.float32)
+    got = jax.jit(f)(x32, x32)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got), chain(np, x32.astype(np.float64), x32), atol=2e-6)
+
+
+def test_pytrees_in_and_out(fusion, rng):
+    @qt.to_jax
+    def f(state, scale):
+        pos, vel = state["pos"], state["vel"]
+        return {"pos": pos + vel * scale, "energy": qt.sum(vel * vel)}, scale * 2.0
+    pos, vel = rng.random(8), rng.random(8)
+    out, s2 = jax.jit(f)({"pos": pos, "vel": vel}, jnp.float64(0.5))
+    np.testing.assert_allclose(np.asarray(out["pos"]), pos + vel * 0.5, rtol=1e-15)
+    np.testing.assert_allclose(float(out["energy"]), np.sum(vel * vel), rtol=1e-14)
+    assert float(s2) == 1.0
+
+
+def test_grad_matches_jax(fusion, rng):
+    f = qt.to_jax(lambda x, y: chain(qt, x, y))
+    x, y = rng.uniform(-1, 1, 50), rng.uniform(-1, 1, 50)
+
+    def loss(g):
+        return lambda a, b: jnp.sum(g(a, b) ** 2)
+    got = jax.jit(jax.grad(loss(f), argnums=(0, 1)))(x, y)
+    want = jax.grad(loss(lambda a, b: chain(jnp, a, b)), argnums=(0, 1))(x, y)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-12, atol=1e-15)
+
+
+def test_jit_of_a_program_mixing_jax_ops_and_two_qtrace_calls(fusion, rng):
+    f = qt.to_jax(lambda x: qt.sin(x) * 3.0)
+    g = qt.to_jax(lambda x, y: qt.sqrt(x * x + y * y))
+
+    def program(x):
+        a = f(jnp.cos(x))
+        b = g(a, x + 1.0)
+        return jnp.sum(b * a)
+
+    def reference(x):
+        a = jnp.sin(jnp.cos(x)) * 3.0
+        return jnp.sum(jnp.sqrt(a * a + (x + 1.0) ** 2) * a)
+    x = rng.uniform(-2, 2, 64)
+    np.testing.assert_allclose(float(jax.jit(program)(x)), float(reference(x)), rtol=1e-13)
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(program))(x)),
+                               np.asarray(jax.grad(reference)(x)), rtol=1e-11)
+
+
+def test_vmap_runs_the_call_per_batch_element(fusion, rng):
+    f = qt.to_jax(lambda x: qt.cumsum(x) * qt.max(x))
+    xs = rng.random((5, 7))
+    want = np.stack([np.cumsum(r) * np.max(r) for r in xs])
+    np.testing.assert_allclose(np.asarray(jax.vmap(f)(xs)), want, rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(f))(xs)), want, rtol=1e-14)
+
+
+def _while_loss(xp_while):
+    def loss(x, limit):
+        def cond(s):
+            return s[0] < limit
+
+        def body(s):
+            return (s[0] * 1.3 + 0.1, s[1] + qt.sin(s[0]))
+        v, acc = xp_while(cond, body, (x, qt.zeros_like(x)))
+        return qt.sum(acc * v)
+    return loss
+
+
+def test_while_loop_gradient_jax_cannot_take(fusion, rng):
+    """A per-element while_loop: JAX refuses reverse mode through lax.while_loop; through
+    qt.to_jax it is qtrace's adstack that differentiates it. Checked by finite differences."""
+    f = qt.to_jax(_while_loss(qt.while_loop))
+    n = 40
+    x0 = rng.uniform(0.5, 1.5, n)
+    lim = rng.uniform(2.0, 40.0, n)
+    g = np.asarray(jax.jit(jax.grad(f))(x0, lim))
+    h = 1e-6
+    for i in rng.choice(n, 5, replace=False):
+        e = np.zeros(n)
+        e[i] = h
+        fd = (float(f(x0 + e, lim)) - float(f(x0 - e, lim))) / (2 * h)
+        assert abs(g[i] - fd) <= 1e-6 * max(1.0, abs(fd)), (i, g[i], fd)
+
+    def pure_jax(x, limit):
+        def cond(s):
+            return jnp.any(s[0] < limit)
+
+        def body(s):
+            go = s[0] < limit
+            return (jnp.where(go, s[0] * 1.3 + 0.1, s[0]), jnp.where(go, s[1] + jnp.sin(s[0]), s[1]))
+        v, acc = jax.lax.while_loop(cond, body, (x, jnp.zeros_like(x)))
+        return jnp.sum(acc * v)
+    with pytest.raises(ValueError, match="while_loop"):
+        jax.grad(pure_jax)(x0, lim)
+
+
+def test_index_error_surfaces_as_a_jax_error_naming_the_op(rng):
+    bad = qt.to_jax(lambda x: x[qt.asarray(np.array([0, 10]))])
+    with pytest.raises(Exception, match=r"qtrace.*gather.*index 10 is out of bounds") as info:
+        jax.block_until_ready(jax.jit(bad)(jnp.ones(3)))
+    assert "test_jax_interop.py" in str(info.value)   # the user's line that recorded it
+
+
+def test_shape_errors_raise_at_trace_time_with_qtraces_message():
+    f = qt.to_jax(lambda x, y: x + y)
+    with pytest.raises(ValueError, match="broadcast"):
+        jax.jit(f).lower(jnp.ones(3), jnp.ones(4))
+
+
+def test_shard_map_over_8_host_devices():
+    """Each shard runs the qtrace call on its block; values and gradients equal one device."""
+    script = textwrap.dedent("""
+        import numpy as np, jax, jax.numpy as jnp
+        from jax.sharding import Mesh, PartitionSpec as P
+        jax.config.update("jax_enable_x64", True)
+        import qtrace as qt
+        assert len(jax.devices()) == 8
+        step = qt.to_jax(lambda u: u + 0.1 * qt.tanh(u) * qt.sin(u))
+        mesh = Mesh(np.array(jax.devices()), ("x",))
+        sharded = jax.shard_map(step, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+        u = np.random.default_rng(0).standard_normal(8 * 16)
+        got = np.asarray(jax.jit(sharded)(u))
+        np.testing.assert_allclose(got, np.asarray(step(u)), rtol=1e-15)
+        loss = lambda v: jnp.sum(sharded(v) ** 2)
+        g = np.asarray(jax.jit(jax.grad(loss))(u))
+        g1 = np.asarray(jax.grad(lambda v: jnp.sum(step(v) ** 2))(u))
+        np.testing.assert_allclose(g, g1, rtol=1e-13)
+        print("ok")
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+def test_dlpack_between_qtrace_and_jax_is_zero_copy(rng):
+    """Both ways without a copy for 64-byte aligned memory (qtrace aligns arrays of 16 KB and
+    more; JAX copies smaller, 16-byte aligned ones on import)."""
+    x = jnp.asarray(rng.random(4096))
+    t = qt.from_dlpack(x)
+    assert t.numpy().ctypes.data == x.unsafe_buffer_pointer()
+    y = qt.sin(t) * 1.5
+    y.numpy()
+    back = jax.dlpack.from_dlpack(y)
+    assert back.unsafe_buffer_pointer() == y.numpy().ctypes.data
+    np.testing.assert_allclose(np.asarray(back), np.sin(np.asarray(x)) * 1.5, rtol=1e-15)
