@@ -149,3 +149,34 @@ def test_while_loop_gradient_on_the_gpu_matches_finite_differences(rng):
     tlim = qt.asarray(lim)
     fd = (f(qt.asarray(x0 + e), tlim).item() - f(qt.asarray(x0 - e), tlim).item()) / (2 * h)
     assert abs(g[i] - fd) <= 1e-5 * max(1.0, abs(fd))
+
+
+@gpu
+def test_gpu_kernels_come_from_the_disk_cache_in_a_new_process(tmp_path):
+    """PTX entries are keyed by the GPU target: a second process compiles nothing."""
+    import os
+    import subprocess
+    import sys
+    script = ("import numpy as np, qtrace as qt\n"
+              "x = qt.asarray(np.arange(1000.0), device='cuda')\n"
+              "y = (qt.sin(x) * 2 + qt.sum(x * x)).numpy()\n"
+              "assert abs(y[3] - (np.sin(3.0) * 2 + np.sum(np.arange(1000.0) ** 2))) < 1e-6\n"
+              "s = qt.stats(); print(s['compiles'], s['cache_hits_disk'])\n")
+    env = dict(os.environ, QTRACE_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                           timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    first, second = (tuple(map(int, r.stdout.split())) for r in runs)
+    assert first[0] > 0 and second == (0, first[0])
+
+
+@gpu
+def test_adstack_overflow_on_the_gpu_is_reported(rng):
+    qt.config.adstack_max_depth = 2
+    n = qt.asarray(np.array([1, 5, 3]), device="cuda")
+
+    def loss(x):
+        return qt.sum(qt.fori_loop(0, n, lambda i, v: qt.sin(v) * 1.1, x))
+    with pytest.raises(qt.AdstackOverflowError):
+        qt.grad(loss)(qt.asarray(rng.random(3), device="cuda")).numpy()
