@@ -29,6 +29,7 @@ from . import scalar
 from .lowering import split_layout
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+UNROLL = 4       # independent elements per iteration of a segment (loads in flight)
 
 
 def emit(em, s: int, identity, combine, arg_better) -> None:
@@ -60,16 +61,18 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
             return scalar.convert(b, b.bitcast(w, ir.DoubleType()), np.dtype(np.float64), acc_dt)
         return scalar.convert(b, w, np.dtype(np.int64), acc_dt)
 
-    def fold(v, k):
-        """acc, best <- the better of (acc, best) and (v, k): ties keep the smaller index."""
-        cur = b.load(acc, typ=acc_ty)
+    def fold(v, k, cell=None):
+        """cell (default: acc), best <- the better of (cell, best) and (v, k): ties keep the
+        smaller index."""
+        cell = acc if cell is None else cell
+        cur = b.load(cell, typ=acc_ty)
         if is_arg:
             tie = b.and_(_same(b, v, cur, acc_dt), b.icmp_signed("<", k, b.load(best, typ=I64)))
             take = b.or_(arg_better(b, v, cur), tie)
-            b.store(b.select(take, v, cur), acc)
+            b.store(b.select(take, v, cur), cell)
             b.store(b.select(take, k, b.load(best, typ=I64)), best)
         else:
-            b.store(combine(b, cur, v), acc)
+            b.store(combine(b, cur, v), cell)
 
     def publish(level, i):
         # plain stores and loads of partials: the release fence before the counter's atomic
@@ -108,6 +111,9 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
                 em.vars[:] = domain_vars
                 em.store(arg, out_ix, result, [])
 
+    with b.goto_entry_block():
+        unrolled = [b.alloca(acc_ty) for _ in range(UNROLL)]
+
     def per_thread(f):
         o = b.udiv(f, ir.Constant(I64, s))
         seg = b.urem(f, ir.Constant(I64, s))
@@ -115,17 +121,24 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
         b.store(scalar.const(acc_dt, identity), acc)
         b.store(seg, best)
 
-        def element(k):
+        def value(k):
             em.vars[:] = domain_vars + _split(b, k, t.inner)
-            v = em.body()[ssa]
+            return em.body()[ssa]
+
+        def element(k, cell=None):
+            v = value(k)
             if is_arg:
                 cur = b.load(acc, typ=acc_ty)
                 take = arg_better(b, v, cur)   # in order within a segment: strictly better
                 b.store(b.select(take, v, cur), acc)
                 b.store(b.select(take, k, b.load(best, typ=I64)), best)
             else:
-                fold(scalar.convert(b, v, np.dtype(t.instrs[ssa][1]), acc_dt), None)
-        _strided_loop(em, seg, ir.Constant(I64, length), ir.Constant(I64, s), element)
+                fold(scalar.convert(b, v, np.dtype(t.instrs[ssa][1]), acc_dt), None, cell)
+        if is_arg:
+            _strided_loop(em, seg, ir.Constant(I64, length), ir.Constant(I64, s), element)
+        else:
+            _unrolled_segment(em, seg, length, s, unrolled, element,
+                              scalar.const(acc_dt, identity), lambda x, y: combine(b, x, y), acc)
         climb(o, seg, layout.levels, domain_vars)
         em.vars[:] = []
     em.loop(em.start, em.end, per_thread)
@@ -146,6 +159,29 @@ def _same(b: ir.IRBuilder, v, cur, dt: np.dtype):
         both_nan = b.and_(b.fcmp_unordered("uno", v, v), b.fcmp_unordered("uno", cur, cur))
         return b.or_(b.fcmp_ordered("==", v, cur), both_nan)
     return b.icmp_unsigned("==", v, cur)
+
+
+def _unrolled_segment(em, seg, length: int, s: int, cells: list, element, identity, combine, acc):
+    """Fold segment ``seg`` (elements ``seg + j*s``) into ``acc``, ``UNROLL`` independent
+    elements per iteration (one accumulator each: that many loads in flight per thread),
+    the rest into the first; the accumulators are then combined in order (deterministic)."""
+    b = em.b
+    for cell in cells:
+        b.store(identity, cell)
+    n = b.udiv(b.add(b.sub(ir.Constant(I64, length), seg), ir.Constant(I64, s - 1)), ir.Constant(I64, s))
+    groups = b.udiv(n, ir.Constant(I64, len(cells)))
+
+    def group(g):
+        base = b.add(seg, b.mul(g, ir.Constant(I64, len(cells) * s)))
+        for u, cell in enumerate(cells):
+            element(b.add(base, ir.Constant(I64, u * s)), cell)
+    em.loop(ir.Constant(I64, 0), groups, group)
+    em.loop(b.mul(groups, ir.Constant(I64, len(cells))), n,
+            lambda j: element(b.add(seg, b.mul(j, ir.Constant(I64, s))), cells[0]))
+    total = b.load(cells[0], typ=cells[0].allocated_type)
+    for cell in cells[1:]:
+        total = combine(total, b.load(cell, typ=cell.allocated_type))
+    b.store(total, acc)
 
 
 def _strided_loop(em, lo, hi, step, body) -> None:
