@@ -6,11 +6,12 @@
 ``while_loop`` that JAX cannot differentiate gets its gradient), ``jax.vmap`` (the call
 runs once per batch element) and ``jax.shard_map`` (once per shard).
 
-How a call runs (CPU): each input/output signature gets one XLA FFI target
-(``qtrace_<n>``), registered with ``jax.ffi.register_ffi_target``; its handler
-(:mod:`qtrace.devices.xla_ffi`) views XLA's input buffers as NumPy arrays (no copy), runs
-the function through ``qt.jit`` (compiled once per signature, cached like any jitted
-function) and copies the results into XLA's result buffers (one copy per output). The
+How a call runs: each input/output signature gets one XLA FFI target (``qtrace_<n>``),
+registered with ``jax.ffi.register_ffi_target`` for the CPU and, when JAX has a GPU, for
+CUDA; its handler (:mod:`qtrace.devices.xla_ffi`) views XLA's input buffers as NumPy arrays
+(CPU) or CuPy arrays (GPU, qtrace's launches then go to XLA's stream) without a copy, runs
+the function through ``qt.jit`` (compiled once per signature and device, cached like any
+jitted function) and copies the results into XLA's result buffers (one copy per output). The
 backward is a second target running ``qt.vjp`` of the function, also jitted. The handler
 is Python (ctypes): each call holds the GIL for the replay (a few microseconds).
 """
@@ -24,6 +25,7 @@ import numpy as np
 
 from .ad import vjp as _vjp
 from .devices import xla_ffi
+from .tracer.creation import asarray as _as_tensor
 from .tracer.jit import jit as _jit
 from .tracer.tensor import Tensor
 
@@ -40,24 +42,45 @@ def _jax():
     return jax
 
 
+def _platforms(jax) -> tuple:
+    """XLA platforms to register targets for: the CPU, and CUDA when JAX has a GPU."""
+    try:
+        gpu = any(d.platform == "gpu" for d in jax.devices())
+    except RuntimeError:
+        gpu = False
+    return ("cpu", "CUDA") if gpu else ("cpu",)
+
+
 def _register(run) -> str:
-    """Register ``run(args, results)`` as a new CPU FFI target; its name."""
+    """Register ``run(args, results)`` as a new FFI target on every platform; its name."""
     jax = _jax()
-    handler = xla_ffi.handler(run)
     name = f"qtrace_{next(_count)}"
-    with _lock:
-        _handlers.append(handler)
-    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform="cpu")
+    for platform in _platforms(jax):
+        handler = xla_ffi.handler(run, platform)
+        with _lock:
+            _handlers.append(handler)
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform=platform)
     return name
+
+
+def _inputs(arrays: list) -> list:
+    """XLA's buffers as call arguments: NumPy views as they are, GPU views as GPU tensors."""
+    return [a if isinstance(a, np.ndarray) else _as_tensor(a) for a in arrays]
 
 
 def _fill(results: list, values) -> None:
     for res, v in zip(results, values):
-        arr = v.numpy() if isinstance(v, Tensor) else np.asarray(v)
+        if isinstance(res, np.ndarray):
+            arr = v.numpy() if isinstance(v, Tensor) else np.asarray(v)
+            copy = np.copyto
+        else:  # a CuPy view of XLA's device buffer
+            import cupy
+            arr = cupy.asarray(v if isinstance(v, Tensor) else _as_tensor(v).to("cuda"))
+            copy = cupy.copyto
         if arr.shape != res.shape:
             raise ValueError(f"qt.to_jax: the function returned shape {arr.shape} where its trace "
                              f"gave {res.shape}")
-        np.copyto(res, arr, casting="same_kind")
+        copy(res, arr, casting="same_kind")
 
 
 class _Signature:
@@ -87,10 +110,10 @@ class _Signature:
         return tuple(pullback(tuple(cts)))
 
     def _run_forward(self, args, results):
-        _fill(results, self.forward(*args))
+        _fill(results, self.forward(*_inputs(args)))
 
     def _run_backward(self, args, results):
-        _fill(results, self.backward(*args))
+        _fill(results, self.backward(*_inputs(args)))
 
 
 def _varying(jax, x) -> frozenset:

@@ -14,8 +14,9 @@ handler made here (:func:`handler`):
   ``XLA_FFI_Error_Create``) carrying the exception's type and message, which JAX raises
   as an ``XlaRuntimeError``: never a crash, never silent garbage.
 
-Layouts are the header's, checked by ``struct_size`` where XLA fills it. CPU buffers only;
-a GPU handler receives device pointers and runs on XLA's stream (not built yet).
+Layouts are the header's. A GPU handler (``platform="cuda"``) views XLA's device buffers as
+CuPy arrays and runs with XLA's stream (``XLA_FFI_Stream_Get``) as CuPy's current stream,
+so qtrace's launches are ordered with XLA's work on that stream.
 """
 
 from __future__ import annotations
@@ -80,13 +81,19 @@ class ErrorCreateArgs(ctypes.Structure):
                 ("errc", ctypes.c_int)]
 
 
+class StreamGetArgs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", P), ("ctx", P), ("stream", P)]
+
+
 class Api(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", P), ("api_version", ApiVersion),
-                ("internal_api", P), ("error_create", P)]
+                ("internal_api", P), ("error_create", P), ("error_get_message", P),
+                ("error_destroy", P), ("handler_register", P), ("stream_get", P)]
 
 
 HANDLER = ctypes.CFUNCTYPE(P, ctypes.POINTER(CallFrame))
 ERROR_CREATE = ctypes.CFUNCTYPE(P, ctypes.POINTER(ErrorCreateArgs))
+STREAM_GET = ctypes.CFUNCTYPE(P, ctypes.POINTER(StreamGetArgs))
 
 
 class FfiCallError(RuntimeError):
@@ -94,28 +101,48 @@ class FfiCallError(RuntimeError):
     whose message carries this one's)."""
 
 
-def _array(buf_ptr: int) -> np.ndarray:
-    """A NumPy view of one ``XLA_FFI_Buffer`` (XLA's memory, no copy)."""
+def _host_array(data: int, shape: tuple, dt: np.dtype, n: int) -> np.ndarray:
+    """A NumPy view of host memory (XLA's, no copy)."""
+    if n == 0:
+        return np.empty(shape, dt)
+    raw = (ctypes.c_char * (n * dt.itemsize)).from_address(data)
+    return np.frombuffer(raw, dt, n).reshape(shape)
+
+
+def _gpu_array(data: int, shape: tuple, dt: np.dtype, n: int):
+    """A CuPy view of GPU memory (XLA's, no copy, not owned)."""
+    import cupy
+    memory = cupy.cuda.UnownedMemory(data, max(n, 1) * dt.itemsize, None)
+    return cupy.ndarray(shape, dt, cupy.cuda.MemoryPointer(memory, 0))
+
+
+def _array(buf_ptr: int, view) -> object:
+    """A view of one ``XLA_FFI_Buffer`` by ``view(data, shape, dtype, size)``."""
     buf = ctypes.cast(buf_ptr, ctypes.POINTER(Buffer)).contents
     dtype = DTYPES.get(buf.dtype)
     if dtype is None:
         raise TypeError(f"XLA buffer dtype code {buf.dtype} is not supported by qtrace")
     shape = tuple(buf.dims[i] for i in range(buf.rank))
-    dt = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if n == 0:
-        return np.empty(shape, dt)
-    raw = (ctypes.c_char * (n * dt.itemsize)).from_address(buf.data)
-    return np.frombuffer(raw, dt, n).reshape(shape)
+    return view(buf.data, shape, np.dtype(dtype), int(np.prod(shape, dtype=np.int64)) if shape else 1)
 
 
-def _buffers(span: Span, what: str) -> list:
+def _buffers(span: Span, what: str, view) -> list:
     out = []
     for i in range(span.size):
         if span.types[i] != BUFFER:
             raise TypeError(f"XLA {what} {i} is not a buffer (type {span.types[i]})")
-        out.append(_array(span.items[i]))
+        out.append(_array(span.items[i], view))
     return out
+
+
+def _stream(frame: CallFrame) -> int:
+    """The CUDA stream XLA runs this call on (``XLA_FFI_Stream_Get``)."""
+    api = ctypes.cast(frame.api, ctypes.POINTER(Api)).contents
+    args = StreamGetArgs(ctypes.sizeof(StreamGetArgs), None, frame.ctx, None)
+    err = STREAM_GET(api.stream_get)(ctypes.byref(args))
+    if err:
+        raise RuntimeError("XLA_FFI_Stream_Get failed")
+    return args.stream or 0
 
 
 def _metadata_query(frame: CallFrame) -> bool:
@@ -143,16 +170,27 @@ def _error(frame: CallFrame, exc: BaseException) -> int:
     return ERROR_CREATE(api.error_create)(ctypes.byref(args))
 
 
-def handler(run):
-    """A ctypes XLA FFI handler calling ``run(args, results)`` (lists of NumPy arrays over
-    XLA's buffers) at the execute stage. Keep the returned object alive as long as XLA may
-    call it (``jax.ffi.pycapsule`` of it is what ``register_ffi_target`` takes)."""
+def handler(run, platform: str = "cpu"):
+    """A ctypes XLA FFI handler calling ``run(args, results)`` at the execute stage: lists of
+    NumPy arrays over XLA's host buffers (``platform="cpu"``) or of CuPy arrays over its GPU
+    buffers (``"cuda"``, with XLA's stream made CuPy's current stream for the call). Keep
+    the returned object alive as long as XLA may call it (``jax.ffi.pycapsule`` of it is
+    what ``register_ffi_target`` takes)."""
+    gpu = platform.lower() == "cuda"
+    view = _gpu_array if gpu else _host_array
+
     def call(frame_ptr):
         frame = frame_ptr.contents
         try:
             if _metadata_query(frame) or frame.stage != STAGE_EXECUTE:
                 return None
-            run(_buffers(frame.args, "argument"), _buffers(frame.rets, "result"))
+            args, rets = _buffers(frame.args, "argument", view), _buffers(frame.rets, "result", view)
+            if gpu:
+                import cupy
+                with cupy.cuda.ExternalStream(_stream(frame)):
+                    run(args, rets)
+            else:
+                run(args, rets)
             return None
         except BaseException as exc:  # noqa: BLE001 - every failure becomes XLA's error
             return _error(frame, exc)

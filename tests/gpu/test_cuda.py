@@ -181,3 +181,36 @@ def test_adstack_overflow_on_the_gpu_is_reported(rng):
         return qt.sum(qt.fori_loop(0, n, lambda i, v: qt.sin(v) * 1.1, x))
     with pytest.raises(qt.AdstackOverflowError):
         qt.grad(loss)(qt.asarray(rng.random(3), device="cuda")).numpy()
+
+
+@gpu
+def test_to_jax_on_the_gpu_runs_qtrace_kernels_on_xlas_stream(rng):
+    """A qtrace custom call inside a jitted JAX program on the GPU: values and jax.grad
+    (qtrace's reverse pass through a per-element while_loop) against the CPU."""
+    jax = pytest.importorskip("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX has no GPU backend here")
+
+    def loss(x, limit):
+        def cond(s):
+            return s[0] < limit
+
+        def body(s):
+            return (s[0] * 1.3 + 0.1, s[1] + qt.sin(s[0]))
+        v, acc = qt.while_loop(cond, body, (x, qt.zeros_like(x)))
+        return qt.sum(acc * v)
+    f = qt.to_jax(loss)
+    x0 = rng.uniform(0.5, 1.5, 256).astype(np.float32)
+    lim = rng.uniform(2.0, 30.0, 256).astype(np.float32)
+    gpu0 = [d for d in jax.devices() if d.platform == "gpu"][0]
+    xj, lj = jax.device_put(x0, gpu0), jax.device_put(lim, gpu0)
+    qt.reset_stats()
+    value = float(jax.jit(f)(xj, lj))
+    grad = np.asarray(jax.jit(jax.grad(f))(xj, lj))
+    assert qt.stats()["kernel_launches"] > 0
+    want_value = loss(qt.asarray(x0), qt.asarray(lim)).item()
+    want_grad = qt.grad(loss)(qt.asarray(x0), qt.asarray(lim)).numpy()
+    assert abs(value - want_value) <= 1e-4 * abs(want_value)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-5)
+    out = jax.jit(lambda a: qt.to_jax(lambda t: qt.exp(t) * 2.0)(a) + 1.0)(xj)
+    np.testing.assert_allclose(np.asarray(out), np.exp(x0.astype(np.float64)) * 2 + 1, rtol=1e-6)
