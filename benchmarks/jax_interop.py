@@ -108,7 +108,7 @@ def main(argv: list) -> int:
         lambda: grad_fori(x0, lim).block_until_ready(), 5) / 1e3, "ms"))
     rows.append(("while grad", "JAX while_loop", None, "cannot differentiate"))
 
-    print(f"CPU; B1 N = {n1:.0e}, while-loop N = {m:.0e}")
+    print(f"JAX backend {jax.default_backend()}; B1 N = {n1:.0e}, while-loop N = {m:.0e}")
     print(f"{'bench':14} {'system':38} {'time':>10}")
     for bench, system, t, unit in rows:
         shown = f"{t:10.3f} {unit}" if t is not None else f"{'-':>10} {unit}"

@@ -30,6 +30,8 @@ from .lowering import split_layout
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 UNROLL = 4       # independent elements per iteration of a segment (loads in flight)
+SCOPE = "device"  # fences order the partials for the threads of one device (NVPTX: .gpu;
+                  # the host needs none of it: a system-scope fence per thread is costly)
 
 
 def emit(em, s: int, identity, combine, arg_better) -> None:
@@ -86,12 +88,12 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
         combines the group in order and climbs; the last of the top stores the result."""
         level, rest = levels[0], levels[1:]
         publish(level, b.add(b.mul(o, ir.Constant(I64, level.count)), pos))
-        b.fence("release")
+        b.fence("release", SCOPE)
         group = b.udiv(pos, ir.Constant(I64, level.group))
         slot = b.add(b.mul(o, ir.Constant(I64, level.count // level.group)), group)
         arrived = b.atomic_rmw("add", at(level.counters, I32, slot), ir.Constant(I32, 1), "acq_rel")
         with b.if_then(b.icmp_unsigned("==", arrived, ir.Constant(I32, level.group - 1))):
-            b.fence("acquire")
+            b.fence("acquire", SCOPE)
             first = b.add(b.mul(o, ir.Constant(I64, level.count)),
                           b.mul(group, ir.Constant(I64, level.group)))
             b.store(from_bits(b.load(at(level.values, bits, first), typ=bits)), acc)
