@@ -12,6 +12,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 
+from .instrs import LOOPS, rewrite, walk
 from .loops import depth_source
 from .node import Node, graph_key
 from .partition import MAX_TASK_COST, Schedule, partition, report_decisions
@@ -180,19 +181,15 @@ SMALL_TASK = 64
 def _block_lanes(task: Task, lanes: int) -> None:
     """Run a task's single per-element loop in blocks of ``lanes`` (vectorizable; see
     kernels.lanes); targets without lanes (``lanes == 0``) run loops one element at a time."""
-    loops = [i for i in task.instrs if i[0] in ("loop", "loop_vjp")]
+    loops = [i for i in task.instrs if i.kind in LOOPS]
     if not lanes or task.kind != "map" or len(loops) != 1 or len(task.domain) != 1:
         return
-    if any(i[0] in ("loop", "loop_vjp", "atomic") for prog in _nested(loops[0]) for i in prog[1]):
+    if any(i.kind in (*LOOPS, "atomic") for i in walk(loops[0:1]) if i is not loops[0]):
         return  # nested loops stay scalar; so do atomic adds (every lane would run them)
     task.lanes = lanes
     if task.stack is not None:
         ((depth, fb, ib),) = task.stack  # one level: nested loops are not blocked
         task.stack = ((depth, fb * lanes, ib * lanes),)  # a stack row holds every lane of a block
-
-
-def _nested(instr) -> list:
-    return [p for p in instr[4:7] if isinstance(p, tuple) and p and p[0] == "prog"]
 
 
 def _drop_dead_stores(raw: list, outputs: tuple) -> None:
@@ -228,12 +225,6 @@ def _renumber_args(task: Task, drop: set) -> None:
 
 
 def _renumber_loads(instrs, new: dict) -> list:
-    out = []
-    for i in instrs:
-        if i[0] in ("load", "atomic"):
-            i = (i[0], i[1], new[i[2]]) + i[3:]
-        elif i[0] in ("loop", "loop_vjp"):
-            i = tuple(("prog", tuple(_renumber_loads(x[1], new)), x[2])
-                      if isinstance(x, tuple) and x and x[0] == "prog" else x for x in i)
-        out.append(i)
-    return out
+    def one(i):
+        return i._replace(arg=new[i.arg]) if i.kind in ("load", "atomic") else i
+    return rewrite(instrs, one)

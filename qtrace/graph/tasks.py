@@ -7,17 +7,12 @@ buffers through canonical index expressions (:mod:`qtrace.graph.index`) over the
 variables: variables ``0..len(domain)-1`` are the domain's, the next ones ``inner``'s.
 Every target (LLVM CPU now, NVPTX next) lowers this same form.
 
-Instructions (tuples; ``dt`` is a dtype string such as ``'<f4'``):
-    ``("load", dt, arg, ix)``            element ``ix`` of task argument ``arg``
-    ``("const", dt, value)``
-    ``("op", dt, prim, (a, b, ...))``    an elementwise primitive on SSA values
-    ``("bound", "<i8", a, size, check)``  index ``a`` wrapped (negative) and clamped to
-                                           ``[0, size)``; out-of-range values report
-                                           check ``check`` and mark the element invalid
-    ``("ix", "<i8", ix)``                the value of index expression ``ix``
-Stores: ``(arg, ix, ssa)``. Reductions: ``reduce = (prim, ssa)`` folded over ``inner``
-and stored once per domain index; scans store each prefix; ``rmw = mode`` makes the
-stores read-modify-write (atomic) updates, skipped for invalid indices.
+Instructions are the named records of :mod:`qtrace.graph.instrs` (``load``, ``const``,
+``op``, ``bound``, ``ix``; in loop bodies ``state``/``ct``/``inv``/``counter``/``get``/
+``atomic``; ``loop``/``loop_vjp`` with nested programs); ``dt`` is a dtype string such
+as ``'<f4'``. Stores: ``(arg, ix, ssa)``. Reductions: ``reduce = (prim, ssa)`` folded over
+``inner`` and stored once per domain index; scans store each prefix; ``rmw = mode`` makes
+the stores read-modify-write (atomic) updates, skipped for invalid indices.
 """
 
 from __future__ import annotations
@@ -29,6 +24,22 @@ import numpy as np
 from ..errors import TracerError
 from . import index as ix_
 from .access import broadcast_index, prim_cost, region_axes, update_index, view_index
+from .instrs import (
+    Atomic,
+    Bound,
+    Const,
+    Counter,
+    Get,
+    Ix,
+    Load,
+    Loop,
+    LoopVjp,
+    Op,
+    Placeholder,
+    Prog,
+    rewrite,
+    walk,
+)
 from .loops import layout, siblings_key
 from .node import Node, c_strides, content_hash
 from .partition import FREE, Schedule, kind
@@ -72,7 +83,7 @@ def instrs_cost(instrs: list) -> int:
     """Work per element of a task body, in the units of partitioning's task cost (each
     operation weighed by :func:`qtrace.graph.access.prim_cost`): bounding merged tasks by
     the same limit as fused ones keeps LLVM's time per kernel bounded."""
-    return sum(prim_cost(i[2]) for i in instrs if i[0] == "op")
+    return sum(prim_cost(i.prim) for i in instrs if i.kind == "op")
 
 
 def buffer_strides(node: Node) -> tuple:
@@ -120,7 +131,7 @@ class TaskBuilder:
         return ix_.add(*(ix_.scale(i, s) for i, s, d in zip(ix, strides, node.shape) if d != 1))
 
     def load(self, node: Node, ix: tuple) -> int:
-        return self.emit(("load", node.dtype.str, self.arg(node), self.address(node, ix)))
+        return self.emit(Load("load", node.dtype.str, self.arg(node), self.address(node, ix)))
 
     def value(self, node: Node, ix: tuple) -> int:
         key = (id(node), ix)
@@ -161,19 +172,19 @@ class TaskBuilder:
 
     def _value(self, node: Node, ix: tuple) -> int:
         if node.prim == "const":
-            return self.emit(("const", node.dtype.str, node.params[0]))
+            return self.emit(Const("const", node.dtype.str, node.params[0]))
         role = self.env.get(id(node))
         if role is not None:
             if role[0] == "node":  # a captured value: read from outside, inside the body
                 return self.value(role[1], ix)
             if role[0] == "counter":
-                return self.emit(("counter", "<i8"))
+                return self.emit(Counter("counter", "<i8"))
             if role[0] == "inv" and ix != role[2]:
                 raise TracerError(
                     "qt.fori_loop/while_loop: an inner loop body gathers from a value of the "
                     f"enclosing loop's body ({node.dtype} {node.shape}); per-element loops may "
                     "gather only from tensors computed outside every loop")
-            return self.emit((role[0], node.dtype.str, role[1]))
+            return self.emit(Placeholder(role[0], node.dtype.str, role[1]))
         g = self.s.group_of.get(id(node))
         if node.is_leaf or (g is not None and g is not self.group and g is not FREE):
             return self.load(node, ix)
@@ -183,46 +194,46 @@ class TaskBuilder:
         if k == "view":
             return self.value(node.inputs[0], view_index(node, ix, self.ext))
         if node.prim == "iota":
-            return self.emit(("ix", "<i8", self.address(node, ix, c_strides(node.shape))))
+            return self.emit(Ix("ix", "<i8", self.address(node, ix, c_strides(node.shape))))
         if k == "elementwise":
             args = tuple(self.value(i, broadcast_index(ix, i.shape)) for i in node.inputs)
-            return self.emit(("op", node.dtype.str, node.prim, args))
+            return self.emit(Op("op", node.dtype.str, node.prim, args))
         if k == "update":
             parent, src = node.inputs
             old = self.value(parent, ix)
             new = self.value(src, update_index(node, ix, self.ext))
-            return self.emit(("op", node.dtype.str, "select", (self.inside(node, ix), new, old)))
+            return self.emit(Op("op", node.dtype.str, "select", (self.inside(node, ix), new, old)))
         if k == "gather":
             src = node.inputs[0]
             coords = [self.value(c, ix) for c in node.inputs[1:]]
             src_ix, ok = self.coordinates(src, coords, "gather (x[idx])")
             if not ok:
-                return self.emit(("const", node.dtype.str, 0))
+                return self.emit(Const("const", node.dtype.str, 0))
             return self.value(src, src_ix)
         if k == "loop":
             if node.params[-1] < 0:
                 raise NotImplementedError(
                     "qtrace: the gradient of a tensor gathered inside a nested loop's body is not "
                     "supported yet")
-            return self.emit(("get", node.dtype.str, self.loop(node, ix), node.params[-1]))
+            return self.emit(Get("get", node.dtype.str, self.loop(node, ix), node.params[-1]))
         raise AssertionError(f"qtrace: {node.prim} cannot be computed inside another task")
 
     def inside(self, node: Node, ix: tuple) -> int:
         """Whether ``ix`` lies in the region a ``slice_update`` replaces (a boolean SSA value)."""
         def op(prim, *args):
-            return self.emit(("op", "|b1", prim, args))
+            return self.emit(Op("op", "|b1", prim, args))
 
         def const(v):
-            return self.emit(("const", "<i8", v))
+            return self.emit(Const("const", "<i8", v))
         ok = None
         for axis, lo, hi, start, step in region_axes(node):
-            i = self.emit(("ix", "<i8", ix[axis]))
+            i = self.emit(Ix("ix", "<i8", ix[axis]))
             test = op("logical_and", op("greater_equal", i, const(lo)), op("less_equal", i, const(hi)))
             if abs(step) > 1:
-                rem = self.emit(("op", "<i8", "remainder", (i, const(abs(step)))))
+                rem = self.emit(Op("op", "<i8", "remainder", (i, const(abs(step)))))
                 test = op("logical_and", test, op("equal", rem, const(start % abs(step))))
             ok = test if ok is None else op("logical_and", ok, test)
-        return ok if ok is not None else self.emit(("const", "|b1", True))
+        return ok if ok is not None else self.emit(Const("const", "|b1", True))
 
     def coordinates(self, src: Node, coords: list, op: str):
         """Checked indices into ``src``; ``ok`` is False if an axis is empty (nothing to read)."""
@@ -230,13 +241,13 @@ class TaskBuilder:
         for axis, (c, size) in enumerate(zip(coords, src.shape)):
             check = len(self.t.checks)
             self.t.checks.append(("index", op, axis, size))
-            out.append(ix_.ssa(self.emit(("bound", "<i8", c, size, check))))
+            out.append(ix_.ssa(self.emit(Bound("bound", "<i8", c, size, check))))
             ok = ok and size > 0
         return tuple(out), ok
 
     # -- loops ------------------------------------------------------------------------
     def program(self, outputs, env: dict, ix: tuple, finish=None) -> tuple:
-        """A loop body's program: ``("prog", instrs, output ssa ids)``.
+        """A loop body's program (:class:`~qtrace.graph.instrs.Prog`).
 
         ``finish(child builder, output ssa ids)`` may emit more (the atomic adds of a
         reverse body) and returns the output ids the loop carries.
@@ -245,7 +256,7 @@ class TaskBuilder:
         outs = tuple(child.value(o, broadcast_index(ix, o.shape)) for o in outputs)
         if finish is not None:
             outs = finish(child, outs)
-        return ("prog", tuple(child.instrs), outs)
+        return Prog("prog", tuple(child.instrs), outs)
 
     def _scatter_cotangents(self, node: Node, table: Node | None):
         """``finish`` for a reverse body: atomic adds of gathered reads' cotangents into
@@ -262,8 +273,8 @@ class TaskBuilder:
                     continue
                 dst, ok = child.coordinates(table, list(coords), "gather (x[idx]) in a loop body")
                 if ok:
-                    child.emit(("atomic", table.dtype.str, child.arg(table, write=True),
-                                child.address(table, dst), ct))
+                    child.emit(Atomic("atomic", table.dtype.str, child.arg(table, write=True),
+                                       child.address(table, dst), ct))
             return outs[:carried]
         return finish
 
@@ -323,21 +334,21 @@ class TaskBuilder:
         dts = tuple(n.dtype.str for n in node.inputs[lay.init])
         per_element += [v[3] for v in invariants.values()]
         if not lay.reverse:
-            instr = ("loop", dts, lay.kind, lay.n_state, cprog, bprog, tuple(per_element))
+            instr = Loop("loop", dts, lay.kind, lay.n_state, cprog, bprog, tuple(per_element))
         else:
             rsub = node.params[3]
             mark = len(self.t.nested_rows)
             rprog = self.program(rsub.outputs, env_for(rsub), ix, self._scatter_cotangents(node, table))
             inner = self.t.nested_rows[mark:]
             del self.t.nested_rows[mark:]
-            pushed = sorted({i[2] for i in rprog[1] if i[0] == "state"})
+            pushed = sorted({i.index for i in rprog.instrs if i.kind == "state"})
             fb = sum(int(dts[k][2:]) for k in pushed if dts[k][1] == "f")
             ib = sum(int(dts[k][2:]) for k in pushed if dts[k][1] != "f")
             check = len(self.t.checks)
             self.t.checks.append(("adstack", f"loop_{sub.key[:12]}", 0, 0))
             self._stack_levels(node, lay, fb, ib, inner)
-            instr = ("loop_vjp", dts, lay.kind, lay.n_state, cprog, bprog, rprog,
-                     tuple(per_element), tuple(pushed), check)
+            instr = LoopVjp("loop_vjp", dts, lay.kind, lay.n_state, cprog, bprog, rprog,
+                            tuple(per_element), tuple(pushed), check)
         ssa = self._memo[key] = self.emit(instr)
         return ssa
 
@@ -401,7 +412,7 @@ def build_tasks(schedule: Schedule, group) -> list:
         b = TaskBuilder(schedule, group, init, _extents(root.shape))
         ix = _vars(root.ndim)
         init.stores.append((b.arg(root, write=True), b.address(root, ix),
-                            b.emit(("const", root.dtype.str, 0))))
+                            b.emit(Const("const", root.dtype.str, 0))))
         domain = root.inputs[0].shape
         run = Task("map", domain)
         b = TaskBuilder(schedule, group, run, _extents(domain))
@@ -446,23 +457,12 @@ def build_tasks(schedule: Schedule, group) -> list:
     return [t]
 
 
-def _programs(instr):
-    """The nested programs of a loop instruction."""
-    if instr[0] == "loop":
-        return [p for p in (instr[4], instr[5]) if p is not None]
-    if instr[0] == "loop_vjp":
-        return [p for p in (instr[4], instr[5], instr[6]) if p is not None]
-    return []
-
-
 def _instr_forms(instrs):
-    for instr in instrs:
-        if instr[0] == "load":
-            yield from ix_.affine_forms(instr[3])
-        elif instr[0] == "ix":
-            yield from ix_.affine_forms(instr[2])
-        for prog in _programs(instr):
-            yield from _instr_forms(prog[1])
+    for instr in walk(instrs):
+        if instr.kind == "load":
+            yield from ix_.affine_forms(instr.ix)
+        elif instr.kind == "ix":
+            yield from ix_.affine_forms(instr.ix)
 
 
 def _task_forms(task: Task):
@@ -472,17 +472,10 @@ def _task_forms(task: Task):
 
 
 def _rewrite_instrs(instrs, fn) -> list:
-    out = []
-    for i in instrs:
-        if i[0] == "load":
-            i = (i[0], i[1], i[2], ix_.substitute(i[3], fn))
-        elif i[0] == "ix":
-            i = (i[0], i[1], ix_.substitute(i[2], fn))
-        elif i[0] in ("loop", "loop_vjp"):
-            i = tuple(("prog", tuple(_rewrite_instrs(x[1], fn)), x[2])
-                      if isinstance(x, tuple) and x and x[0] == "prog" else x for x in i)
-        out.append(i)
-    return out
+    """``instrs`` with every index expression substituted by ``fn``."""
+    def one(i):
+        return i._replace(ix=ix_.substitute(i.ix, fn)) if i.kind in ("load", "ix") else i
+    return rewrite(instrs, one)
 
 
 def _rewrite(task: Task, fn) -> None:
@@ -556,10 +549,10 @@ def try_merge(a: Task, b: Task, max_cost: int | None = None) -> str | None:
     for i, n in enumerate(b.arg_nodes):
         remap_arg[i] = a_args.get(id(n))
     for instr in b.instrs:
-        if instr[0] == "load":
-            ai = remap_arg[instr[2]]
-            if ai in written and written[ai][0] != instr[3]:
-                return f"reads a buffer the other task writes, at {instr[3]} instead of {written[ai][0]}"
+        if instr.kind == "load":
+            ai = remap_arg[instr.arg]
+            if ai in written and written[ai][0] != instr.ix:
+                return f"reads a buffer the other task writes, at {instr.ix} instead of {written[ai][0]}"
     for arg, _, _ in b.stores:
         if remap_arg[arg] in written:
             return "both tasks write one buffer"
@@ -579,16 +572,16 @@ def try_merge(a: Task, b: Task, max_cost: int | None = None) -> str | None:
 
     ssa = {}
     for j, instr in enumerate(b.instrs):
-        op = instr[0]
+        op = instr.kind
         if op == "load":
-            if remap_arg[instr[2]] in written:  # forward the value a computed at this very index
-                ssa[j] = written[remap_arg[instr[2]]][1]
+            if remap_arg[instr.arg] in written:  # forward the value a computed at this very index
+                ssa[j] = written[remap_arg[instr.arg]][1]
                 continue
-            new = ("load", instr[1], arg_of(instr[2]), _remap_ssa_in_ix(instr[3], ssa))
+            new = instr._replace(arg=arg_of(instr.arg), ix=_remap_ssa_in_ix(instr.ix, ssa))
         elif op == "op":
-            new = ("op", instr[1], instr[2], tuple(ssa[x] for x in instr[3]))
+            new = instr._replace(args=tuple(ssa[x] for x in instr.args))
         elif op == "bound":
-            new = ("bound", instr[1], ssa[instr[2]], instr[3], instr[4] + len(a.checks))
+            new = instr._replace(value=ssa[instr.value], check=instr.check + len(a.checks))
         else:
             new = instr
         key = _instr_key(new)
@@ -611,7 +604,7 @@ def try_merge(a: Task, b: Task, max_cost: int | None = None) -> str | None:
 
 def _instr_key(instr: tuple):
     """Equal keys: instructions computing the same value (constants compare by repr)."""
-    return (instr, repr(instr[2])) if instr[0] == "const" else instr
+    return (instr, repr(instr.value)) if instr.kind == "const" else instr
 
 
 def _remap_ssa_in_ix(ix, ssa: dict):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from ..graph.instrs import LOOPS, uses_f32_trig
 from . import complexmath, interrupt, lanes, scalar, split_reduce
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
@@ -208,37 +209,37 @@ class KernelEmitter:
     def _run(self, instrs, env, values, dts, top) -> list:
         b = self.b
         for instr in instrs:
-            op = instr[0]
-            dt = np.dtype(instr[1]) if isinstance(instr[1], str) else None
+            op = instr.kind
+            dt = np.dtype(instr.dt) if op not in LOOPS else None
             if op == "const":
-                v = scalar.const(dt, instr[2])
+                v = scalar.const(dt, instr.value)
             elif op == "load" and dt.kind == "c":
-                v = complexmath.load(b, self.ptrs[instr[2]], self.index(instr[3], values), dt)
+                v = complexmath.load(b, self.ptrs[instr.arg], self.index(instr.ix, values), dt)
             elif op == "load":
-                v = b.load(self.pointer(instr[2], instr[3], values), typ=mem_type(dt))
+                v = b.load(self.pointer(instr.arg, instr.ix, values), typ=mem_type(dt))
                 if self.noalias_loads is not None:
                     v.set_metadata("noalias", self.noalias_loads)
                 if dt.kind == "b":
                     v = b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
             elif op == "op":
-                args = [values[a] for a in instr[3]]
-                v = scalar.lower(b, instr[2], args, [dts[a] for a in instr[3]], dt)
+                args = [values[a] for a in instr.args]
+                v = scalar.lower(b, instr.prim, args, [dts[a] for a in instr.args], dt)
             elif op == "ix":
-                v = self.index(instr[2], values)
+                v = self.index(instr.ix, values)
             elif op == "bound":
-                v = self.bound(values[instr[2]], dts[instr[2]], instr[3], instr[4],
+                v = self.bound(values[instr.value], dts[instr.value], instr.size, instr.check,
                                len(values) if top else None)
             elif op in ("state", "ct"):
-                v = env[op][instr[2]]
+                v = env[op][instr.index]
             elif op == "counter":
                 v = env["counter"]
             elif op == "inv":
-                v = env["inv"][instr[2]]
-            elif op == "atomic":  # ("atomic", dtype, arg, index, value): *arg[index] += value
-                v = self.b.atomic_rmw("fadd", self.pointer(instr[2], instr[3], values), values[instr[4]],
-                                      "monotonic")
+                v = env["inv"][instr.index]
+            elif op == "atomic":  # *arg[ix] += value
+                v = self.b.atomic_rmw("fadd", self.pointer(instr.arg, instr.ix, values),
+                                      values[instr.value], "monotonic")
             elif op == "get":
-                v = values[instr[2]][instr[3]]
+                v = values[instr.loop][instr.index]
             elif op in ("loop", "loop_vjp") and top and self.loop_override is not None:
                 v = self.loop_override[len(values)]
             elif op == "loop":
@@ -268,7 +269,8 @@ class KernelEmitter:
         Its value: the final state, the trip count, and the largest trip count of the loops
         nested in its body (what their reverse needs on the adstack).
         """
-        _, dts, kind, m, cprog, bprog, ins = instr
+        dts, kind, m, cprog, bprog, ins = (instr.dts, instr.layout, instr.n_state, instr.cond,
+                                           instr.body, instr.per_element)
         b = self.b
         init = [values[i] for i in ins[:m]]
         lo, hi = (values[ins[m]], values[ins[m + 1]]) if kind == "fori" else (None, None)
@@ -286,15 +288,15 @@ class KernelEmitter:
             go = b.icmp_signed("<", counter, hi)
             env["counter"] = counter
         else:
-            cv = self.run(cprog[1], env)
-            go = cv[cprog[2][0]]
+            cv = self.run(cprog.instrs, env)
+            go = cv[cprog.outputs[0]]
         b.cbranch(go, body, done)
         b.position_at_end(body)
-        bv = self.run(bprog[1], env)
-        new = [bv[o] for o in bprog[2]]
+        bv = self.run(bprog.instrs, env)
+        new = [bv[o] for o in bprog.outputs]
         nxt = b.add(count, ir.Constant(I64, 1))
         most = nested
-        for p, inner in enumerate(bprog[1]):
+        for p, inner in enumerate(bprog.instrs):
             if inner[0] == "loop":
                 c = bv[p][inner[3]]
                 most = b.select(b.icmp_signed(">", c, most), c, most)
@@ -316,7 +318,9 @@ class KernelEmitter:
         that would need more than the stack holds stops its replay, reports the overflow
         in ``status`` (the launch then raises) and never writes past it.
         """
-        _, dts, kind, m, cprog, bprog, rprog, ins, pushed, check = instr
+        dts, kind, m, cprog, bprog, rprog = (instr.dts, instr.layout, instr.n_state, instr.cond,
+                                             instr.body, instr.reverse)
+        ins, pushed, check = instr.per_element, instr.pushed, instr.check
         b = self.b
         sdt = [np.dtype(d) for d in dts]
         types = self._state_types(dts)
@@ -373,7 +377,7 @@ class KernelEmitter:
             go = b.icmp_signed("<", counter, hi)
             env["counter"] = counter
         else:
-            go = self.run(cprog[1], env)[cprog[2][0]]
+            go = self.run(cprog.instrs, env)[cprog.outputs[0]]
         b.cbranch(go, room, fdone)
         head_exit = b.block
         b.position_at_end(room)
@@ -387,9 +391,9 @@ class KernelEmitter:
         for k in pushed:
             v = state[k]
             b.store(b.zext(v, I8) if sdt[k].kind == "b" else v, slot(depth, k))
-        bv = self.run(bprog[1], env)
+        bv = self.run(bprog.instrs, env)
         latch = b.block
-        for p, o in zip(state, bprog[2]):
+        for p, o in zip(state, bprog.outputs):
             p.add_incoming(bv[o], latch)
         depth.add_incoming(b.add(depth, ir.Constant(I64, 1)), latch)
         b.branch(head)
@@ -420,8 +424,8 @@ class KernelEmitter:
                 # loops nested in the reverse body push above this element's rows
                 "stack": (b.add(fbase, b.mul(total, ir.Constant(I64, fb))),
                           b.add(ibase, b.mul(total, ir.Constant(I64, ib))))}
-        rv = self.run(rprog[1], renv)
-        outs = [rv[o] for o in rprog[2]]
+        rv = self.run(rprog.instrs, renv)
+        outs = [rv[o] for o in rprog.outputs]
         cap_vals = outs[m:]
         rlatch = b.block
         # value: the cotangents, then the final state of the replay (the forward's result)
@@ -632,7 +636,7 @@ class KernelEmitter:
                     acc.store(b, b.select(take, v, cur))
                     b.store(b.select(take, pos, b.load(best_i, typ=I64)), best_i)
                 else:
-                    v = scalar.convert(b, v, np.dtype(t.instrs[ssa][1]), acc_dt)
+                    v = scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt)
                     acc.store(b, _combine(b, prim, cur, v, acc_dt))
             self.nest(t.inner, inner)
             if is_arg:
@@ -655,7 +659,7 @@ class KernelEmitter:
 
             def inner():
                 values = self.body()
-                v = scalar.convert(b, values[ssa], np.dtype(t.instrs[ssa][1]), acc_dt)
+                v = scalar.convert(b, values[ssa], np.dtype(t.instrs[ssa].dt), acc_dt)
                 total = _combine(b, "reduce_sum", acc.load(b), v, acc_dt, reassociate=False)
                 acc.store(b, total)
                 self.store(arg, ix, scalar.convert(b, total, acc_dt, self.dt[arg]), values)
@@ -697,8 +701,7 @@ def _floor_div(b: ir.IRBuilder, x, c: int):
 
 def _uses_f32_trig(task) -> bool:
     """A map task (no loops, no read-modify-write) computing float32 sin or cos."""
-    return not task.has_loops and any(
-        i[0] == "op" and i[2] in ("sin", "cos") and i[1] == "<f4" for i in task.instrs)
+    return not task.has_loops and any(uses_f32_trig(i) for i in task.instrs)
 
 
 def _identity(prim: str, dt: np.dtype):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from ..graph.instrs import LOOPS, uses_f32_trig, walk
 from . import scalar
 from .intrinsics import aborted
 
@@ -31,7 +32,7 @@ I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 
 def loop_position(task) -> int | None:
     """Index of the task's single top-level loop instruction, or None."""
-    found = [i for i, instr in enumerate(task.instrs) if instr[0] in ("loop", "loop_vjp")]
+    found = [i for i, instr in enumerate(task.instrs) if instr.kind in LOOPS]
     return found[0] if len(found) == 1 else None
 
 
@@ -74,11 +75,11 @@ def emit_blocked(em) -> None:
     pos = loop_position(t)
     instr = t.instrs[pos]
     arrays = LaneArrays(em, lanes)
-    kind, m = instr[2], instr[3]
-    dts = [np.dtype(d) for d in instr[1]]
+    kind, m = instr.layout, instr.n_state
+    dts = [np.dtype(d) for d in instr.dts]
     types = [scalar.ir_type(d) for d in dts]
-    reverse = instr[0] == "loop_vjp"
-    ins = instr[7] if reverse else instr[6]
+    reverse = instr.kind == "loop_vjp"
+    ins = instr.per_element
     nb = 2 if kind == "fori" else 0
     state = [arrays.new(_mem(ty)) for ty in types]
     lo_a = arrays.new(I64) if kind == "fori" else None
@@ -89,7 +90,7 @@ def emit_blocked(em) -> None:
         em.trig_bad = b.alloca(I1)
     fast = _uses_f32_trig(instr)
     if reverse:  # per-lane sums of the captured values' cotangents
-        em.lane_acc = [(arrays.new(ty), ty) for ty in _output_types(instr[6])[m:]]
+        em.lane_acc = [(arrays.new(ty), ty) for ty in _output_types(instr.reverse)[m:]]
     saved = [arrays.new(_mem(ty)) for ty in types + (types if reverse else [])] if fast else []
     step = ir.Constant(I64, lanes)
 
@@ -228,8 +229,8 @@ def _counted(em, extent, body):
 def _advance(em, instr, arrays, state, lo_a, count, base, n_lanes, types, t, push=None):
     """One iteration ``t`` of every lane of the block; returns the 'any lane ran' flag."""
     b = em.b
-    kind = instr[2]
-    cprog, bprog = instr[4], instr[5]
+    kind = instr.layout
+    cprog, bprog = instr.cond, instr.body
     with b.goto_entry_block():
         ran = b.alloca(I1)
     b.store(ir.Constant(I1, 0), ran)
@@ -245,17 +246,17 @@ def _advance(em, instr, arrays, state, lo_a, count, base, n_lanes, types, t, pus
             done_iters = arrays.load(count, lane, I64)
             still = b.icmp_signed("==", done_iters, t)  # ran every earlier iteration
             em.lane_active = still
-            c = em.run(cprog[1], env)[cprog[2][0]]
+            c = em.run(cprog.instrs, env)[cprog.outputs[0]]
             _check_fast_math(em, still)
             active = b.and_(still, c)
         em.lane_active = active
         if push is not None:
             push(lane, s, active)
-        new = em.run(bprog[1], env)
+        new = em.run(bprog.instrs, env)
         em.lane_active = None
         _check_fast_math(em, active)
         for k, a in enumerate(state):
-            arrays.store(a, lane, _to_mem(b, b.select(active, new[bprog[2][k]], s[k])))
+            arrays.store(a, lane, _to_mem(b, b.select(active, new[bprog.outputs[k]], s[k])))
         if kind == "while":
             cnt = arrays.load(count, lane, I64)
             arrays.store(count, lane, b.select(active, b.add(cnt, ir.Constant(I64, 1)), cnt))
@@ -266,7 +267,7 @@ def _advance(em, instr, arrays, state, lo_a, count, base, n_lanes, types, t, pus
 
 def _forward(em, instr, arrays, state, lo_a, count, maxn, base, n_lanes, types):
     b = em.b
-    if instr[2] == "fori":
+    if instr.layout == "fori":
         def step(t):
             _advance(em, instr, arrays, state, lo_a, count, base, n_lanes, types, t)
         _counted(em, b.load(maxn, typ=I64), step)
@@ -355,10 +356,10 @@ def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, ty
             ct = [_from_mem(b, arrays.load(a, lane, _mem(ty)), ty) for a, ty in zip(cts, types)]
             counter = b.add(arrays.load(lo_a, lane, I64), t) if kind == "fori" else t
             em.lane_active = active
-            rv = em.run(rprog[1], {"state": popped, "ct": ct, "counter": counter})
+            rv = em.run(rprog.instrs, {"state": popped, "ct": ct, "counter": counter})
             em.lane_active = None
             _check_fast_math(em, active)
-            outs = [rv[o] for o in rprog[2]]
+            outs = [rv[o] for o in rprog.outputs]
             for k, a in enumerate(cts):
                 arrays.store(a, lane, _to_mem(b, b.select(active, outs[k], ct[k])))
             for (a, ty), v in zip(accs, outs[m:]):
@@ -371,14 +372,10 @@ def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, ty
 
 def _output_types(prog) -> list:
     """IR types of a program's outputs."""
-    instrs, outs = prog[1], prog[2]
-    return [scalar.ir_type(np.dtype(instrs[o][1])) for o in outs]
+    instrs, outs = prog.instrs, prog.outputs
+    return [scalar.ir_type(np.dtype(instrs[o].dt)) for o in outs]
 
 
 def _uses_f32_trig(instr) -> bool:
     """Whether a loop's body programs compute float32 sin or cos."""
-    for prog in instr[4:7]:
-        if isinstance(prog, tuple) and prog and prog[0] == "prog":
-            if any(i[0] == "op" and i[2] in ("sin", "cos") and i[1] == "<f4" for i in prog[1]):
-                return True
-    return False
+    return any(i is not instr and uses_f32_trig(i) for i in walk([instr]))

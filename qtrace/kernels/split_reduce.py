@@ -135,7 +135,7 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
                 b.store(b.select(take, v, cur), acc)
                 b.store(b.select(take, k, b.load(best, typ=I64)), best)
             else:
-                fold(scalar.convert(b, v, np.dtype(t.instrs[ssa][1]), acc_dt), None, cell)
+                fold(scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt), None, cell)
         if is_arg:
             _strided_loop(em, seg, ir.Constant(I64, length), ir.Constant(I64, s), element)
         else:
