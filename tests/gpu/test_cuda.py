@@ -211,6 +211,7 @@ def test_to_jax_on_the_gpu_runs_qtrace_kernels_on_xlas_stream(rng):
     want_value = loss(qt.asarray(x0), qt.asarray(lim)).item()
     want_grad = qt.grad(loss)(qt.asarray(x0), qt.asarray(lim)).numpy()
     assert abs(value - want_value) <= 1e-4 * abs(want_value)
-    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-5)
+    # float32 sums of terms of size ~1e2: absolute error relative to the gradient's scale
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-5 * np.max(np.abs(want_grad)))
     out = jax.jit(lambda a: qt.to_jax(lambda t: qt.exp(t) * 2.0)(a) + 1.0)(xj)
     np.testing.assert_allclose(np.asarray(out), np.exp(x0.astype(np.float64)) * 2 + 1, rtol=1e-6)
