@@ -34,7 +34,9 @@ class Lowering:
     (a GPU launches one thread per element; the CPU splits the outer axis). ``scalar``:
     the code being emitted runs one element at a time (a loop body that is not blocked),
     where C library calls beat branch-free vector code. ``split_reductions``: reductions
-    with few outputs are split over threads (:mod:`qtrace.kernels.split_reduce`).
+    with few outputs are split over threads (:mod:`qtrace.kernels.split_reduce`) in
+    ``"interleaved"`` segments (a GPU: neighbouring threads read neighbouring elements) or
+    ``"contiguous"`` ones (a CPU: each worker streams through its own chunk); ``""``: not.
     """
 
     math: str = "ir"
@@ -43,19 +45,22 @@ class Lowering:
     interrupt: bool = True
     flat: bool = False
     scalar: bool = False
-    split_reductions: bool = False
+    split_reductions: str = ""
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""
         return self if on == self.scalar else replace(self, scalar=on)
 
 
-CPU = Lowering()
+CPU = Lowering(split_reductions="contiguous")
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
-                 split_reductions=True)
+                 split_reductions="interleaved")
 
-THREADS = 1 << 18          # a split reduction aims at outputs x segments threads in flight
-MIN_SEGMENT = 32           # elements per segment at least
+THREADS = 1 << 18          # an interleaved split aims at outputs x segments threads in flight
+MIN_SEGMENT = 32           # elements per interleaved segment at least
+CHUNK = 1 << 16            # elements per contiguous segment at least (a worker's share)
+MAX_CHUNKS = 1024          # contiguous segments per output at most
+FEW_OUTPUTS = 8            # contiguous splits only for reductions with fewer outputs
 
 
 def reduce_segments(task, lowering: Lowering) -> int:
@@ -66,6 +71,12 @@ def reduce_segments(task, lowering: Lowering) -> int:
         return 1
     outputs, length = math.prod(task.domain), math.prod(task.inner)
     s = 1
+    if lowering.split_reductions == "contiguous":
+        # chunks depend on the row length only: the same result for any number of workers
+        if outputs < FEW_OUTPUTS:
+            while s * 2 <= MAX_CHUNKS and length // (s * 2) >= CHUNK:
+                s *= 2
+        return s
     while outputs * s * 2 <= THREADS and length // (s * 2) >= MIN_SEGMENT:
         s *= 2
     return s

@@ -1,7 +1,7 @@
 """Reductions split across GPU threads: segments, partials, and a last-arriver combine.
 
 A GPU runs a reduction with few outputs (a full ``sum``) on few threads if each output
-gets one thread. Under a lowering with ``split_reductions``, an output's row of ``L``
+gets one thread, and a CPU on one worker. Under a lowering with ``split_reductions``, an output's row of ``L``
 inner elements is cut into ``S`` interleaved segments
 (:func:`qtrace.kernels.lowering.reduce_segments`): thread ``(o, s)`` folds elements
 ``s, s + S, s + 2S, ...`` (neighbouring threads read neighbouring elements: coalesced),
@@ -11,7 +11,10 @@ group combines the group's partials *in order* into a partial of the next level 
 arrives there, up to the level of one group per output, whose last arriver stores the
 result. No combine is longer than a group, and the value does not depend on timing: a
 reduction is deterministic, run after run. ``argmax``/``argmin`` partials carry their
-index; ties keep the smallest index, NaN wins as in NumPy.
+index; ties keep the smallest index, NaN wins as in NumPy. A CPU lowering asks for
+``contiguous`` segments instead (each a chunk of the row a worker streams through, in
+vector registers), as many as the row length alone decides: the result is the same for
+any number of workers.
 
 Scratch (zeroed by the runtime before the launch; :func:`qtrace.kernels.lowering.split_layout`):
 per level, int32 arrival counters, partial values (8 bytes each) and, for arg reductions,
@@ -46,6 +49,8 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
     is_arg = prim in ("argmax", "argmin")
     outputs, length = math.prod(t.domain), math.prod(t.inner)
     layout = split_layout(outputs, s, is_arg)
+    contiguous = em.lowering.split_reductions == "contiguous"
+    chunk = -(-length // s)
     with b.goto_entry_block():
         acc = b.alloca(acc_ty)
         best = b.alloca(I64)
@@ -136,7 +141,13 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
                 b.store(b.select(take, k, b.load(best, typ=I64)), best)
             else:
                 fold(scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt), None, cell)
-        if is_arg:
+        if contiguous:   # segment seg is elements [seg * chunk, (seg + 1) * chunk) of the row
+            lo = b.mul(seg, ir.Constant(I64, chunk))
+            hi = b.add(lo, ir.Constant(I64, chunk))
+            hi = b.select(b.icmp_signed("<", hi, ir.Constant(I64, length)), hi, ir.Constant(I64, length))
+            b.store(lo, best)
+            em.loop(lo, hi, element)
+        elif is_arg:
             _strided_loop(em, seg, ir.Constant(I64, length), ir.Constant(I64, s), element)
         else:
             _unrolled_segment(em, seg, length, s, unrolled, element,

@@ -1,8 +1,9 @@
 """Reductions split over threads with a last-arriver combine (``qtrace.kernels.split_reduce``).
 
-The GPU lowering splits reductions with few outputs; the mechanism is target-neutral, so
-here it runs on the CPU under the same lowering switch (``split_reductions``, flat
-domains), with workers racing on the counters, and is compared with NumPy in float64.
+The CPU splits long rows of few-output reductions into contiguous chunks (its default
+lowering); the GPU into interleaved segments. The mechanism is target-neutral, so both
+layouts run here on the CPU (``interleaved`` under the GPU's lowering switch, flat
+domains), with workers racing on the counters, compared with NumPy in float64.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from qtrace.kernels import lowering
 from qtrace.kernels.target import target_for
 
 
-@pytest.fixture
-def split_cpu():
-    """The CPU target lowering reductions as the GPU does (its key changes with it)."""
+@pytest.fixture(params=["contiguous", "interleaved"])
+def split_cpu(request):
+    """The CPU target lowering reductions in the CPU's (default) or the GPU's layout."""
     target = target_for(qt.Device("cpu"))
     old = target.lowering
-    target.lowering = dataclasses.replace(old, split_reductions=True, flat=True)
+    target.lowering = dataclasses.replace(old, split_reductions=request.param,
+                                          flat=old.flat or request.param == "interleaved")
     target.__dict__.pop("_key", None)
     runtime.clear_plan_cache()
     yield target
@@ -53,22 +55,25 @@ REDUCTIONS = {
 
 
 @pytest.mark.parametrize("name", list(REDUCTIONS))
-@pytest.mark.parametrize("shape, axis", [((100_003,), None), ((3, 40_001), -1), ((2, 3, 20_000), None)])
+@pytest.mark.parametrize("shape, axis", [((100_003,), None), ((3, 40_001), -1), ((2, 3, 20_000), None),
+                                         ((262_145,), None), ((2, 131_071), 1)])
 def test_split_reductions_match_numpy(split_cpu, name, shape, axis, fusion, rng):
     fn, tol = REDUCTIONS[name]
     x = rng.random(shape)
     t = qt.asarray(x)
-    assert _segments(t, lambda v: fn(qt, v, axis)) > 1
+    row = x.size if axis is None else x.shape[axis]
+    if split_cpu.lowering.split_reductions == "interleaved" or row >= 2 * lowering.CHUNK:
+        assert _segments(t, lambda v: fn(qt, v, axis)) > 1
     got = fn(qt, t, axis).numpy()
     want = fn(np, x, axis)
     np.testing.assert_allclose(got, want, rtol=tol, atol=0)
 
 
-@pytest.mark.parametrize("where", [0, 1, 777, 99_999, -1])
+@pytest.mark.parametrize("where", [0, 1, 777, 65_535, 65_536, 199_999, -1])
 def test_split_argmax_first_nan_and_first_tie(split_cpu, where, rng):
     """Ties across segments keep the smallest index; the first NaN wins (NumPy)."""
-    x = rng.random(100_000)
-    x[[13, 5000, 70_000]] = 2.0                      # a tie in three segments
+    x = rng.random(200_000)
+    x[[13, 5000, 70_000, 140_000]] = 2.0             # a tie across segments
     np.testing.assert_array_equal(qt.argmax(qt.asarray(x)).numpy(), np.argmax(x))
     x[where] = np.nan
     x[-2] = np.nan
@@ -80,7 +85,7 @@ def test_split_argmax_first_nan_and_first_tie(split_cpu, where, rng):
 
 def test_split_sum_is_deterministic_across_runs_and_threads(split_cpu, rng):
     """Partials are combined in segment order by whichever thread arrives last."""
-    x = qt.asarray(rng.standard_normal(300_001).astype(np.float32))
+    x = qt.asarray(rng.standard_normal(600_001).astype(np.float32))
     results = set()
     for threads in (1, 2, 1, 2):
         qt.config.num_threads = threads
@@ -91,6 +96,28 @@ def test_split_sum_is_deterministic_across_runs_and_threads(split_cpu, rng):
 def test_short_rows_and_many_outputs_are_not_split(split_cpu, rng):
     assert _segments(qt.asarray(rng.random((100_000, 8))), lambda v: qt.sum(v, axis=1)) == 1
     assert _segments(qt.asarray(rng.random(40)), qt.sum) == 1
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1, 12_345])
+def test_cpu_default_splits_long_rows_at_chunk_boundaries(extra, rng):
+    """The CPU's own lowering: rows of 2 chunks +- 1 element and more, sum/max/argmin."""
+    n = 2 * lowering.CHUNK + extra
+    x = rng.standard_normal(n)
+    t = qt.asarray(x)
+    assert _segments(t, qt.sum) == (2 if n >= 2 * lowering.CHUNK else 1)
+    np.testing.assert_allclose(qt.sum(t).numpy(), x.sum(), rtol=1e-12)
+    assert qt.max(t).numpy() == x.max() and qt.argmin(t).numpy() == x.argmin()
+
+
+def test_cpu_full_sum_runs_on_every_worker(rng):
+    """A full sum of a long array is one launch over chunks that the workers share."""
+    qt.config.num_threads = 2
+    x = qt.asarray(rng.random(4 * lowering.CHUNK))
+    qt.sum(x).numpy()
+    qt.reset_stats()
+    np.testing.assert_allclose(qt.sum(x).numpy(), x.numpy().sum(), rtol=1e-12)
+    assert qt.stats()["kernel_launches"] == 1
+    assert _segments(x, qt.sum) == 4
 
 
 def test_split_reduction_gradient(split_cpu, rng):
