@@ -40,6 +40,16 @@ def register(name: str, devices: tuple = ("cpu",)) -> Callable:
     return deco
 
 
+def _lib_call(node, outputs: list) -> tuple:
+    """A ``lib`` node: ``params = (name, static arguments, number of outputs, component)``."""
+    return node.params[0], node.params[1], [n.params[-1] for n in outputs]
+
+
+# graph primitives run as library calls other than ``lib`` nodes: prim -> fn(node, outputs)
+# giving (implementation name, static arguments, output components)
+CALLS = {"matmul": lambda node, outputs: ("matmul", (), [0])}
+
+
 class LibraryStep:
     """One library step of a plan: runs the implementation and returns each output's buffer."""
 
@@ -47,11 +57,7 @@ class LibraryStep:
         self.node = node
         self.rt = rt   # the device runtime holding the buffers
         self.device = node.device.kind
-        if node.prim == "matmul":
-            self.name, self.static, self.components = "matmul", (), [0]
-        else:
-            self.name, self.static = node.params[0], node.params[1]
-            self.components = [n.params[-1] for n in outputs]
+        self.name, self.static, self.components = CALLS.get(node.prim, _lib_call)(node, outputs)
         self.metas = [(n.shape, n.dtype) for n in outputs]
         fn = IMPLEMENTATIONS.get((self.name, self.device))
         self.host = fn is None and self.device != "cpu"   # run on the host, copy back

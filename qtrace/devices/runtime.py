@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,6 +36,41 @@ _kernels: dict = {}
 
 
 _ONE_LAUNCH = (("kernel_launches", 1), ("tasks_run", 1))
+
+
+class KernelStep(NamedTuple):
+    """Launch ``kernel`` over ``[0, extent)`` on the buffers of ``slots``."""
+
+    kernel: object
+    extent: int
+    row: int              # status row of its index/overflow checks (-1: none)
+    stack: list | None    # adstack levels: (DepthSource, float row bytes, int row bytes)
+    scratch: int          # zeroed scratch bytes (a split reduction)
+    slots: list
+    frees: list           # slots whose buffers are free after this step
+    parallel: bool        # long enough to split over CPU workers
+
+
+class LibraryCall(NamedTuple):
+    """Run a library function (or a nested jitted call) on the first ``n_in`` slots; its
+    results become the buffers of the other slots."""
+
+    runner: object
+    n_in: int
+    slots: list
+    frees: list
+
+
+class SequenceStep(NamedTuple):
+    """Several small CPU kernels in one native launch (:class:`_Sequence`)."""
+
+    run: object
+    slots: list
+    frees: list
+
+
+# what runs a library node, by its primitive (``library.LibraryStep`` for the rest)
+STEP_RUNNERS = {"call": lambda step, rt: JitCall(step)}
 
 
 class Plan:
@@ -62,10 +98,10 @@ class Plan:
         leaf_slots = {id(leaf): i for i, leaf in enumerate(spec.leaves)}
         for step in spec.steps:
             if step.kind == "library":
-                n_in = len(step.node.inputs)
-                runner = JitCall(step) if step.node.prim == "call" else library.LibraryStep(
-                    step.node, step.outputs, self.rt)
-                self.steps.append((None, ("library", n_in, runner), step.slots, step.frees, False))
+                make = STEP_RUNNERS.get(step.node.prim)
+                runner = (make(step, self.rt) if make is not None
+                          else library.LibraryStep(step.node, step.outputs, self.rt))
+                self.steps.append(LibraryCall(runner, len(step.node.inputs), step.slots, step.frees))
                 continue
             t = step.task
             size = math.prod(t.domain + t.inner)
@@ -83,21 +119,22 @@ class Plan:
                          for depth, fb, ib in t.stack]
             extent = math.prod(t.domain) if lowering.flat or segments > 1 else t.domain[0]
             scratch = split_scratch_bytes(t, segments)
-            self.steps.append((kernels[t.symbol], (extent * segments, row, stack, scratch), step.slots,
-                               step.frees, parallel))
-        self.n_tasks = sum(1 for s in self.steps if s[0] is not None)
+            self.steps.append(KernelStep(kernels[t.symbol], extent * segments, row, stack, scratch,
+                                         step.slots, step.frees, parallel))
+        self.n_tasks = sum(1 for s in self.steps if type(s) is KernelStep)
         if self.rt.sequences:
             self.steps = _sequences(self.steps, len(self.slot_meta))
-        self.n_launches = sum(1 for s in self.steps if s[0] is not None or s[1][0] == "sequence")
+        self.n_launches = sum(1 for s in self.steps if type(s) is not LibraryCall)
         self._fast = self._fast_path() if self.rt.kind == "cpu" else None
 
     def _fast_path(self):
         """The common small case on the CPU, one kernel and nothing else to do: a shorter path."""
         if len(self.steps) != 1 or self.checks or any(k != "slot" for k, _ in self.outputs):
             return None
-        fn, info, slots, frees, parallel = self.steps[0]
-        if fn is None or parallel or info[2] is not None or info[3]:
+        step = self.steps[0]
+        if type(step) is not KernelStep or step.parallel or step.stack is not None or step.scratch:
             return None
+        slots = step.slots
         if any(v not in slots for _, v in self.outputs):  # an output no kernel writes (empty)
             return None
         allocs = []
@@ -107,7 +144,8 @@ class Plan:
                 small = math.prod(shape) * dtype.itemsize < cpu.SMALL  # plain np.empty
                 allocs.append((s, shape, dtype, small))
         extra = (None,) * (len(self.slot_meta) - self.n_leaves)
-        return fn, info[0], cpu.packer(len(slots)), slots, allocs, [v for _, v in self.outputs], extra
+        return (step.kernel, step.extent, cpu.packer(len(slots)), slots, allocs,
+                [v for _, v in self.outputs], extra)
 
     def run(self, leaf_buffers) -> list:
         """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers."""
@@ -134,31 +172,31 @@ class Plan:
             status[...] = 0
         status_ptr = rt.pointer(status) if status is not None else 0
         pointer = rt.pointer
-        for fn, info, slots, frees, parallel in self.steps:
-            if fn is None and info[0] == "library":  # its results become the output slots' buffers
-                _, n_in, runner = info
-                for s in slots[:n_in]:
+        for step in self.steps:
+            kind = type(step)
+            if kind is LibraryCall:  # its results become the output slots' buffers
+                n_in = step.n_in
+                for s in step.slots[:n_in]:
                     if bufs[s] is None:  # an empty input: no task ran to allocate it
                         bufs[s] = rt.empty(*self.slot_meta[s])
-                outs = runner.run([bufs[s] for s in slots[:n_in]])
-                for s, buf in zip(slots[n_in:], outs):
+                outs = step.runner.run([bufs[s] for s in step.slots[:n_in]])
+                for s, buf in zip(step.slots[n_in:], outs):
                     bufs[s] = buf
             else:
-                for s in slots:
+                for s in step.slots:
                     if bufs[s] is None:
                         shape, dtype = self.slot_meta[s]
                         reuse = spare.get((shape, dtype))
                         bufs[s] = reuse.pop() if reuse else rt.empty(shape, dtype)
-                if fn is None:  # a sequence of small CPU kernels: one native launch
-                    info[1]([pointer(b) if b is not None else 0 for b in bufs], status_ptr)
+                if kind is SequenceStep:  # small CPU kernels: one native launch
+                    step.run([pointer(b) if b is not None else 0 for b in bufs], status_ptr)
                 else:
-                    ptrs = [pointer(bufs[s]) for s in slots]
-                    extent, row, stack, scratch = info
-                    levels = None if stack is None else [(s.depth(bufs), fb, ib)
-                                                         for s, fb, ib in stack]
-                    rt.launch(fn, extent, ptrs, status_ptr + 16 * row if row >= 0 else 0, levels,
-                              parallel, scratch)
-            for s in frees:
+                    levels = None if step.stack is None else [(s.depth(bufs), fb, ib)
+                                                              for s, fb, ib in step.stack]
+                    rt.launch(step.kernel, step.extent, [pointer(bufs[s]) for s in step.slots],
+                              status_ptr + 16 * step.row if step.row >= 0 else 0, levels,
+                              step.parallel, step.scratch)
+            for s in step.frees:
                 buf = bufs[s]
                 bufs[s] = None
                 spare.setdefault((buf.shape, buf.dtype), []).append(buf)
@@ -203,8 +241,8 @@ class _Sequence:
     def __init__(self, run: list, n_slots: int):
         from ..kernels import sequence
         table = []
-        for fn, (extent, row, _, _), s, _, _ in run:
-            table += [sequence.address(fn), extent, len(s), row, *s]
+        for step in run:
+            table += [sequence.address(step.kernel), step.extent, len(step.slots), step.row, *step.slots]
         self.table = np.array(table, np.int64)
         self.n_tasks = len(run)
         self.pack = cpu.packer(n_slots)
@@ -224,14 +262,14 @@ def _sequences(steps: list, n_slots: int) -> list:
         if len(run) < 2:
             out.extend(run)
         else:
-            slots = list(dict.fromkeys(s for step in run for s in step[2]))
-            frees = [f for step in run for f in step[3]]
-            out.append((None, ("sequence", _Sequence(run, n_slots)), slots, frees, False))
+            slots = list(dict.fromkeys(s for step in run for s in step.slots))
+            frees = [f for step in run for f in step.frees]
+            out.append(SequenceStep(_Sequence(run, n_slots), slots, frees))
         run.clear()
 
     for step in steps:
-        fn, info, slots, _, parallel = step
-        if fn is not None and not parallel and info[2] is None and not info[3] and len(slots) <= MAX_ARGS:
+        if (type(step) is KernelStep and not step.parallel and step.stack is None and not step.scratch
+                and len(step.slots) <= MAX_ARGS):
             run.append(step)
         else:
             close()
