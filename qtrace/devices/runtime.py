@@ -189,7 +189,10 @@ class Plan:
                         reuse = spare.get((shape, dtype))
                         bufs[s] = reuse.pop() if reuse else rt.empty(shape, dtype)
                 if kind is SequenceStep:  # small CPU kernels: one native launch
-                    step.run([pointer(b) if b is not None else 0 for b in bufs], status_ptr)
+                    seq = step.run
+                    seq.runner(seq.table_address, seq.n_tasks,
+                               seq.pack(*[pointer(b) if b is not None else 0 for b in bufs]),
+                               status_ptr or None)
                 else:
                     levels = None if step.stack is None else [(s.depth(bufs), fb, ib)
                                                               for s, fb, ib in step.stack]
@@ -247,9 +250,7 @@ class _Sequence:
         self.n_tasks = len(run)
         self.pack = cpu.packer(n_slots)
         self.runner = sequence.runner()
-
-    def __call__(self, all_pointers: list, status: int) -> None:
-        self.runner(self.table.ctypes.data, self.n_tasks, self.pack(*all_pointers), status or None)
+        self.table_address = self.table.ctypes.data
 
 
 def _sequences(steps: list, n_slots: int) -> list:
