@@ -3,7 +3,7 @@
 Example:
     >>> import numpy as np, qtrace as qt
     >>> from qtrace.devices.registry import runtime_for
-    >>> runtime_for(qt.Device("cpu")).empty((2, 3), np.float32).shape
+    >>> runtime_for(qt.Device("cpu")).empty((2, 3), np.dtype(np.float32)).shape
     (2, 3)
 """
 
