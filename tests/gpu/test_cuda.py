@@ -215,3 +215,21 @@ def test_to_jax_on_the_gpu_runs_qtrace_kernels_on_xlas_stream(rng):
     np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-5 * np.max(np.abs(want_grad)))
     out = jax.jit(lambda a: qt.to_jax(lambda t: qt.exp(t) * 2.0)(a) + 1.0)(xj)
     np.testing.assert_allclose(np.asarray(out), np.exp(x0.astype(np.float64)) * 2 + 1, rtol=1e-6)
+
+
+@gpu
+@pytest.mark.parametrize("n", [1 << 17, (1 << 17) + 1, 3_000_001])
+def test_long_cumsum_on_the_gpu_is_a_blocked_scan(n, rng):
+    """One long row is scanned in parallel blocks (not one serial GPU thread), exactly for
+    integers and to round-off for floats; its gradient is the reversed cumsum."""
+    x = rng.random(n)
+    got = qt.cumsum(qt.asarray(x, device="cuda")).numpy()
+    want = np.cumsum(x)
+    assert np.max(np.abs(got - want)) <= 1e-12 * np.max(np.abs(want))
+    xi = rng.integers(-9, 9, (2, n))
+    np.testing.assert_array_equal(qt.cumsum(qt.asarray(xi, device="cuda"), axis=1).numpy(),
+                                  np.cumsum(xi, axis=1))
+    w = rng.random(n)
+    g = qt.grad(lambda v: qt.sum(qt.cumsum(v) * qt.asarray(w, device="cuda")))(
+        qt.asarray(x, device="cuda")).numpy()
+    np.testing.assert_allclose(g, np.cumsum(w[::-1])[::-1], rtol=1e-10)

@@ -126,3 +126,20 @@ def test_split_reduction_gradient(split_cpu, rng):
     want = np.cos(x)
     want[np.argmax(x)] += 1.0
     np.testing.assert_allclose(g, want, rtol=1e-14)
+
+
+@pytest.mark.parametrize("n", [1 << 17, (1 << 17) + 1, 1_000_003])
+def test_blocked_scan_matches_numpy(n, monkeypatch, fusion, rng):
+    """The blocked scan GPUs use for long rows (forced on the CPU here): values and gradient."""
+    from qtrace.tracer import reductions
+    monkeypatch.setattr(reductions, "_blocked_scan",
+                        lambda t, ax: t.shape[ax] >= reductions.SCAN_SPLIT)
+    x = rng.random(n)
+    got = qt.cumsum(qt.asarray(x)).numpy()
+    want = np.cumsum(x)
+    assert np.max(np.abs(got - want)) <= 1e-12 * np.max(np.abs(want))
+    xi = rng.integers(-9, 9, (2, n))
+    np.testing.assert_array_equal(qt.cumsum(qt.asarray(xi), axis=1).numpy(), np.cumsum(xi, axis=1))
+    w = rng.random(n)
+    g = qt.grad(lambda v: qt.sum(qt.cumsum(v) * qt.asarray(w)))(qt.asarray(x)).numpy()
+    np.testing.assert_allclose(g, np.cumsum(w[::-1])[::-1], rtol=1e-10)
