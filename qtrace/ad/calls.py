@@ -48,12 +48,12 @@ def reverse_body(sub: Subgraph, arg_specs: list, out_specs: list) -> tuple[Subgr
     wrt = [a for a in args if a is not None] + caps
     grads = iter(reverse.backward(list(sub.outputs), cts, wrt))
     outs = []
-    for i, (shape, dtype, _device) in enumerate(arg_specs):
+    for i, (shape, dtype, device) in enumerate(arg_specs):
         g = next(grads) if args[i] is not None else None
-        outs.append(g._node if g is not None else zeros(shape, dtype)._node)
+        outs.append(g._node if g is not None else zeros(shape, dtype, device)._node)
     for c in caps:
         g = next(grads)
-        outs.append(g._node if g is not None else zeros(c.shape, c.dtype)._node)
+        outs.append(g._node if g is not None else zeros(c.shape, c.dtype, c.device)._node)
     used = {}
     for o in outs:
         used.update((id(leaf), leaf) for leaf in o.leaves)
@@ -75,9 +75,10 @@ def call_vjp(node, cts: dict) -> list:
     arg_specs = [(i.shape, i.dtype, i.device) for i in inputs[:n_args]]
     rsub, consts = reverse_body(sub, arg_specs, out_specs)
     ct_nodes = []
-    for k, (shape, dtype, _) in enumerate(out_specs):
+    for k, (shape, dtype, device) in enumerate(out_specs):
         c = cts.get(k)
-        ct_nodes.append(c._node if c is not None and dtype.kind == "f" else zeros(shape, dtype)._node)
+        ct_nodes.append(c._node if c is not None and dtype.kind == "f"
+                        else zeros(shape, dtype, device)._node)
     rin = tuple(inputs[:n_args]) + tuple(buffered(c) for c in ct_nodes) + tuple(inputs[n_args:]) + consts
     grads = []
     for j, inp in enumerate(inputs):

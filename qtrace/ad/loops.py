@@ -99,17 +99,17 @@ def reverse_body(sub: Subgraph, kind: str, dts: list, shape: tuple, device) -> t
     results = []
     for k, dt in enumerate(dts):
         g = grads[k] if dt.kind == "f" else None
-        results.append(g._node if g is not None else zeros(shape, dt)._node)
+        results.append(g._node if g is not None else zeros(shape, dt, device)._node)
     it = iter(grads[m:])
     for j in range(n_cap):
         leaf = sub.leaf(("captured", j))
         if targets[j] is None:
-            results.append(zeros(shape, leaf.dtype)._node)
+            results.append(zeros(shape, leaf.dtype, device)._node)
             continue
         g = next(it)
         if g is not None and g.shape != shape:
-            g = ew.add(g, zeros(shape, g.dtype))
-        results.append(g._node if g is not None else zeros(shape, leaf.dtype)._node)
+            g = ew.add(g, zeros(shape, g.dtype, device))
+        results.append(g._node if g is not None else zeros(shape, leaf.dtype, device)._node)
     scatters = []
     for j in range(n_cap):
         for gather in gathers[j]:
@@ -117,7 +117,7 @@ def reverse_body(sub: Subgraph, kind: str, dts: list, shape: tuple, device) -> t
             if g is None:
                 continue
             if g.shape != shape:
-                g = ew.add(g, zeros(shape, g.dtype))
+                g = ew.add(g, zeros(shape, g.dtype, device))
             results += list(gather.inputs[1:]) + [g._node]
             scatters.append((j, len(gather.inputs) - 1))
     used = {id(leaf) for n in toposort(tuple(results)) for leaf in n.leaves}
@@ -179,7 +179,7 @@ def loop_vjp(node, cts: dict) -> list:
     ct_nodes = []
     for k, dt in enumerate(dts):
         c = cts.get(k)
-        ct_nodes.append(c._node if c is not None and dt.kind == "f" else zeros(shape, dt)._node)
+        ct_nodes.append(c._node if c is not None and dt.kind == "f" else zeros(shape, dt, node.device)._node)
     if kind == "fori":
         # from the bounds before broadcasting: constants fold, scalars stay 0-d (host-sized)
         lo, hi = (depth_source(n) for n in inputs[lay.bounds])

@@ -425,13 +425,13 @@ def _place_back(ct: Tensor, shape: tuple, starts: tuple, steps: tuple) -> Tensor
     for axis, (start, step, size) in enumerate(zip(starts, steps, shape)):
         n = g.shape[axis]
         if n == 0:
-            return zeros(shape, ct.dtype)
+            return zeros(shape, ct.dtype, ct.device)
         if step < 0:
             g = shape_ops.flip(g, axis)
             start, step = start + step * (n - 1), -step
         if step > 1:
             lead, trail = g.shape[:axis], g.shape[axis + 1:]
-            gaps = zeros(lead + (n, step - 1) + trail, g.dtype)
+            gaps = zeros(lead + (n, step - 1) + trail, g.dtype, g.device)
             g = shape_ops.concatenate([shape_ops.expand_dims(g, axis + 1), gaps], axis=axis + 1)
             g = shape_ops.reshape(g, lead + (n * step,) + trail)
             key = [slice(None)] * g.ndim
@@ -444,7 +444,7 @@ def _place_back(ct: Tensor, shape: tuple, starts: tuple, steps: tuple) -> Tensor
             for width in (before, after):
                 zshape = list(g.shape)
                 zshape[axis] = width
-                parts.append(zeros(tuple(zshape), g.dtype))
+                parts.append(zeros(tuple(zshape), g.dtype, g.device))
             g = shape_ops.concatenate([parts[0], g, parts[1]], axis=axis)
     return g
 
@@ -453,7 +453,7 @@ def _place_back(ct: Tensor, shape: tuple, starts: tuple, steps: tuple) -> Tensor
 def _slice_update(node, ct, xs, out):
     starts, steps = node.params
     region = xs[1].shape
-    kept = wrap(views.update_node(ct._node, zeros(region, ct.dtype)._node, starts, steps))
+    kept = wrap(views.update_node(ct._node, zeros(region, ct.dtype, ct.device)._node, starts, steps))
     return [kept, wrap(views.slice_node(ct._node, starts, steps, region))]
 
 

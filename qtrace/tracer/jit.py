@@ -69,6 +69,16 @@ def _describe(leaf) -> int:
                     "pytrees of tensors, NumPy arrays and Python scalars (mark other values static)")
 
 
+def _call_device(descs) -> Device:
+    """Where a call's Python scalars live: with its first tensor argument, else on the
+    default device."""
+    for d in descs:
+        desc = _SIGNATURES[d]
+        if desc[0] == "tensor":
+            return desc[4]
+    return Device(config.device)
+
+
 def _buffer(leaf, desc: int) -> np.ndarray:
     if type(leaf) is Tensor:
         n = leaf._node
@@ -282,9 +292,10 @@ class Jitted:
     def _trace_graph(self, static, tree, descs):
         """Run the function on placeholders; its output leaves, structure and placeholders."""
         placeholders = []
+        here = _call_device(descs)
         for desc in (_SIGNATURES[d] for d in descs):
-            if desc[0] == "scalar":
-                ph = graph_node.make_input((), desc[1], Device(config.device), buffer=None, weak=True)
+            if desc[0] == "scalar":   # a Python scalar lives where the call's tensors do
+                ph = graph_node.make_input((), desc[1], here, buffer=None, weak=True)
             else:
                 _, shape, dt, weak, dev = desc
                 ph = graph_node.make_input(shape, dt, dev, buffer=None, weak=weak)
@@ -358,11 +369,12 @@ class Jitted:
             self._subs[key] = entry
         sub, captured, out_tree, out_leaves, written = entry
         inputs = []
+        here = _call_device(descs)
         for leaf, desc in zip(leaves, (_SIGNATURES[d] for d in descs)):
             if isinstance(leaf, Tensor):
                 inputs.append(leaf._node)
             elif desc[0] == "scalar":
-                inputs.append(const_node(leaf, desc[1], Device(config.device), weak=True))
+                inputs.append(const_node(leaf, desc[1], here, weak=True))
             else:
                 inputs.append(input_node(np.ascontiguousarray(leaf), "jit argument"))
         inputs = tuple(buffered(n) for n in inputs) + tuple(buffered(n) for n in captured)
