@@ -16,10 +16,7 @@ Example:
 
 from __future__ import annotations
 
-import threading
-
-_lock = threading.Lock()
-_runtimes: dict = {}
+from ..graph.device import per_device
 
 
 class DeviceRuntime:
@@ -57,18 +54,11 @@ class DeviceRuntime:
         """Wait until every launch of this device has finished."""
 
 
+@per_device
 def runtime_for(device) -> DeviceRuntime:
     """The runtime of ``device`` (a :class:`qtrace.Device`), created on first use."""
-    rt = _runtimes.get(device)
-    if rt is None:
-        with _lock:
-            rt = _runtimes.get(device)
-            if rt is None:
-                if device.kind == "cpu":
-                    from .cpu_runtime import CpuRuntime
-                    rt = CpuRuntime()
-                else:
-                    from .cuda import CudaRuntime
-                    rt = CudaRuntime(device.index)
-                _runtimes[device] = rt
-    return rt
+    if device.kind == "cpu":
+        from .cpu_runtime import CpuRuntime
+        return CpuRuntime()
+    from .cuda import CudaRuntime
+    return CudaRuntime(device.index)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 
 class Device:
     """A place where tensors live and kernels run: ``cpu`` or ``cuda:N``.
@@ -62,3 +64,26 @@ class Device:
 
 
 CPU = Device("cpu")
+
+
+def per_device(make):
+    """``make(device)`` called once per device (thread-safe); the function returning it.
+
+    Example:
+        >>> made = per_device(lambda d: object())
+        >>> made(CPU) is made(Device("cpu"))
+        True
+    """
+    cache: dict = {}
+    lock = threading.Lock()
+
+    def get(device):
+        got = cache.get(device)
+        if got is None:
+            with lock:
+                got = cache.get(device)
+                if got is None:
+                    got = cache[device] = make(device)
+        return got
+    get.__doc__ = make.__doc__
+    return get

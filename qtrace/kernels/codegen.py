@@ -50,7 +50,8 @@ class KernelEmitter:
         self._alias_metadata(module, name)
 
     # -- structure --------------------------------------------------------------------
-    def loop(self, lo, hi, body) -> None:
+    def loop(self, lo, hi, body, step=None) -> None:
+        """``body(i)`` for ``i = lo, lo + step, ... < hi`` (``step``: an IR value, default 1)."""
         b = self.b
         pre = b.block
         loop_bb = self.fn.append_basic_block("loop")
@@ -60,7 +61,7 @@ class KernelEmitter:
         i = b.phi(I64)
         i.add_incoming(lo, pre)
         body(i)
-        nxt = b.add(i, ir.Constant(I64, 1))
+        nxt = b.add(i, ir.Constant(I64, 1) if step is None else step)
         i.add_incoming(nxt, b.block)
         b.cbranch(b.icmp_signed("<", nxt, hi), loop_bb, exit_bb)
         b.position_at_end(exit_bb)

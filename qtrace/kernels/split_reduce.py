@@ -148,7 +148,7 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
             b.store(lo, best)
             em.loop(lo, hi, element)
         elif is_arg:
-            _strided_loop(em, seg, ir.Constant(I64, length), ir.Constant(I64, s), element)
+            em.loop(seg, ir.Constant(I64, length), element, ir.Constant(I64, s))
         else:
             _unrolled_segment(em, seg, length, s, unrolled, element,
                               scalar.const(acc_dt, identity), lambda x, y: combine(b, x, y), acc)
@@ -195,20 +195,3 @@ def _unrolled_segment(em, seg, length: int, s: int, cells: list, element, identi
     for cell in cells[1:]:
         total = combine(total, b.load(cell, typ=cell.allocated_type))
     b.store(total, acc)
-
-
-def _strided_loop(em, lo, hi, step, body) -> None:
-    """``body(k)`` for ``k = lo, lo + step, ... < hi``."""
-    b = em.b
-    pre = b.block
-    loop_bb = em.fn.append_basic_block("seg")
-    exit_bb = em.fn.append_basic_block("seg_done")
-    b.cbranch(b.icmp_signed("<", lo, hi), loop_bb, exit_bb)
-    b.position_at_end(loop_bb)
-    k = b.phi(I64)
-    k.add_incoming(lo, pre)
-    body(k)
-    nxt = b.add(k, step)
-    k.add_incoming(nxt, b.block)
-    b.cbranch(b.icmp_signed("<", nxt, hi), loop_bb, exit_bb)
-    b.position_at_end(exit_bb)

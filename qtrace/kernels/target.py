@@ -22,12 +22,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import threading
 
+from ..graph.device import per_device
 from . import lowering as _lowering
-
-_lock = threading.Lock()
-_targets: dict = {}
 
 
 class Target:
@@ -139,16 +136,7 @@ class CudaTarget(Target):
         return llvm_nvptx.load(payload, symbols, self.index)
 
 
+@per_device
 def target_for(device) -> Target:
     """The target compiling kernels for ``device`` (a :class:`qtrace.Device`); one per device."""
-    target = _targets.get(device)
-    if target is None:
-        with _lock:
-            target = _targets.get(device)
-            if target is None:
-                if device.kind == "cpu":
-                    target = CpuTarget()
-                else:
-                    target = CudaTarget(device.index)
-                _targets[device] = target
-    return target
+    return CpuTarget() if device.kind == "cpu" else CudaTarget(device.index)

@@ -22,6 +22,17 @@ WHY = graph_evaluate.unavailable(CUDA)
 gpu = pytest.mark.skipif(WHY is not None, reason=f"no CUDA GPU: {WHY}")
 
 
+def while_loss(x, limit):
+    """A per-element while_loop with data-dependent trip counts, summed."""
+    def cond(s):
+        return s[0] < limit
+
+    def body(s):
+        return (s[0] * 1.3 + 0.1, s[1] + qt.sin(s[0]))
+    v, acc = qt.while_loop(cond, body, (x, qt.zeros_like(x)))
+    return qt.sum(acc * v)
+
+
 def _ptx(out: qt.Tensor) -> str:
     spec = build_plan((out._node,), True)
     module = llvm_nvptx.new_module("t", "sm_80")
@@ -131,14 +142,7 @@ def test_while_loop_gradient_on_the_gpu_matches_finite_differences(rng):
     x0 = rng.uniform(0.5, 1.5, 300)
     lim = rng.uniform(2.0, 30.0, 300)
 
-    def f(x, xp_lim):
-        def cond(s):
-            return s[0] < xp_lim
-
-        def body(s):
-            return (s[0] * 1.3 + 0.1, s[1] + qt.sin(s[0]))
-        v, acc = qt.while_loop(cond, body, (x, qt.zeros_like(x)))
-        return qt.sum(acc * v)
+    f = while_loss
     tl = qt.asarray(lim, device="cuda")
     g = qt.grad(f)(qt.asarray(x0, device="cuda"), tl).numpy()
     cpu = qt.grad(f)(qt.asarray(x0), qt.asarray(lim)).numpy()
@@ -191,14 +195,7 @@ def test_to_jax_on_the_gpu_runs_qtrace_kernels_on_xlas_stream(rng):
     if not any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("JAX has no GPU backend here")
 
-    def loss(x, limit):
-        def cond(s):
-            return s[0] < limit
-
-        def body(s):
-            return (s[0] * 1.3 + 0.1, s[1] + qt.sin(s[0]))
-        v, acc = qt.while_loop(cond, body, (x, qt.zeros_like(x)))
-        return qt.sum(acc * v)
+    loss = while_loss
     f = qt.to_jax(loss)
     x0 = rng.uniform(0.5, 1.5, 256).astype(np.float32)
     lim = rng.uniform(2.0, 30.0, 256).astype(np.float32)
