@@ -2,8 +2,9 @@
 
 Two in-memory caches, both keyed by content hashes and guarded by one lock:
 ``plans`` maps (graph key, device, codegen options) to an executable plan, so eager code
-that repeats the same steps compiles once; ``kernels`` maps (target key, kernel symbol,
-bounds checking) to its loaded entry point, so identical tasks in different graphs share
+that repeats the same steps compiles once; ``kernels`` maps (target key, device, kernel
+symbol, bounds checking) to its loaded entry point (loaded once per device: two GPUs of one
+architecture share machine code, not loaded modules), so identical tasks in different graphs share
 machine code, and a CPU and a GPU kernel of the same task never collide.
 
 The executor is target-free: kernels come from the device's
@@ -307,7 +308,7 @@ def compile_plan(outputs: tuple) -> Plan:
         missing = {}
         for t in spec.tasks:
             sym = target.symbol(t)
-            if (target.key, sym, check) not in _kernels and sym not in missing:
+            if (target.key, device, sym, check) not in _kernels and sym not in missing:
                 missing[sym] = t
         if missing:
             # -- disk (offline) kernel cache (kernels/disk_cache.py): load, else compile + store
@@ -323,8 +324,9 @@ def compile_plan(outputs: tuple) -> Plan:
                     entry.store(payload)
             # -- end of the disk cache hook
             for sym, fn in compiled.items():
-                _kernels[(target.key, sym, check)] = fn
-        kernels = {t.symbol: _kernels[(target.key, target.symbol(t), check)] for t in spec.tasks}
+                _kernels[(target.key, device, sym, check)] = fn   # loaded on this device
+        kernels = {t.symbol: _kernels[(target.key, device, target.symbol(t), check)]
+                   for t in spec.tasks}
     bump("tasks_fused", spec.tasks_fused)
     return Plan(spec, kernels, check, device)
 

@@ -110,10 +110,12 @@ def _host_array(data: int, shape: tuple, dt: np.dtype, n: int) -> np.ndarray:
 
 
 def _gpu_array(data: int, shape: tuple, dt: np.dtype, n: int):
-    """A CuPy view of GPU memory (XLA's, no copy, not owned)."""
+    """A CuPy view of GPU memory (XLA's, no copy, not owned), on the GPU that holds it."""
     import cupy
-    memory = cupy.cuda.UnownedMemory(data, max(n, 1) * dt.itemsize, None)
-    return cupy.ndarray(shape, dt, cupy.cuda.MemoryPointer(memory, 0))
+    device = cupy.cuda.runtime.pointerGetAttributes(data).device if data else 0
+    with cupy.cuda.Device(device):
+        memory = cupy.cuda.UnownedMemory(data, max(n, 1) * dt.itemsize, None, device)
+        return cupy.ndarray(shape, dt, cupy.cuda.MemoryPointer(memory, 0))
 
 
 def _array(buf_ptr: int, view) -> object:
@@ -185,9 +187,10 @@ def handler(run, platform: str = "cpu"):
             if _metadata_query(frame) or frame.stage != STAGE_EXECUTE:
                 return None
             args, rets = _buffers(frame.args, "argument", view), _buffers(frame.rets, "result", view)
-            if gpu:
+            if gpu:   # on the GPU of the call's buffers, on XLA's stream
                 import cupy
-                with cupy.cuda.ExternalStream(_stream(frame)):
+                device = (args + rets)[0].device.id if args or rets else 0
+                with cupy.cuda.Device(device), cupy.cuda.ExternalStream(_stream(frame)):
                     run(args, rets)
             else:
                 run(args, rets)
