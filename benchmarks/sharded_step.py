@@ -2,8 +2,8 @@
 
 The domain is a 1-D periodic rod split over a mesh of all devices (``jax.shard_map``). One
 step: halo exchange with the neighbours (``jax.lax.ppermute``), a diffusion update in JAX,
-and per element a reaction computed by a **per-element while_loop** (``z <- 1.3 z + 0.1``
-until ``z >= 1 + 20 |u|``, summing ``sin z``) — a qtrace function inside the shard
+and per element a reaction computed by a **per-element while_loop** (from ``z = 1 + u^2/2``,
+``z <- 1.3 z + 0.1`` until ``z >= 1 + 20 |u|``, summing ``sin z``) — a qtrace function inside the shard
 (``qt.to_jax``), whose gradient JAX alone cannot take. ``jax.grad`` of the loss after
 ``STEPS`` steps differentiates through the halo exchange (JAX) and the loop (qtrace's
 adstack). The pure-JAX comparison replaces the loop by a masked ``fori_loop`` bounded by the
@@ -40,7 +40,7 @@ def reaction_qt(qt):
 
         def body(s):
             return (s[0] * 1.3 + 0.1, s[1] + qt.sin(s[0]))
-        _, acc = qt.while_loop(cond, body, (qt.ones_like(u), qt.zeros_like(u)))
+        _, acc = qt.while_loop(cond, body, (1.0 + 0.5 * u * u, qt.zeros_like(u)))
         return acc
     return qt.to_jax(reaction)
 
@@ -53,7 +53,7 @@ def reaction_jax(jnp, jax, max_trips: int):
         def body(_, s):
             go = s[0] < limit
             return (jnp.where(go, s[0] * 1.3 + 0.1, s[0]), jnp.where(go, s[1] + jnp.sin(s[0]), s[1]))
-        _, acc = jax.lax.fori_loop(0, max_trips, body, (jnp.ones_like(u), jnp.zeros_like(u)))
+        _, acc = jax.lax.fori_loop(0, max_trips, body, (1.0 + 0.5 * u * u, jnp.zeros_like(u)))
         return acc
     return reaction
 
