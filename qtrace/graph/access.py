@@ -121,18 +121,14 @@ def classify(reads: list, ext: dict, shape: tuple, node: Node) -> tuple:
     """
     if any(r is DATA for r in reads):
         return False, "data-dependent index (gather source)", None
-    extra = 0  # evaluations of each producer element, summed over the reads (upper bound)
     for r in reads:
-        used, repeat = [], 1
+        used = []
         for comp in r:
             terms = comp.terms
             if len(terms) == 1 and terms[0][0][0] == "clip":
                 # a region update's read: injective inside the region; outside it, the
-                # clamped index re-reads the region's edge (that much recomputation)
-                clipped, lo, hi = terms[0][0][1:]
-                inner_lo, inner_hi = ix_.bounds(clipped, ext)
-                repeat *= (inner_hi - inner_lo + 1) / (hi - lo + 1)
-                terms = clipped.terms
+                # clamped index re-reads the region's edge
+                terms = terms[0][0][1].terms
             for atom, _ in terms:
                 if atom[0] == "div":
                     return False, "floor division in index", comp
@@ -147,18 +143,20 @@ def classify(reads: list, ext: dict, shape: tuple, node: Node) -> tuple:
             used.extend(a[1] for a, _ in terms)
         if len(set(used)) != len(used):
             return False, "loop variable used twice (not injective)", r
-        for k, e in ext.items():
-            if k not in used:
-                repeat *= e  # a broadcast: every value of k reads the same element
-        extra += repeat
-    extra = round(extra, 6)
+    # the work: every element of the task evaluates each read once (a region update
+    # evaluates its source everywhere, selecting it inside the region), so ``node`` is
+    # evaluated ``len(reads) * task size`` times where computing it alone takes its size
+    size = 1
+    for d in shape:
+        size *= d
+    work = 1
+    for e in ext.values():
+        work *= e
+    extra = round(len(reads) * work / max(size, 1), 6)
     if extra <= 1:
         return True, "injective", None
     if extra <= 1.25 and len(reads) == 1:
         return True, "injective inside the updated region", None
-    size = 1
-    for d in shape:
-        size *= d
     if size <= 1:
         return True, "recompute (scalar, loop-invariant)", None
     if (extra - 1) * cost(node) <= RECOMPUTE_BUDGET:

@@ -218,3 +218,20 @@ def substitute(x: Ix, fn) -> Ix:
         else:
             acc[a] = acc.get(a, 0) + c
     return _make(total, acc)
+
+
+def clamp_identity_range(atom: tuple, k: int):
+    """Inclusive ``(lo, hi)`` of loop variable ``k`` where the clamp ``atom`` (``("clip",
+    x, lo, hi)``) leaves ``x`` unchanged, when ``x`` is ``c*i_k + const``; else None.
+
+    Example: the clamp of ``i1 - 1`` into ``[0, 509]`` is the identity for ``1 <= i1 <= 510``.
+        >>> clamp_identity_range(("clip", add(var(1), const(-1)), 0, 509), 1)
+        (1, 510)
+    """
+    x, lo, hi = atom[1], atom[2], atom[3]
+    if len(x.terms) != 1 or x.terms[0][0] != ("v", k):
+        return None
+    c = x.terms[0][1]
+    ends = sorted(((lo - x.const) / c, (hi - x.const) / c))
+    first, last = -(-ends[0] // 1), ends[1] // 1
+    return int(first), int(last)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..graph.instrs import LOOPS, uses_f32_trig
+from ..graph import index as ix_
+from ..graph.instrs import LOOPS, uses_f32_trig, walk
 from . import complexmath, interrupt, lanes, scalar, split_reduce
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
@@ -47,6 +48,7 @@ class KernelEmitter:
         self.lane_active = None     # blocked loops: i1, this lane is running (masks reports)
         self.lane_acc: list = []
         self.vector_lanes = bool(task.lanes) and lowering.lanes > 0
+        self.identity_clamps = frozenset()  # clamps known to be the identity where emitted
         self._alias_metadata(module, name)
 
     # -- structure --------------------------------------------------------------------
@@ -123,6 +125,9 @@ class KernelEmitter:
         self.loop(*first_range, level)
 
     def _nest(self, extents: tuple, body, first_range=None) -> None:
+        last = len(extents) - 1
+        split = clamp_free_range(self.t, last, extents[last]) if extents else None
+
         def level(k):
             if k == len(extents):
                 body()
@@ -134,8 +139,32 @@ class KernelEmitter:
                 self.vars.append(i)
                 level(k + 1)
                 self.vars.pop()
-            self.loop(lo, hi, inner)
+            if k == last and split is not None:
+                self._split_loop(lo, hi, split, inner)
+            else:
+                self.loop(lo, hi, inner)
         level(0)
+
+    def _split_loop(self, lo, hi, split, inner) -> None:
+        """The innermost loop in three parts: where every clamp of ``split`` (see
+        :func:`clamp_free_range`) is the identity, its addresses are affine (contiguous
+        vector loads); before and after, the clamps are kept."""
+        b = self.b
+        a, z, atoms = split
+
+        def lt(x, y):
+            return b.icmp_signed("<", x, y)
+        first = ir.Constant(I64, a)
+        end = ir.Constant(I64, z)
+        mid_lo = b.select(lt(first, lo), lo, first)           # min(max(a, lo), hi)
+        mid_lo = b.select(lt(hi, mid_lo), hi, mid_lo)
+        mid_hi = b.select(lt(end, hi), end, hi)               # max(min(z, hi), mid_lo)
+        mid_hi = b.select(lt(mid_hi, mid_lo), mid_lo, mid_hi)
+        self.loop(lo, mid_lo, inner)
+        self.identity_clamps = atoms
+        self.loop(mid_lo, mid_hi, inner)
+        self.identity_clamps = frozenset()
+        self.loop(mid_hi, hi, inner)
 
     def _alias_metadata(self, module: ir.Module, name: str) -> None:
         """Scoped no-alias metadata: what a task writes is never what it reads.
@@ -168,6 +197,8 @@ class KernelEmitter:
                 v = values[atom[1]]
             elif atom[0] == "div":
                 v = _floor_div(b, self.index(atom[1], values), atom[2])
+            elif atom[0] == "clip" and atom in self.identity_clamps:
+                v = self.index(atom[1], values)
             elif atom[0] == "clip":
                 x = self.index(atom[1], values)
                 lo, hi = ir.Constant(I64, atom[2]), ir.Constant(I64, atom[3])
@@ -684,6 +715,31 @@ class _Cell:
     def store(self, b: ir.IRBuilder, value) -> None:
         for p, v in zip(self.ptrs, value if self.pair else (value,)):
             b.store(v, p)
+
+
+def clamp_free_range(task, k: int, extent: int):
+    """``(a, z, clamps)``: the range ``a <= i_k < z`` of loop variable ``k`` on which every
+    clamp in ``clamps`` — those of the task's addresses that clamp ``c*i_k + const`` (a
+    region update reading its source) — is the identity; None when there are none, or
+    the range is short or already the whole axis."""
+    forms = [x for instr in walk(task.instrs) if instr.kind in ("load", "ix", "atomic")
+             for x in ix_.affine_forms(instr.ix)]
+    forms += [x for _, ix, _ in task.stores for x in ix_.affine_forms(ix)]
+    a, z, clamps = 0, extent, set()
+    for x in forms:
+        for atom, _ in x.terms:
+            if atom[0] != "clip" or atom in clamps:
+                continue
+            r = ix_.clamp_identity_range(atom, k)
+            if r is not None:
+                clamps.add(atom)
+                a, z = max(a, r[0]), min(z, r[1] + 1)
+    if not clamps or z - a < MIN_SPLIT or (a == 0 and z == extent):
+        return None
+    return a, z, frozenset(clamps)
+
+
+MIN_SPLIT = 16  # elements: a shorter clamp-free range is not worth a third copy of the loop
 
 
 def _zero(ty: ir.Type) -> ir.Constant:
