@@ -13,7 +13,7 @@ Example:
 
 from . import devices as _devices  # noqa: F401 - installs the runtime
 from . import fft, linalg, random
-from .ad import grad, value_and_grad, vjp
+from .ad import grad, stop_gradient, value_and_grad, vjp
 from .config import config
 from .errors import AdstackOverflowError, TracerError
 from .graph.device import Device
@@ -487,6 +487,7 @@ __all__ = [
     "unique_counts",
     "unique_inverse",
     "unique_values",
+    "stop_gradient",
     "unstack",
     "value_and_grad",
     "vecdot",

@@ -8,6 +8,7 @@ from ..tracer import pytree
 from ..tracer.context import ad_scope, record
 from ..tracer.convert import wrap
 from ..tracer.creation import asarray, ones_like, zeros_like
+from ..tracer.elementwise import stop_gradient  # noqa: F401 - part of the AD API
 from ..tracer.tensor import Tensor
 from .loops import reuse_replays
 from .reverse import backward

@@ -21,7 +21,7 @@ from ..tracer.tensor import Tensor
 
 VJP: dict = {}
 NONDIFFERENTIABLE = frozenset({
-    "signbit",
+    "signbit", "stop_gradient",
     "floor", "ceil", "trunc", "rint", "sign", "floor_divide", "isnan", "isinf", "isfinite",
     "logical_and", "logical_or", "logical_not", "logical_xor", "equal", "not_equal", "less",
     "less_equal", "greater", "greater_equal", "bitwise_and", "bitwise_or", "bitwise_xor",

@@ -33,7 +33,7 @@ def view_index(node: Node, ix: tuple, ext: dict) -> tuple:
     src = node.inputs[0]
     if node.prim == "broadcast":
         return broadcast_index(ix, src.shape)
-    if node.prim == "wrt":
+    if node.prim in ("wrt", "stop_gradient"):
         return ix
     if node.prim == "transpose":
         out = [None] * len(ix)

@@ -122,6 +122,7 @@ define("imag", "elementwise")
 define("angle", "elementwise")
 define("complex", "elementwise")  # complex(x, y) = x + iy exactly, from real parts of one dtype
 define("wrt", "view")             # identity marking a differentiated value; params: (level, index)
+define("stop_gradient", "view")   # identity through which no gradient flows
 
 # --- leaves ---------------------------------------------------------------------------
 define("input", "leaf")

@@ -489,7 +489,7 @@ def lower(b: ir.IRBuilder, prim: str, args: list, dts: list, out: np.dtype):
         if out == np.complex64:
             return _on_doubles(b, _FUNCS[prim], args)
         return _FUNCS[prim](b, *args)
-    if prim in ("positive", "wrt"):
+    if prim in ("positive", "wrt", "stop_gradient"):
         return args[0]
     if prim == "negative":
         return b.fneg(args[0][0]), b.fneg(args[0][1])

@@ -194,7 +194,7 @@ def _negative(b, prim, args, dts, out):
     return b.fneg(x) if out.kind == "f" else b.neg(x)
 
 
-@rule("positive", "wrt", "conj")
+@rule("positive", "wrt", "stop_gradient", "conj")
 def _positive(b, prim, args, dts, out):
     return args[0]
 

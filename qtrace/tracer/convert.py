@@ -11,6 +11,7 @@ from ..graph.device import Device
 from ..graph.node import Node, make_input
 from . import dtypes
 from .context import record, tracing
+from .selections import Selection, refuse
 from .tensor import Tensor
 
 
@@ -29,6 +30,8 @@ def operand(x, op: str) -> Operand:
         return Operand(n, None, n.dtype, n.weak)
     if type(x) in dtypes.PY_SCALARS:  # NumPy scalars (np.float64 subclasses float) are strong
         return Operand(None, x, dtypes.weak_dtype(x), True)
+    if type(x) is Selection:
+        raise refuse(f"qt.{op}")
     node = input_node(x, op)
     return Operand(node, None, node.dtype, False)
 

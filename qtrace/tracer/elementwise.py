@@ -16,10 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.primitives import COMPARISONS, ELEMENTWISE_UFUNCS, broadcast_shapes, ufunc_of
-from . import dtypes
+from . import dtypes, selections
 from .context import record, record_checked
 from .convert import astype, cast, const_node, operand, place, promote, scalar_node, wrap
-from .creation import full
+from .creation import asarray, full
+from .selections import Selection
 from .tensor import Tensor
 
 
@@ -34,6 +35,8 @@ def apply(name: str, *args) -> Tensor:
 
 def _apply(name: str, args) -> Tensor:
     """The general path: any operands, every check (errors are raised from here)."""
+    if any(type(a) is Selection for a in args):  # x[mask] inside qt.jit
+        return selections.elementwise(name, args)
     ops = [operand(a, name) for a in args]
     loop = dtypes.resolve_ufunc(name, ufunc_of(name), [(o.dtype, o.weak) for o in ops])
     if name in COMPARISONS:
@@ -219,6 +222,19 @@ absolute = FUNCTIONS["abs"]
 true_divide = FUNCTIONS["divide"]
 mod = FUNCTIONS["remainder"]
 conjugate = FUNCTIONS["conj"]
+
+
+def stop_gradient(x) -> Tensor:
+    """``x``'s value, through which no gradient flows (JAX's ``lax.stop_gradient``): in
+    reverse mode it is a constant.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.grad(lambda x: x * qt.stop_gradient(x))(qt.asarray(3.0)).item()
+        3.0
+    """
+    n = (x if isinstance(x, Tensor) else asarray(x))._node
+    return wrap(record("stop_gradient", (n,), (), n.shape, n.dtype, weak=n.weak))
 
 
 def where(condition, x, y) -> Tensor:

@@ -23,10 +23,11 @@ from ..errors import TracerError
 from ..graph import origins
 from ..graph.node import Node
 from ..graph.primitives import PRIMITIVES, broadcast_shapes
-from . import dtypes, views
+from . import dtypes, selections, views
 from .context import ad_level, record, tracing
 from .convert import cast, const_node, input_node, operand, wrap
 from .elementwise import apply
+from .selections import Selection
 from .shape_ops import as_tensor, broadcast_to, reshape
 from .tensor import Tensor
 
@@ -319,6 +320,10 @@ def getitem(x, key) -> Tensor:
     selected = _selection_of_selection(t, key)
     if selected is not None:
         return selected
+    if tracing():
+        mask = _leading_mask(t, key, "qt.Tensor.__getitem__")
+        if mask is not None and mask.ndim:  # x[mask] inside qt.jit: its length depends on the data
+            return Selection(t, mask._node)
     view, adv = _plan(t, key, "qt.Tensor.__getitem__")
     if view is not None:
         return view
@@ -544,10 +549,15 @@ def _leading_mask(x: Tensor, key, op: str):
 
     A mask whose shape does not match those axes raises ``IndexError`` (as NumPy).
     """
-    k = key[0] if type(key) is tuple and len(key) == 1 else key
+    parts = key if type(key) is tuple else (key,)
+    if not parts or any(not (isinstance(k, slice) and k == slice(None)) for k in parts[1:]):
+        return None
+    k = parts[0]
     if not _is_bool_array(k) and not isinstance(k, (bool, np.bool_)):
         return None
     m = k if isinstance(k, Tensor) else wrap(input_node(np.asarray(k, dtype=bool), op))
+    if m.ndim + len(parts) - 1 > x.ndim:
+        return None  # too many indices: the general path says so
     check_mask(x.shape, m.shape, op)
     return m
 
@@ -573,6 +583,9 @@ def _masked_update(x: Tensor, mask: Tensor, value, op: str) -> Node:
     """
     trail = x.shape[mask.ndim:]
     m = views.broadcast_node(views.reshape_node(mask._node, mask.shape + (1,) * len(trail)), x.shape)
+    if type(value) is Selection:  # y[mask] = f(x[mask]) inside qt.jit
+        new = cast(selections.written_under(mask, value, x.shape, op), x.dtype, weak=False)
+        return record("select", (m, new, x._node), (), x.shape, x.dtype, weak=x._node.weak)
     v = operand(value, op)
     vshape = () if v.node is None else v.node.shape
     per_true = len(vshape) > len(trail) and (len(vshape) - len(trail) > 1 or vshape[0] != 1)

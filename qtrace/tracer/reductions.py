@@ -7,10 +7,11 @@ import functools
 
 import numpy as np
 
-from . import dtypes
+from . import dtypes, selections
 from .context import record
 from .convert import cast, wrap
 from .elementwise import apply
+from .selections import Selection
 from .shape_ops import as_tensor, normalize_axes, normalize_axis, reshape
 
 _NUMPY = {"reduce_sum": np.sum, "reduce_prod": np.prod, "reduce_max": np.max,
@@ -32,6 +33,13 @@ def _ordered(t, name: str) -> None:
 
 
 def _reduce(prim: str, name: str, x, axis, keepdims: bool, dtype=None):
+    if type(x) is Selection:  # x[mask] inside qt.jit
+        return selections.reduce(prim, name, x, axis, keepdims, dtype)
+    return reduce_as(prim, name, x, axis, dtype, keepdims)
+
+
+def reduce_as(prim: str, name: str, x, axis, dtype=None, keepdims: bool = False):
+    """Reduction primitive ``prim`` of ``x`` over ``axis`` (reported as ``qt.<name>``)."""
     t = as_tensor(x, name)
     if prim in _IDENTITY:
         _ordered(t, name)
@@ -91,6 +99,8 @@ amax, amin = max, min
 
 def mean(x, axis=None, dtype=None, keepdims: bool = False):
     """``numpy.mean`` (int inputs give float64)."""
+    if type(x) is Selection:  # x[mask] inside qt.jit
+        return x.mean(axis, dtype, keepdims)
     t = as_tensor(x, "mean")
     axes = normalize_axes(axis, t.ndim, "mean")
     if dtype is None:

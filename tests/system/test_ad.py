@@ -337,3 +337,16 @@ def test_grad_of_a_non_scalar_output_is_a_type_error_naming_the_shape(shape, fus
 def test_grad_of_an_integer_output_is_a_type_error(fusion):
     with pytest.raises(TypeError):
         qt.grad(lambda x: qt.sum(qt.astype(x, qt.int64)))(qt.ones(3))
+
+
+def test_stop_gradient_matches_jax(fusion, rng):
+    """``qt.stop_gradient`` is a constant to reverse mode (JAX's ``lax.stop_gradient``)."""
+    x = rng.standard_normal(7)
+
+    def f(xp, stop, x):
+        return xp.sum(xp.sin(x) * stop(x * x) + stop(xp.exp(x)))
+
+    got = qt.grad(lambda x: f(qt, qt.stop_gradient, x))(qt.asarray(x))
+    want = jax.grad(lambda x: f(jnp, jax.lax.stop_gradient, x))(x)
+    assert_close(got, want, rtol=1e-12, what="stop_gradient")
+    np.testing.assert_array_equal(qt.stop_gradient(qt.asarray(x)).numpy(), x)
