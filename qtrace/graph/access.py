@@ -121,14 +121,18 @@ def classify(reads: list, ext: dict, shape: tuple, node: Node) -> tuple:
     """
     if any(r is DATA for r in reads):
         return False, "data-dependent index (gather source)", None
+    repeat = 0  # the most evaluations of any one element of ``node``, summed over the reads
     for r in reads:
-        used = []
+        used, times = [], 1
         for comp in r:
             terms = comp.terms
             if len(terms) == 1 and terms[0][0][0] == "clip":
                 # a region update's read: injective inside the region; outside it, the
-                # clamped index re-reads the region's edge
-                terms = terms[0][0][1].terms
+                # clamped index re-reads the region's edge (that much recomputation)
+                clipped, lo, hi = terms[0][0][1:]
+                inner_lo, inner_hi = ix_.bounds(clipped, ext)
+                times *= (inner_hi - inner_lo + 1) / (hi - lo + 1)
+                terms = clipped.terms
             for atom, _ in terms:
                 if atom[0] == "div":
                     return False, "floor division in index", comp
@@ -143,6 +147,15 @@ def classify(reads: list, ext: dict, shape: tuple, node: Node) -> tuple:
             used.extend(a[1] for a, _ in terms)
         if len(set(used)) != len(used):
             return False, "loop variable used twice (not injective)", r
+        for k, e in ext.items():
+            if k not in used:
+                times *= e  # a broadcast: every value of k reads the same element
+        repeat += times
+    repeat = round(repeat, 6)
+    if repeat <= 1:
+        return True, "injective", None
+    if repeat <= 1.25 and len(reads) == 1:
+        return True, "injective inside the updated region", None
     # the work: every element of the task evaluates each read once (a region update
     # evaluates its source everywhere, selecting it inside the region), so ``node`` is
     # evaluated ``len(reads) * task size`` times where computing it alone takes its size
@@ -153,10 +166,6 @@ def classify(reads: list, ext: dict, shape: tuple, node: Node) -> tuple:
     for e in ext.values():
         work *= e
     extra = round(len(reads) * work / max(size, 1), 6)
-    if extra <= 1:
-        return True, "injective", None
-    if extra <= 1.25 and len(reads) == 1:
-        return True, "injective inside the updated region", None
     if size <= 1:
         return True, "recompute (scalar, loop-invariant)", None
     if (extra - 1) * cost(node) <= RECOMPUTE_BUDGET:

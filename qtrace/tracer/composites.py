@@ -29,7 +29,7 @@ import numpy as np
 from ..config import config
 from ..errors import TracerError
 from ..graph.device import Device
-from . import dtypes
+from . import dtypes, views
 from . import elementwise as _ew
 from . import reductions as _red
 from .context import tracing
@@ -184,8 +184,15 @@ def roll(a, shift, axis=None) -> Tensor:
             t = _along(t, ax, idx)
             continue
         s %= n
-        if s:
-            t = concatenate([_along(t, ax, slice(n - s, None)), _along(t, ax, slice(None, n - s))], ax)
+        if s:  # two region writes (they fuse into what reads the result; a concatenation
+            # would be a task of its own): the last n - s elements first, then the first s
+            at = [0] * t.ndim
+            ones = (1,) * t.ndim
+            node = t._node
+            for start, part in ((s, slice(None, n - s)), (0, slice(n - s, None))):
+                at[ax] = start
+                node = views.update_node(node, _along(t, ax, part)._node, tuple(at), ones)
+            t = wrap(node)
     return t
 
 

@@ -19,6 +19,7 @@ from ..stats import bump
 from . import dtypes, pytree, views
 from .context import ad_level, buffered, is_abstract, record, special, trace_scope, tracing
 from .convert import const_node, input_node
+from .selections import Selection, refuse
 from .tensor import Tensor
 
 log = logging.getLogger("qtrace")
@@ -311,6 +312,8 @@ class Jitted:
         with trace_scope():
             out = self.fn(*full_args, **call_kwargs)
         out_leaves, out_tree = pytree.flatten(out)
+        if any(type(leaf) is Selection for leaf in out_leaves):
+            raise refuse("a qt.jit function's result")
         return out_leaves, out_tree, placeholders, originals
 
     def _finish_trace(self, entry, out_leaves, out_tree, placeholders, originals):

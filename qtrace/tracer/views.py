@@ -94,7 +94,51 @@ def slice_node(n: Node, starts: tuple, steps: tuple, shape: tuple) -> Node:
         starts = tuple(a + b * c for a, b, c in zip(s0, starts, st0))
         steps = tuple(b * c for b, c in zip(steps, st0))
         n = n.inputs[0]
+    while n.prim == "slice_update" and 0 not in shape:
+        # reading through a region write: a slice outside the written region reads what was
+        # there before; one inside it reads the written values (so x[:, :, i] after writes
+        # to other components reads the original, and the writes can fuse into one task)
+        r_starts, r_steps = n.params
+        region = n.inputs[1]
+        if _disjoint(starts, steps, shape, r_starts, r_steps, region.shape):
+            n = n.inputs[0]
+            continue
+        inner = _within(starts, steps, shape, r_starts, r_steps, region.shape)
+        if inner is not None:
+            return slice_node(region, inner[0], inner[1], shape)
+        break
     return make_node("slice", (starts, steps), shape, n.dtype, (n,), n.device, n.weak)
+
+
+def _span(start: int, step: int, n: int) -> tuple:
+    last = start + (n - 1) * step
+    return (start, last) if step > 0 else (last, start)
+
+
+def _disjoint(starts, steps, shape, r_starts, r_steps, r_shape) -> bool:
+    """Whether two strided regions share no element (their spans miss on some axis)."""
+    for a, s, n, b, t, m in zip(starts, steps, shape, r_starts, r_steps, r_shape):
+        lo, hi = _span(a, s, n)
+        rlo, rhi = _span(b, t, m)
+        if hi < rlo or rhi < lo:
+            return True
+    return False
+
+
+def _within(starts, steps, shape, r_starts, r_steps, r_shape):
+    """``(starts, steps)`` of the slice within the written values when the slice lies on
+    the region's elements (same or coarser stride), else None."""
+    inner_starts, inner_steps = [], []
+    for a, s, n, b, t, m in zip(starts, steps, shape, r_starts, r_steps, r_shape):
+        if (a - b) % t or (n > 1 and s % t):
+            return None
+        k, ks = (a - b) // t, (s // t if n > 1 else 1)
+        last = k + (n - 1) * ks
+        if not (0 <= k < m and 0 <= last < m):
+            return None
+        inner_starts.append(k)
+        inner_steps.append(ks)
+    return tuple(inner_starts), tuple(inner_steps)
 
 
 def update_node(parent: Node, new: Node, starts: tuple, steps: tuple) -> Node:

@@ -699,3 +699,25 @@ def test_boundary_conditions_written_one_after_another_fuse_into_one_task(rng):
     rules = sorted(d.rule for d in fused if d.fused)
     assert rules == ["injective", "recompute x2.0 (within budget)", "recompute x4.0 (within budget)"], \
         str(report)
+
+
+def test_streaming_step_of_a_lattice_method_is_one_task(rng):
+    """Each component rolled and written back in turn (lattice-Boltzmann streaming): a
+    read of a component reads through the writes to the others (disjoint regions), and
+    ``roll`` is two region writes, so the rolls are one task (merged side by side) and the
+    nine writes another (computing a roll inside the writes would evaluate it once per
+    component: 9x its work). Before: one concatenation task per roll, one copy per write."""
+    f0 = rng.random((6, 10, 9))
+    shifts = [(0, 0), (0, 1), (1, 0), (0, -1), (-1, 0), (1, 1), (1, -1), (-1, -1), (-1, 1)]
+
+    def stream(xp, f):
+        f = f.copy()
+        for i, (cy, cx) in enumerate(shifts):
+            f[:, :, i] = xp.roll(f[:, :, i], cx, axis=1)
+            f[:, :, i] = xp.roll(f[:, :, i], cy, axis=0)
+        return f
+
+    _check(lambda f: stream(qt, f), lambda f: stream(np, f), [f0])
+    report = _explain(lambda f: stream(qt, f), f0)
+    assert report.n_kernels == 2, str(report)
+    assert "concatenate" not in str(report), str(report)
