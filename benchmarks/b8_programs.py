@@ -23,9 +23,11 @@ evaluation: the final state's ``np.asarray`` ends the timed region); qtrace jit 
 one-time-step function under ``qt.jit``, the outer loop in Python); JAX jit (a
 functional port, ``x.at[...].set``, ``jnp.where`` for masks, the step under
 ``jax.jit``, float64). One sample is the whole program, from building its initial state
-to its final state as NumPy arrays; one untimed warm-up run per system first (so
-compilation is excluded; the qtrace and JAX rows' notes give that first, cold run's
-time), then ``--repeats`` samples (3, ``--quick`` 2), interleaved across systems. qtrace
+to its final state as NumPy arrays; two untimed warm-up runs per system first (so
+compilation is excluded; the qtrace and JAX rows' notes give the first, cold run's
+time: in it qtrace's eager cut policy learns where to cut, so the second run's first
+pending graph, cut at the learned place from the start, is built once more), then
+``--repeats`` samples (3, ``--quick`` 2), interleaved across systems. qtrace
 rows also give kernel launches per run from ``qt.stats()``.
 
 Check: every system's final state vs the NumPy run in float64; tolerances (justified in

@@ -143,6 +143,6 @@ class Problem:
     def run(self, *, repeats: int, systems: str | None = None) -> list[h.Row]:
         prepare = {NUMPY: self.prepare_numpy, QT_EAGER: self.prepare_qtrace_eager,
                    QT_JIT: self.prepare_qtrace_jit, JAX: self.prepare_jax}
-        return h.run_systems(self.title, prepare, systems=systems, repeats=repeats, warmup=1,
+        return h.run_systems(self.title, prepare, systems=systems, repeats=repeats, warmup=2,
                              reference=QT_JIT, unit=UNIT, per=PER,
                              error_kind=self.module.ERROR_KIND)

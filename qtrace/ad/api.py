@@ -10,7 +10,7 @@ from ..tracer.convert import wrap
 from ..tracer.creation import asarray, ones_like, zeros_like
 from ..tracer.elementwise import stop_gradient  # noqa: F401 - part of the AD API
 from ..tracer.tensor import Tensor
-from .loops import reuse_replays
+from .loops import ADJOINTS, reuse_replays
 from .reverse import backward
 
 
@@ -120,8 +120,10 @@ def value_and_grad(fn, argnums=0, has_aux: bool = False):
                             "use qt.vjp for non-scalar outputs")
         if out.dtype.kind != "f":
             raise TypeError(f"qt.grad: the function must return a floating-point scalar, got {out.dtype}")
+        adjoints = ADJOINTS[0]
         grads = vjp_fn(ones_like(out))
-        out, grads = _share_replays(out, grads)
+        if ADJOINTS[0] != adjoints:  # (a walk over the whole pending graph otherwise wasted)
+            out, grads = _share_replays(out, grads)
         g = grads if multiple else grads[0]
         value = (out, res[2]) if has_aux else out
         return value, g

@@ -167,8 +167,12 @@ def _depends_on(nodes: tuple, key: tuple) -> bool:
     return False
 
 
+ADJOINTS = [0]  # loop adjoints recorded so far (a reverse pass without them has no replays to share)
+
+
 def loop_vjp(node, cts: dict) -> list:
     """Input cotangents of a loop node given the cotangents of its components."""
+    ADJOINTS[0] += 1
     lay = layout(node)
     kind, m, sub = node.params[0], node.params[1], node.params[2]
     inputs = node.inputs

@@ -20,7 +20,7 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
     of one loop are differentiated together, once all their cotangents are known.
     """
     wrt_ids = {id(w) for w in wrt}
-    topo = toposort(outputs)
+    topo = toposort(outputs, stop=wrt_ids)
     needs: set[int] = set(wrt_ids)
     for n in topo:
         if any(id(i) in needs for i in n.inputs):

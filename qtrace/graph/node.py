@@ -410,8 +410,10 @@ def substitute(outputs: tuple, mapping: dict) -> tuple:
     return tuple(new.get(id(o), o) for o in outputs)
 
 
-def toposort(outputs) -> list[Node]:
-    """Non-leaf nodes reachable from ``outputs``, each after all of its inputs."""
+def toposort(outputs, stop=frozenset()) -> list[Node]:
+    """Non-leaf nodes reachable from ``outputs``, each after all of its inputs; the inputs
+    of nodes whose ``id`` is in ``stop`` are not followed (a reverse pass stops at the
+    values it differentiates: what computed them before does not matter)."""
     order: list[Node] = []
     seen: set[int] = set()
     for out in outputs:
@@ -420,7 +422,7 @@ def toposort(outputs) -> list[Node]:
         stack = [(out, 0)]
         while stack:
             node, i = stack.pop()
-            if i < len(node.inputs):
+            if i < len(node.inputs) and id(node) not in stop:
                 stack.append((node, i + 1))
                 child = node.inputs[i]
                 if id(child) not in seen and not child.is_leaf:

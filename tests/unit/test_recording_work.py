@@ -90,3 +90,25 @@ def test_mask_updates_match_numpy_for_every_count(rng):
         x[qt.asarray(m)] = x[qt.asarray(m)] * 2.0 + k
         ref[m] = ref[m] * 2.0 + k
     np.testing.assert_allclose(np.asarray(x), ref)
+
+
+def test_a_gradient_step_costs_the_same_after_a_long_pending_history(rng):
+    """An eager training loop never evaluates its weights: each step's ``qt.grad`` starts
+    from weights whose pending history grows. The reverse pass stops at the values it
+    differentiates, so one step's work is the same after 3 steps as after 60."""
+    qt.config.max_pending_nodes = 100_000  # no automatic cut: the history stays pending
+    x = qt.asarray(rng.standard_normal((8, 4)))
+
+    def loss(w):
+        return qt.sum(qt.tanh(x @ w) ** 2)
+
+    def step(w):
+        return w - 0.01 * qt.grad(loss)(w)
+
+    work = {}
+    for history in (3, 60):
+        w = qt.asarray(rng.standard_normal((4, 3)))
+        for _ in range(history):
+            w = step(w)
+        work[history] = _work(lambda w=w: step(w))
+    assert work[60] == work[3], work
