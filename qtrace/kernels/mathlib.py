@@ -510,7 +510,12 @@ def _log1p_val(E: _E, v):
 
 def _log_scaled(E: _E, x, c_hi, c_lo, e_hi, e_lo):
     """log(x) * C where C = c_hi + c_lo and ln2 * C = e_hi + e_lo (e_hi short)."""
-    e, f, s, hfsq, R = _log_parts(E, x)
+    return _log_scaled_parts(E, _log_parts(E, x), c_hi, c_lo, e_hi, e_lo)
+
+
+def _log_scaled_parts(E: _E, parts, c_hi, c_lo, e_hi, e_lo):
+    """_log_scaled from the parts (e, f, s, hfsq, R) of x (any float type)."""
+    e, f, s, hfsq, R = parts
     hi = E.sub(f, hfsq)
     lo = E.add(E.sub(E.sub(f, hi), hfsq), E.mul(s, E.add(hfsq, R)))
     vh = E.mul(hi, c_hi)
@@ -1082,6 +1087,11 @@ def emit_math(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Valu
             return _libm_call(builder, sym, args)
         return _IMPL[name](_E(builder, lowp=False), *args)
     if isinstance(ty, ir.FloatType):
+        from . import mathlib_f32  # (imports this module)
+
+        native = mathlib_f32.NATIVE.get(name)
+        if native is not None:
+            return native(mathlib_f32.E32(builder), *args)
         dargs = [builder.fpext(a, _F64) for a in args]
         res = _IMPL[name](_E(builder, lowp=True), *dargs)
         return builder.fptrunc(res, _F32)
