@@ -3,7 +3,8 @@
 Development tool (NumPy only, not imported by the package).  Each target is a power
 series summed exactly enough in float64; the fit is a weighted minimax approximation
 by Lawson's iteratively reweighted least squares on 4000 Chebyshev nodes, and the
-coefficients are rounded to float32 (the error printed is that of the rounded
+coefficients are rounded to float32 one at a time, the higher ones refitted
+after each rounding (the error printed is that of the rounded
 coefficients, evaluated in float64, relative to the function the kernel returns).
 
 Run: ``python tools/fit_f32_polys.py``.
@@ -41,8 +42,13 @@ def fit(name, lo, hi, target, weight, deg, outer):
     """Print float32 coefficients and the relative error of outer(x, poly)."""
     n = 4000
     xs = 0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * (np.arange(n) + 0.5) / n)
-    c = lawson(xs, target(xs), weight(xs), deg)
-    c32 = [float(np.float32(v)) for v in c]
+    # round one coefficient at a time (lowest first), refitting the others to absorb
+    # its rounding error
+    c32 = []
+    for i in range(deg + 1):
+        fixed = np.polyval(c32[::-1], xs) if c32 else 0.0
+        tail = lawson(xs, (target(xs) - fixed) / xs ** i, weight(xs) * np.abs(xs) ** i, deg - i)
+        c32.append(float(np.float32(tail[0])))
     dense = np.linspace(lo, hi, 200001)
     dense = dense[dense != 0]
     exact = outer(dense, target(dense))
@@ -73,9 +79,9 @@ def main():
     # cos(r) = 1 - z/2 + z^2 C(z)
     fit("_COS", 0.0, 0.83 ** 2, lambda z: series(z, lambda k: (-1) ** k / fac(2 * k + 4)),
         lambda z: z * z, 3, lambda z, p: 1 - z / 2 + z * z * p)
-    # sinh(x) = x + x^3 H(z), z = x^2, |x| <= 1
-    fit("_SINH", 0.0, 1.0, lambda z: series(z, lambda k: 1 / fac(2 * k + 3)),
-        lambda z: z, 3, lambda z, p: 1 + z * p)
+    # sinh(x) = x + x^3 H(z), z = x^2, |x| <= 2
+    fit("_SINH", 0.0, 4.0, lambda z: series(z, lambda k: 1 / fac(2 * k + 3)),
+        lambda z: z, 5, lambda z, p: 1 + z * p)
 
 
 if __name__ == "__main__":
