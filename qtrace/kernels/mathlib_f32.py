@@ -1,0 +1,283 @@
+"""float32-native versions of :mod:`qtrace.kernels.mathlib` functions.
+
+All arithmetic is in ``float`` (``llvm.fma.f32`` and friends) and the bit
+manipulation in ``i32``, so a float32 loop vectorizes at full width
+(``<8 x float>`` / ``<16 x float>``) instead of converting every lane to
+double.  Same rules as the double library: straight-line IR, ``select`` for
+special cases, no loads, no tables, no fast-math flags (IEEE NaN/Inf/signed
+zeros, gradual underflow).  The algorithms and the measured accuracy are
+described in the :mod:`qtrace.kernels.mathlib` docstring.
+
+Polynomial coefficients: ``tools/fit_f32_polys.py`` (weighted minimax by
+Lawson's iteration in float64, rounded to float32).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from . import mathlib as _m
+from .mathlib import _E, _log1p_arg, _log_specials
+
+_F32 = ir.FloatType()
+_I32 = ir.IntType(32)
+_INF = float("inf")
+_NAN = float("nan")
+
+# ln2 = _LN2_HI + _LN2_LO; _LN2_HI = float(ln2) (24 bits, multiple of 2^-24): for
+# |k| <= 150 and |x - k ln2| < 1/2, fma(-k, _LN2_HI, x) is exact.
+_LN2_HI = 0.6931471824645996
+_LN2_LO = -1.9046542121259336e-09
+_INVLN2 = 1.4426950216293335
+_INVLN2_LO = 1.925963033500011e-08
+_LOG10E = 0.4342944920063019
+_LOG10E_LO = -1.0103049952192578e-08
+_LOG10_2_HI = 0.301025390625  # 11 significant bits: e * _LOG10_2_HI exact
+_LOG10_2_LO = 4.605039066518657e-06
+# pi/2 = _PIO2_1 + _PIO2_2 + _PIO2_3 + O(2^-73), each part a float32
+_PIO2 = (1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15)
+_TWO_OVER_PI = 0.6366197466850281
+
+# Minimax coefficients, lowest order first (tools/fit_f32_polys.py; relative error of
+# the function with float32-rounded coefficients, evaluated exactly).
+# exp(r) = 1 + r + r^2 P(r), |r| <= 0.35                                 2^-32.6
+_EXP = (0.5, 0.1666666716337204, 0.04166645556688309, 0.008333207108080387, 0.0013935936149209738,
+        0.00019945026724599302)
+# 2^r = 1 + r Q(r), |r| <= 0.5                                           2^-32.0
+_EXP2 = (0.6931471824645996, 0.24022650718688965, 0.05550406128168106, 0.009618088603019714,
+         0.0013336667325347662, 0.00015451414219569415, 1.4670755263068713e-05)
+# expm1(r) = r + r^2/2 + r^3 Q(r), |r| <= 0.35                           2^-30.8
+_EXPM1 = (0.1666666716337204, 0.041666481643915176, 0.008333208039402962, 0.0013933562440797687,
+          0.00019944264204241335)
+# 2 atanh(s) = 2 s + s z R(z), z = s^2 <= 0.0295                         2^-35.2
+_LOG = (0.6666666269302368, 0.40000972151756287, 0.2849879264831543, 0.2427881807088852)
+# sin(r) = r + r^3 S(z), z = r^2, |r| <= 0.83                            2^-32.2
+_SIN = (-0.1666666716337204, 0.008333374746143818, -0.00019850549870170653, 2.8020017452945467e-06)
+# cos(r) = 1 - z/2 + z^2 C(z)                                            2^-36.3
+_COS = (0.0416666679084301, -0.0013888971880078316, 2.4818240490276366e-05, -2.84676758610658e-07)
+# sinh(x) = x + x^3 H(z), z = x^2, |x| <= 2                              2^-31.1
+_SINH = (0.1666666716337204, 0.008333316072821617, 0.00019843215704895556, 2.7461790068628034e-06,
+         2.7169164695806103e-08, -9.984507144678023e-12)
+
+
+class E32(_E):
+    """The double library's emitter, retyped: float constants/intrinsics, i32 bits."""
+
+    def __init__(self, builder: ir.IRBuilder):
+        super().__init__(builder, lowp=True)
+
+    @staticmethod
+    def k(v: float) -> ir.Constant:
+        return ir.Constant(_F32, float(v))
+
+    @staticmethod
+    def ki(v: int, ty: ir.IntType = _I32) -> ir.Constant:
+        return ir.Constant(ty, int(v))
+
+    def intr(self, name: str, *args):
+        full = name + ".f32"
+        fn = self.mod.globals.get(full)
+        if fn is None:
+            fn = ir.Function(self.mod, ir.FunctionType(_F32, [_F32] * len(args)), name=full)
+        return self.b.call(fn, [self.v(a) for a in args])
+
+    def bits(self, x):
+        return self.b.bitcast(self.v(x), _I32)
+
+    def from_bits(self, i):
+        return self.b.bitcast(i, _F32)
+
+    def i32_to_f(self, i):
+        return self.b.sitofp(i, _F32)
+
+    def pow2(self, n32):
+        """2.0**n for i32 n in [-126, 127], built from exponent bits."""
+        return self.from_bits(self.b.shl(self.b.add(n32, self.ki(127)), self.ki(23)))
+
+    # scale2 (inherited): y * 2**n for n in [-252, 254], one final rounding
+
+
+# ---------------------------------------------------------------------------
+# cores
+# ---------------------------------------------------------------------------
+
+
+def _reduce_ln2(E: E32, x):
+    """(k, r_hi, t) with x = k ln2 + r_hi + t: r_hi exact, t = -k _LN2_LO (rounded)."""
+    k = E.rint(E.mul(x, _INVLN2))
+    nk = E.neg(k)
+    return k, E.fma(nk, _LN2_HI, x), E.mul(nk, _LN2_LO)
+
+
+def _exp_core(E: E32, x, shift: int = 0):
+    """e^x * 2^shift for x clamped to [-104, 90] (never NaN)."""
+    k, rh, t = _reduce_ln2(E, x)
+    r = E.add(rh, t)
+    p = E.add(1.0, E.mad(E.mul(r, r), E.poly(r, _EXP), r))
+    ki = E.to_i32(k)
+    if shift:
+        ki = E.b.add(ki, E.ki(shift))
+    return E.scale2(p, ki)
+
+
+def _expm1_core(E: E32, x):
+    """expm1(x) for x clamped to [-30, 89] (never NaN); +0 at x = -0."""
+    k, rh, t = _reduce_ln2(E, x)
+    r = E.add(rh, t)
+    c = E.add(E.sub(rh, r), t)  # rounding error of r
+    r2 = E.mul(r, r)
+    em = E.add(r, E.mad(E.mul(r2, r), E.poly(r, _EXPM1), E.mul(0.5, r2)))
+    em = E.add(em, E.mad(c, em, c))  # e^(r+c)-1 ~ em + c(1+em)
+    s = E.pow2(E.b.sub(E.to_i32(k), E.ki(1)))  # 2^(k-1), k in [-44, 128]
+    y = E.mul(E.fma(s, em, E.sub(s, 0.5)), 2.0)
+    return E.sel(E.cmp("==", k, 0.0), em, y)
+
+
+def _log_parts(E: E32, u):
+    """u = 2^e (1 + f), 1 + f in [sqrt(1/2), sqrt(2)) for u > 0 finite.
+
+    Returns (e as float, f, s, hfsq, R) with log(u) = e ln2 + f - hfsq + s (hfsq + R).
+    """
+    sub = E.cmp("<", u, 2.0 ** -126)
+    u2 = E.sel(sub, E.mul(u, 2.0 ** 25), u)
+    bias = 0x3F3504F3  # bits of float(sqrt(1/2))
+    t = E.b.sub(E.bits(u2), E.ki(bias))
+    ei = E.b.ashr(t, E.ki(23))
+    f = E.sub(E.from_bits(E.b.add(E.b.and_(t, E.ki(0x7FFFFF)), E.ki(bias))), 1.0)
+    e = E.add(E.i32_to_f(ei), E.sel(sub, -25.0, 0.0))
+    s = E.div(f, E.add(2.0, f))
+    z = E.mul(s, s)
+    R = E.mul(z, E.poly(z, _LOG))
+    hfsq = E.mul(E.mul(0.5, f), f)
+    return e, f, s, hfsq, R
+
+
+def _log_val(E: E32, u, corr=None):
+    """log(u) + corr (corr tiny: the log1p correction)."""
+    e, f, s, hfsq, R = _log_parts(E, u)
+    lo = E.mul(e, _LN2_LO)
+    if corr is not None:
+        lo = E.add(lo, corr)
+    inner = E.sub(hfsq, E.mad(s, E.add(hfsq, R), lo))
+    return E.fma(e, _LN2_HI, E.sub(f, inner))  # e * _LN2_HI exact inside the fma
+
+
+def _log_scaled(E: E32, x, c_hi, c_lo, e_hi, e_lo):
+    """log(x) * C with C = c_hi + c_lo and ln2 C = e_hi + e_lo (e * e_hi exact)."""
+    return _m._log_scaled_parts(E, _log_parts(E, x), c_hi, c_lo, e_hi, e_lo)
+
+
+def sincos_reduced(E: E32, x):
+    """Cody-Waite for |x| < 2^19: (q, sin r, cos r) with x = (4n + q) pi/2 + r.
+
+    ``fma(-k, _PIO2_1, x)`` is exact (both are multiples of 2^-23 or x < 1, and
+    the result is below 1); ``k * _PIO2_2`` is split exactly with an fma and
+    subtracted with a two-sum, so r = rh + rl is a float-float good to ~2^-48.
+    """
+    k = E.rint(E.mul(x, _TWO_OVER_PI))
+    nk = E.neg(k)
+    r1 = E.fma(nk, _PIO2[0], x)
+    th = E.mul(k, _PIO2[1])
+    tl = E.fma(k, _PIO2[1], E.neg(th))
+    r2, e2 = E.two_sum(r1, E.neg(th))
+    rh, rl = E.fast_two_sum(r2, E.fma(nk, _PIO2[2], E.sub(e2, tl)))
+    z = E.mul(rh, rh)
+    s = E.add(rh, E.mad(E.mul(rh, z), E.poly(z, _SIN), rl))
+    hz = E.mul(0.5, z)
+    w = E.sub(1.0, hz)
+    tail = E.sub(E.mul(E.mul(z, z), E.poly(z, _COS)), E.mul(rh, rl))
+    c = E.add(w, E.add(E.sub(E.sub(1.0, w), hz), tail))
+    q = E.b.and_(E.to_i32(k), E.ki(3))
+    return q, s, c
+
+
+# ---------------------------------------------------------------------------
+# public functions (float in, float out)
+# ---------------------------------------------------------------------------
+
+
+def _keep_nan(E: E32, x, res):
+    return E.sel(E.isnan(x), x, res)
+
+
+def _f_exp(E, x):
+    return _keep_nan(E, x, _exp_core(E, E.clamp(x, -104.0, 90.0)))
+
+
+def _f_exp2(E, x):
+    xc = E.clamp(x, -151.0, 129.0)
+    k = E.rint(xc)
+    r = E.sub(xc, k)  # exact
+    p = E.mad(r, E.poly(r, _EXP2), 1.0)
+    return _keep_nan(E, x, E.scale2(p, E.to_i32(k)))
+
+
+def _f_expm1(E, x):
+    res = _expm1_core(E, E.clamp(x, -30.0, 89.0))
+    res = E.sel(E.cmp("<", E.abs(x), 2.0 ** -25), x, res)  # also keeps -0
+    return _keep_nan(E, x, res)
+
+
+def _f_log(E, x):
+    return _log_specials(E, x, _log_val(E, x))
+
+
+def _f_log2(E, x):
+    return _log_specials(E, x, _log_scaled(E, x, _INVLN2, _INVLN2_LO, 1.0, 0.0))
+
+
+def _f_log10(E, x):
+    res = _log_scaled(E, x, _LOG10E, _LOG10E_LO, _LOG10_2_HI, _LOG10_2_LO)
+    return _log_specials(E, x, res)
+
+
+def _f_log1p(E, x):
+    u, c = _log1p_arg(E, x)
+    res = _log_val(E, u, c)
+    res = E.sel(E.cmp("==", x, _INF), x, res)
+    res = E.sel(E.cmp("<", E.abs(x), 2.0 ** -25), x, res)
+    res = E.sel(E.cmp("==", x, -1.0), -_INF, res)
+    return E.sel(E.ucmp("<", x, -1.0), _NAN, res)
+
+
+def _div_corrected(E: E32, num, a, b):
+    """num / (a + b) with the roundings of the sum and of the quotient corrected."""
+    d, dl = E.two_sum(a, b)
+    q = E.div(num, d)
+    return E.add(q, E.div(E.fma(E.neg(q), dl, E.fma(E.neg(q), d, num)), d))
+
+
+def _f_tanh(E, x):
+    ax = E.abs(x)
+    em = _expm1_core(E, E.mul(2.0, E.clamp(ax, 0.0, 10.0)))
+    small = E.cmp("<", ax, 0.55)
+    q = _div_corrected(E, E.sel(small, em, 2.0), em, 2.0)
+    res = E.copysign(E.sel(small, q, E.sub(1.0, q)), x)
+    res = E.sel(E.cmp("<", ax, 2.0 ** -13), x, res)
+    return _keep_nan(E, x, res)
+
+
+def _half_exp_abs(E: E32, ax):
+    """e^|x| / 2 without premature overflow."""
+    return _exp_core(E, E.clamp(ax, 0.0, 90.0), shift=-1)
+
+
+def _f_sinh(E, x):
+    ax = E.abs(x)
+    z = E.mul(x, x)
+    ps = E.mad(E.mul(ax, z), E.poly(z, _SINH), ax)
+    h = _half_exp_abs(E, ax)
+    res = E.sel(E.cmp("<", ax, 2.0), ps, E.sub(h, E.div(0.25, h)))
+    return _keep_nan(E, x, E.copysign(res, x))
+
+
+def _f_cosh(E, x):
+    h = _half_exp_abs(E, E.abs(x))
+    return _keep_nan(E, x, E.add(h, E.div(0.25, h)))
+
+
+NATIVE = {
+    "exp": _f_exp, "exp2": _f_exp2, "expm1": _f_expm1,
+    "log": _f_log, "log2": _f_log2, "log10": _f_log10, "log1p": _f_log1p,
+    "tanh": _f_tanh, "sinh": _f_sinh, "cosh": _f_cosh,
+}

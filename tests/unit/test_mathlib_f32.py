@@ -1,0 +1,159 @@
+"""float32-native math (qtrace.kernels.mathlib_f32, fastmath): dense accuracy sweeps through
+qtrace itself, special values and thresholds, and no double arithmetic in the IR.
+
+Accuracy: <= 2 ulp against NumPy float64 rounded to float32, over every 4096th float32 bit
+pattern (all binades, both signs, denormals, inf/NaN), random bit patterns, random values in
+each function's interesting range, and the neighbours of overflow/underflow thresholds.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+import test_mathlib
+from llvmlite import ir
+from test_mathlib import _Compiled, reference, ulp_distance
+
+import qtrace as qt
+from qtrace.graph.plan import build_plan
+from qtrace.kernels import codegen, fastmath, llvm_cpu, mathlib_f32
+from qtrace.kernels.mathlib import emit_math
+
+F32 = np.float32
+NATIVE = sorted(mathlib_f32.NATIVE)
+SWEPT = NATIVE + ["sin", "cos"]  # sin/cos: float32 fast pass, exact double fallback
+
+# values whose float32 neighbours (+-8 steps) are checked: overflow to inf, underflow to
+# 0 and to denormals, the polynomial/formula switch points, trig reduction limits
+THRESHOLDS = {
+    "exp": [88.72283935546875, 88.7228317, -87.3365479, -103.278931, -103.972084, -104.0],
+    "exp2": [128.0, 127.999992, -126.0, -149.0, -149.5, -150.0, -151.0],
+    "expm1": [88.72283935546875, -17.3286805, 2.0 ** -25, -(2.0 ** -25), 0.34657359, -0.34657359],
+    "log": [1.0, 2.0, 0.70710677, 1.4142135, 2.0 ** -126, 2.0 ** -149, 3.4028235e38],
+    "log1p": [-1.0, -0.29289323, 0.41421357, 2.0 ** -25, 1.6777216e7],
+    "tanh": [0.55, 10.0, 9.0, 2.0 ** -13, 0.5],
+    "sinh": [89.4159851, 89.41598, 2.0, 1.0, 2.0 ** -13],
+    "cosh": [89.4159851, 89.41598, 1.0],
+    "sin": [2.0 ** 19, 1.5707964, 3.1415927, 4.712389, 2.0 ** -12, 1e4, 105414.35],
+}
+ALIAS = {"log2": "log", "log10": "log", "cos": "sin"}
+RANGES = {
+    "exp": (-104, 90), "exp2": (-151, 129), "expm1": (-20, 90), "log": (0, 4), "log1p": (-1, 2),
+    "tanh": (-10, 10), "sinh": (-90, 90), "cosh": (-90, 90), "sin": (-1000, 1000),
+}
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, 1.1754944e-38,
+           -1.1754944e-38, 3.4028235e38, -3.4028235e38, 1.0, -1.0]
+
+
+def _around(values, steps=8):
+    v = np.asarray(values, F32)
+    out = [v, -v]
+    for up in (np.inf, -np.inf):
+        w = v.copy()
+        for _ in range(steps):
+            with np.errstate(over="ignore"):
+                w = np.nextafter(w, F32(up))
+            out += [w, -w]
+    return np.concatenate(out)
+
+
+def _inputs(name, rng):
+    key = ALIAS.get(name, name)
+    lo, hi = RANGES[key]
+    return np.concatenate([
+        np.arange(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32).view(F32),
+        rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32).view(F32),
+        rng.uniform(lo, hi, 100_000).astype(F32),
+        rng.uniform(-1, 1, 20_000).astype(F32),
+        (10.0 ** rng.uniform(-40, 0, 20_000)).astype(F32),
+        _around(THRESHOLDS[key]),
+        np.array(SPECIAL, F32),
+    ])
+
+
+def _check(name, x, got):
+    ref = reference(name, (x,), F32)
+    d = ulp_distance(got, ref, F32)
+    i = int(np.argmax(d))
+    assert d[i] <= 2, f"{name}: {d[i]} ulp at x={x[i]!r}: got {got[i]!r}, want {ref[i]!r}"
+    bad = np.isinf(got) != np.isinf(ref)
+    assert not bad.any(), f"{name}: inf mismatch at x={x[bad][:5]}: got {got[bad][:5]}"
+    zero = ref == 0
+    bad = zero & ((got != 0) | (np.signbit(got) != np.signbit(ref)))
+    assert not bad.any(), f"{name}: zero/sign mismatch at x={x[bad][:5]}: got {got[bad][:5]}"
+
+
+@pytest.mark.parametrize("name", SWEPT)
+def test_dense_sweep_through_qtrace(name, fusion, rng):
+    x = _inputs(name, rng)
+    got = getattr(qt, name)(qt.asarray(x)).numpy()
+    assert got.dtype == F32
+    _check(name, x, got)
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_fast_trig_pass_alone(name, rng):
+    """The float32 fast pass by itself (no fallback) on |x| < LIMIT, incl. the float32
+    values nearest to multiples of pi/2 (the worst cancellations of the reduction)."""
+    k = np.arange(1, int(fastmath.LIMIT / np.pi * 2), 37, dtype=np.float64)
+    near = (k * (np.pi / 2)).astype(F32)
+    x = np.concatenate([near, np.nextafter(near, F32(np.inf)), np.nextafter(near, F32(0)),
+                        rng.uniform(-fastmath.LIMIT, fastmath.LIMIT, 100_000).astype(F32),
+                        rng.uniform(-10, 10, 100_000).astype(F32), _around(THRESHOLDS["sin"])])
+    x = np.concatenate([x, -x])
+    x = x[np.abs(x) < fastmath.LIMIT]
+    c = _fast_trig_compiled()
+    _check(name, x, c(name, x))
+
+
+@functools.cache
+def _fast_trig_compiled():
+    """sin/cos loops (test_mathlib's harness) whose body is only fastmath.sincos_f32's value."""
+    saved = test_mathlib.emit_math
+    test_mathlib.emit_math = lambda b, name, args: fastmath.sincos_f32(b, args[0], name)[0]
+    try:
+        return _Compiled(["sin", "cos"], F32)
+    finally:
+        test_mathlib.emit_math = saved
+
+
+# --------------------------------------------------------------------------- IR structure
+
+
+def _scalar_function(emit):
+    mod = ir.Module()
+    f = ir.FloatType()
+    fn = ir.Function(mod, ir.FunctionType(f, [f]), name="g")
+    b = ir.IRBuilder(fn.append_basic_block())
+    b.ret(emit(b, fn.args[0]))
+    text = str(mod)
+    llvm.parse_assembly(text).verify()
+    return text
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_native_functions_emit_no_double(name):
+    text = _scalar_function(lambda b, x: emit_math(b, name, [x]))
+    assert "double" not in text and "i64" not in text, name
+    assert "llvm.fma.f32" in text or name in ("sinh", "cosh", "exp", "exp2")
+
+
+@pytest.mark.parametrize("which", ["sin", "cos"])
+def test_fast_trig_pass_emits_no_double(which):
+    text = _scalar_function(lambda b, x: fastmath.sincos_f32(b, x, which)[0])
+    assert "double" not in text and "llvm.fma.f32" in text
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "tanh"])
+def test_float32_kernel_has_no_double_and_full_width_vectors(name):
+    a = qt.asarray(np.ones(4096, F32))
+    spec = build_plan((getattr(qt, name)(a)._node,), True)
+    (task,) = spec.tasks
+    module = llvm_cpu.new_module("qtrace_test")
+    codegen.lower_task(task, module, task.symbol, True)
+    opt = str(llvm_cpu.optimize(module))
+    assert "double" not in opt
+    assert "x float>" in opt, "not vectorized"
