@@ -8,7 +8,7 @@ special cases, no loads, no tables, no fast-math flags (IEEE NaN/Inf/signed
 zeros, gradual underflow).  The algorithms and the measured accuracy are
 described in the :mod:`qtrace.kernels.mathlib` docstring.
 
-Polynomial coefficients: ``tools/fit_f32_polys.py`` (weighted minimax by
+Polynomial coefficients: ``docs/fit_f32_polys.py`` (weighted minimax by
 Lawson's iteration in float64, rounded to float32).
 """
 
@@ -38,7 +38,7 @@ _LOG10_2_LO = 4.605039066518657e-06
 _PIO2 = (1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15)
 _TWO_OVER_PI = 0.6366197466850281
 
-# Minimax coefficients, lowest order first (tools/fit_f32_polys.py; relative error of
+# Minimax coefficients, lowest order first (docs/fit_f32_polys.py; relative error of
 # the function with float32-rounded coefficients, evaluated exactly).
 # exp(r) = 1 + r + r^2 P(r), |r| <= 0.35                                 2^-32.6
 _EXP = (0.5, 0.1666666716337204, 0.04166645556688309, 0.008333207108080387, 0.0013935936149209738,

@@ -7,7 +7,7 @@ coefficients are rounded to float32 one at a time, the higher ones refitted
 after each rounding (the error printed is that of the rounded
 coefficients, evaluated in float64, relative to the function the kernel returns).
 
-Run: ``python tools/fit_f32_polys.py``.
+Run: ``python docs/fit_f32_polys.py``.
 """
 
 from __future__ import annotations
