@@ -31,6 +31,7 @@ setting that provokes the overflow diagnostic).
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 
@@ -53,6 +54,51 @@ _HIT = (("adstack_reducer_hits", 1), ("adstack_device_sized", 1))
 _DISPATCH = (("adstack_reducer_dispatches", 1), ("adstack_device_sized", 1),
              ("max_reducer_dispatches", 1))
 _RECORDED = (("adstack_recorded", 1), ("adstack_device_sized", 1), ("max_reducer_dispatches", 1))
+PATHS = {"host": _HOST, "hit": _HIT, "dispatch": _DISPATCH, "recorded": _RECORDED}
+_SAID = {"host": "host", "hit": "reducer hit", "dispatch": "reducer dispatched",
+         "recorded": "recorded counts"}
+
+
+class Stack:
+    """The adstack of one loop task: a :class:`DepthSource` and the float and int row bytes
+    of each level, and the task's name for ``QTRACE_DEBUG_ADSTACK``."""
+
+    def __init__(self, levels: list, label: str):
+        self.sources = levels   # (DepthSource, float row bytes, int row bytes) per level
+        self.label = label
+
+    def levels(self, bufs: list) -> Levels:
+        """This launch's levels, sized (each sizing counted in ``qt.stats()``)."""
+        out = Levels()
+        paths = []
+        for source, fb, ib in self.sources:
+            d, path = source.depth(bufs)
+            bump_many(PATHS[path])
+            out.append((d, fb, ib))
+            paths.append(path)
+        if config.debug_adstack:
+            out.report = (self.label, paths)
+        return out
+
+
+class Levels(list):
+    """``(depth, float row bytes, int row bytes)`` per level of one launch, and (under
+    ``QTRACE_DEBUG_ADSTACK``) ``report``: the task's name and each level's sizing path."""
+
+    __slots__ = ("report",)
+
+    def __init__(self):
+        super().__init__()
+        self.report = None
+
+
+def _say(levels: list, caps: list, workers: int, nbytes: int) -> None:
+    """The ``QTRACE_DEBUG_ADSTACK`` line of one launch (stderr)."""
+    label, paths = levels.report
+    sized = ", ".join(f"level {i} depth {d} ({_SAID[p]})" + (f" capped at {c}" if c != d else "")
+                      for i, ((d, _, _), c, p) in enumerate(zip(levels, caps, paths)))
+    print(f"[qtrace adstack] {label}: {sized}; {workers} stacks, bound {nbytes} bytes",
+          file=sys.stderr, flush=True)
 
 
 class DepthSource:
@@ -68,33 +114,30 @@ class DepthSource:
         nodes = toposort((base,))
         # the counts are a function of the leaves' data only (not recorded by a loop), and
         # every leaf is a buffer of the plan: the key below then determines them
-        self.cacheable = not any(n.prim in ("loop", "loop_vjp") for n in nodes) and all(
-            id(leaf) in leaf_slots for leaf in base.leaves)
+        self.recorded = any(n.prim in ("loop", "loop_vjp") for n in nodes)
+        self.cacheable = all(id(leaf) in leaf_slots for leaf in base.leaves)
         # in the order of base.leaves: the positions base.key describes them by
         self.leaf_slots = tuple(leaf_slots[id(leaf)] for leaf in base.leaves if id(leaf) in leaf_slots)
         self.key = base.key
 
-    def depth(self, bufs: list) -> int:
-        """The depth for this launch: read on the host, cached, or reduced now (device
-        buffers are read back)."""
+    def depth(self, bufs: list) -> tuple:
+        """``(depth, path)`` for this launch: read on the host (``"host"``), found in the
+        cache (``"hit"``), reduced now (``"dispatch"``; device buffers are read back), or
+        reduced from counts a forward loop recorded (``"recorded"``). Counted in
+        ``qt.stats()`` (``PATHS``)."""
         if self.const is not None:
-            bump_many(_HOST)
-            return self.const
+            return self.const, "host"
         buf = bufs[self.slot]
         if self.scalar:
-            bump_many(_HOST)
-            return max(int(buf.reshape(-1)[0]) if buf.size else 0, 0)
-        if not self.cacheable:
-            bump_many(_RECORDED)
-            return _max(buf)
-        key, by_identity = self._key(bufs)
+            return (max(int(buf.reshape(-1)[0]) if buf.size else 0, 0)), "host"
+        if self.recorded:
+            return _max(buf), "recorded"
+        key, by_identity = self._key(bufs) if self.cacheable else (None, ())
         if key is not None:
             with _lock:
                 hit = _cache.get(key)
             if hit is not None and all(ref() is bufs[s] for s, ref in hit[1]):
-                bump_many(_HIT)
-                return hit[0]
-        bump_many(_DISPATCH)
+                return hit[0], "hit"
         d = _max(buf)
         if key is not None:
             refs = tuple((s, weakref.ref(bufs[s])) for s in by_identity)
@@ -102,7 +145,7 @@ class DepthSource:
                 if len(_cache) > 1024:
                     _cache.clear()
                 _cache[key] = (d, refs)
-        return d
+        return d, "dispatch"
 
     def _key(self, bufs: list) -> tuple:
         """``(cache key, slots keyed by identity)`` of this launch's leaves, or ``(None, ())``
@@ -146,4 +189,6 @@ def scratch(workers: int, levels: list):
     header = block.reshape(workers, stride)[:, :24].view(np.int64)
     header[:] = (caps[0], fbytes, ibytes)
     bump("adstack_bytes", workers * (fbytes + ibytes))
+    if getattr(levels, "report", None) is not None:
+        _say(levels, caps, workers, workers * (fbytes + ibytes))
     return block, stride

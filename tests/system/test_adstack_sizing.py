@@ -1,0 +1,121 @@
+"""The adstack's sizing paths, each proven by its counter, and ``QTRACE_DEBUG_ADSTACK``.
+
+A reverse-mode loop task's stack depth is found on one of three paths
+(``qtrace/devices/adstack.py``): on the host (shapes, Python scalars, constants: no
+reduction), by the max-reducer (cached per data version: a hit dispatches nothing), or
+from the counts a ``while_loop``'s forward recorded. Each launch counts exactly one of
+``adstack_host_sized`` / ``adstack_reducer_hits`` / ``adstack_reducer_dispatches`` /
+``adstack_recorded`` per stack level, and with ``QTRACE_DEBUG_ADSTACK=1`` prints one line
+per loop task naming the path, the depth and the bytes bound. Gradients are checked
+against the hand-derived float64 adjoint of B3 (``test_loops.b3_numpy``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_adstack_versions import COUNTERS, check_b3, counted, sized
+from test_loops import assert_close, b3_qt, grads, newton_qt
+
+import qtrace as qt
+
+SIZE = 40
+LINE = re.compile(r"^\[qtrace adstack\] (qt_[0-9a-f]+) (loop_[0-9a-f]+): level 0 depth (\d+) "
+                  r"\(([a-z ]+)\); (\d+) stacks, bound (\d+) bytes$")
+
+
+def _b3(rng, counts):
+    """B3's gradient with trip counts ``counts``, and its float64 inputs."""
+    x, c = rng.uniform(-2, 2, SIZE), rng.uniform(0.5, 1.5, SIZE)
+
+    def run():
+        return grads(b3_qt(counts), (qt.asarray(x), qt.asarray(c)), (0, 1))
+    return run, x, c
+
+
+def _lines(capfd) -> list:
+    err = capfd.readouterr().err
+    return [LINE.match(ln) for ln in err.splitlines() if ln.startswith("[qtrace adstack]")]
+
+
+def test_host_sized_python_bounds(fusion, rng, capfd):
+    """``fori_loop(2, 9, ...)``: the depth 7 is read on the host; no reduction at all."""
+    qt.config.debug_adstack = True
+    x, c = rng.uniform(-2, 2, SIZE), rng.uniform(0.5, 1.5, SIZE)
+
+    def loss(x, c):
+        return qt.sum(qt.fori_loop(2, 9, lambda i, v: qt.sin(v) * c + 0.5 * v, x))
+    for _ in range(3):
+        got, s = counted(grads, loss, (qt.asarray(x), qt.asarray(c)), (0, 1))
+        assert s == sized(host=1), s
+    check_b3(got, x, c, np.full(SIZE, 7), "host-sized")
+    (line,) = _lines(capfd)[-1:]
+    assert line is not None and line[3] == "7" and line[4] == "host", line
+
+
+def test_reducer_dispatches_once_then_hits(fusion, rng, capfd):
+    """10 gradients on unchanged (owned) counts: 1 dispatch + 9 hits, and the debug output
+    says so, launch by launch, with the same kernel, loop and depth."""
+    n = rng.integers(0, 9, SIZE)
+    n[7] = 11
+    qn = qt.asarray(n, copy=True)
+    run, x, c = _b3(rng, qn)
+    qt.config.debug_adstack = True
+    capfd.readouterr()
+    qt.reset_stats()
+    for _ in range(10):
+        got = run()
+    s = qt.stats()
+    assert {k: s[k] for k in COUNTERS} == sized(dispatches=1, hits=9), s
+    assert s["adstack_device_sized"] == 10 and s["max_reducer_dispatches"] == 1, s
+    check_b3(got, x, c, n, "cached depth")
+    lines = _lines(capfd)
+    assert len(lines) == 10 and all(lines), lines
+    assert [m[4] for m in lines] == ["reducer dispatched"] + ["reducer hit"] * 9
+    assert {(m[1], m[2], m[3]) for m in lines} == {(lines[0][1], lines[0][2], "11")}
+    stacks, nbytes = int(lines[0][5]), int(lines[0][6])
+    assert stacks >= 1 and nbytes >= stacks * 11 * 8, lines[0].group(0)  # depth x float64 rows
+
+
+def test_recorded_counts_are_not_reducer_misses(fusion, rng, capfd):
+    """``while_loop``: sized from the recorded counts on every launch, never a reducer miss."""
+    a = rng.uniform(0.5, 50.0, SIZE)
+    qt.config.debug_adstack = True
+    capfd.readouterr()
+    for _ in range(3):
+        (g,), s = counted(grads, lambda a: qt.sum(newton_qt(a)), (qt.asarray(a),), (0,))
+        assert s == sized(recorded=1), s
+        assert_close(g, 0.5 / np.sqrt(a), rtol=1e-8, what="d sqrt(a)/da")
+    lines = _lines(capfd)
+    assert len(lines) == 3 and all(m is not None and m[4] == "recorded counts" for m in lines), lines
+    assert all(int(m[3]) >= 1 for m in lines), lines
+
+
+def test_debug_output_is_off_by_default(fusion, rng, capfd):
+    n = qt.asarray(rng.integers(0, 5, SIZE), copy=True)
+    _b3(rng, n)[0]()
+    assert "[qtrace adstack]" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("value, prints", [("1", True), ("0", False)])
+def test_debug_environment_variable(value, prints):
+    code = ("import numpy as np, qtrace as qt\n"
+            "x = qt.asarray(np.linspace(0.1, 1, 5))\n"
+            "n = qt.asarray(np.array([0, 3, 1, 4, 2]), copy=True)\n"
+            "f = lambda x: qt.sum(qt.fori_loop(0, n, lambda i, v: qt.sin(v) * v, x))\n"
+            "print(qt.grad(f)(x).numpy())\n")
+    env = dict(os.environ, QTRACE_DEBUG_ADSTACK=value)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [LINE.match(ln) for ln in proc.stderr.splitlines() if ln.startswith("[qtrace adstack]")]
+    if prints:
+        assert len(lines) == 1 and lines[0] is not None, proc.stderr
+        assert lines[0][3] == "4" and lines[0][4] == "reducer dispatched", proc.stderr
+    else:
+        assert lines == [], proc.stderr
