@@ -173,19 +173,46 @@ def _max(buf) -> int:
     return max(int(buf.max()), 0) if buf.size else 0
 
 
-def scratch(workers: int, levels: list):
+class Scratch(threading.local):
+    """Adstack memory kept between launches, one block per thread (launches from several
+    Python threads run at once; a thread's launches run one after another, and its
+    workers share the block at distinct offsets). A launch needing more than the block
+    holds replaces it with one of at least twice its size, so a run of launches
+    allocates O(log(largest / first)) times (``adstack_scratch_allocs``,
+    ``adstack_scratch_bytes``); the block lives as long as its thread."""
+
+    def __init__(self):
+        self.block = None
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """At least ``nbytes`` of 64-byte aligned, uninitialised memory."""
+        block = self.block
+        if block is None or block.nbytes < nbytes:
+            size = max(nbytes, 2 * block.nbytes if block is not None else 0)
+            self.block = block = None   # the old block can go before the new one is taken
+            self.block = block = cpu.aligned_empty((size,), np.dtype(np.uint8))
+            bump_many((("adstack_scratch_allocs", 1), ("adstack_scratch_bytes", size)))
+        return block
+
+
+def scratch(workers: int, levels: list, keep: Scratch | None = None):
     """Per-worker stack blocks; returns (array, stride).
 
     ``levels``: ``(depth, float row bytes, int row bytes)`` per level — the loop's own
     rows, then (for loops nested in its body) the rows above them. A block is a header
     ``[level-0 depth, float bytes, int bytes]`` (64 bytes), the float stack, the int stack.
+    ``keep``: memory kept between launches (the array is then a prefix of its block);
+    without it, a fresh array.
     """
     caps = [d if config.adstack_max_depth is None else min(d, int(config.adstack_max_depth))
             for d, _, _ in levels]
     fbytes = sum(c * fb for c, (_, fb, _) in zip(caps, levels))
     ibytes = sum(c * ib for c, (_, _, ib) in zip(caps, levels))
     stride = HEADER + (fbytes + 63) // 64 * 64 + (ibytes + 63) // 64 * 64
-    block = cpu.aligned_empty((workers * stride,), np.dtype(np.uint8))
+    if keep is not None:
+        block = keep.take(workers * stride)[:workers * stride]
+    else:
+        block = cpu.aligned_empty((workers * stride,), np.dtype(np.uint8))
     header = block.reshape(workers, stride)[:, :24].view(np.int64)
     header[:] = (caps[0], fbytes, ibytes)
     bump("adstack_bytes", workers * (fbytes + ibytes))

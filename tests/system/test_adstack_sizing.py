@@ -16,11 +16,13 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 from test_adstack_versions import COUNTERS, check_b3, counted, sized
 from test_loops import assert_close, b3_qt, grads, newton_qt
+from test_threads import _run_threads
 
 import qtrace as qt
 
@@ -119,3 +121,81 @@ def test_debug_environment_variable(value, prints):
         assert lines[0][3] == "4" and lines[0][4] == "reducer dispatched", proc.stderr
     else:
         assert lines == [], proc.stderr
+
+
+# --- the CPU's kept adstack memory -----------------------------------------------------
+def _in_new_thread(fn):
+    """``fn()`` on a thread of its own (a thread starts with no kept adstack memory)."""
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(_capture(fn)))
+    t.start()
+    t.join(timeout=300)
+    assert not t.is_alive(), "the thread hung"
+    result, err = out[0]
+    if err is not None:
+        raise err
+    return result
+
+
+def _capture(fn):
+    try:
+        return fn(), None
+    except BaseException as err:  # noqa: BLE001 - re-raised on the calling thread
+        return None, err
+
+
+@pytest.mark.cpu_only("kept adstack memory of the CPU runtime (GPU stacks are per launch)")
+@pytest.mark.parametrize("size", [SIZE, 40_000])
+def test_scratch_is_reused_and_grows_by_doubling(size, fusion, rng):
+    """Repeated gradients reuse one block (one allocation, then none); deeper counts grow
+    it once, to at least twice its size; the gradients are those of fresh memory."""
+    qt.config.num_threads = 2
+    x, c = rng.uniform(-2, 2, size), rng.uniform(0.5, 1.5, size)
+    n = rng.integers(0, 6, size)
+    n[size // 3] = 6
+    deep = n.copy()
+    deep[-1] = 40
+
+    def gradient(counts):
+        return grads(b3_qt(qt.asarray(counts, copy=True)), (qt.asarray(x), qt.asarray(c)), (0, 1))
+
+    def run():
+        qt.reset_stats()
+        first = gradient(n)
+        s1 = qt.stats()
+        again = [gradient(n) for _ in range(4)]
+        s2 = qt.stats()
+        grown = gradient(deep)
+        s3 = qt.stats()
+        return first, again, grown, s1, s2, s3
+    first, again, grown, s1, s2, s3 = _in_new_thread(run)
+    assert s1["adstack_scratch_allocs"] == 1 and s1["adstack_scratch_bytes"] >= s1["adstack_bytes"] > 0, s1
+    assert s2["adstack_scratch_allocs"] == 1, s2          # four more launches: reused
+    assert s2["adstack_bytes"] == 5 * s1["adstack_bytes"], s2   # each launch still counts its stacks
+    assert s3["adstack_scratch_allocs"] == 2, s3
+    assert s3["adstack_scratch_bytes"] - s2["adstack_scratch_bytes"] >= 2 * s1["adstack_scratch_bytes"], s3
+    for g in again:
+        for a, b in zip(g, first):
+            np.testing.assert_array_equal(a, b)
+    check_b3(first, x, c, n, "kept memory")
+    check_b3(grown, x, c, deep, "grown memory")
+
+
+@pytest.mark.cpu_only("kept adstack memory of the CPU runtime, per calling thread")
+def test_scratch_is_per_thread(fusion, rng):
+    """Threads with different depths launch at once; each keeps its own block, so no
+    stack is shared and every gradient is right."""
+    qt.config.num_threads = 2
+    size = 20_000
+    x, c = rng.uniform(-2, 2, size), rng.uniform(0.5, 1.5, size)
+    counts = [rng.integers(0, 4 + 6 * k, size) for k in range(4)]
+    got: dict = {}
+
+    def work(k):
+        qn = qt.asarray(counts[k], copy=True)
+        got[k] = [grads(b3_qt(qn), (qt.asarray(x), qt.asarray(c)), (0, 1)) for _ in range(3)]
+    _run_threads(work, 4)
+    assert sorted(got) == [0, 1, 2, 3], got.keys()
+    for k, runs in got.items():
+        for g in runs:
+            check_b3(g, x, c, counts[k], f"thread {k}")
