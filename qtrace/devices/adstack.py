@@ -39,7 +39,7 @@ import numpy as np
 
 from ..config import config
 from ..graph import buffers
-from ..graph.loops import depth_source
+from ..graph.loops import bound, depth_source, host_bound
 from ..graph.node import Node, toposort
 from ..stats import bump, bump_many
 from . import cpu
@@ -106,18 +106,21 @@ class DepthSource:
 
     def __init__(self, depth: Node, slot_of: dict, leaf_slots: dict):
         base = depth_source(depth)
-        self.const = None
+        self.const = self.bounded = None
         self.slot = slot_of.get(id(base))
         self.scalar = base.size == 1
         if base.prim == "const":
             self.const = max(int(base.params[0]), 0)
+        elif host_bound(base):  # bounded from its leaves' extremes, not computed by a task
+            self.bounded = base
         nodes = toposort((base,))
-        # the counts are a function of the leaves' data only (not recorded by a loop), and
-        # every leaf is a buffer of the plan: the key below then determines them
         self.recorded = any(n.prim in ("loop", "loop_vjp") for n in nodes)
+        # counts computed by a task: a function of the leaves' data only (not recorded by a
+        # loop), every leaf a buffer of the plan: the key below then determines them
         self.cacheable = all(id(leaf) in leaf_slots for leaf in base.leaves)
         # in the order of base.leaves: the positions base.key describes them by
         self.leaf_slots = tuple(leaf_slots[id(leaf)] for leaf in base.leaves if id(leaf) in leaf_slots)
+        self.slot_of_leaf = {id(leaf): leaf_slots[id(leaf)] for leaf in base.leaves if id(leaf) in leaf_slots}
         self.key = base.key
 
     def depth(self, bufs: list) -> tuple:
@@ -127,25 +130,20 @@ class DepthSource:
         ``qt.stats()`` (``PATHS``)."""
         if self.const is not None:
             return self.const, "host"
+        if self.bounded is not None:
+            paths: set = set()
+
+            def extreme(leaf: Node, upper: bool) -> int:
+                return _extreme(bufs[self.slot_of_leaf[id(leaf)]], upper, paths)
+            d = max(bound(self.bounded, extreme), 0)
+            return d, "dispatch" if "dispatch" in paths else "hit" if "hit" in paths else "host"
         buf = bufs[self.slot]
         if self.scalar:
             return (max(int(buf.reshape(-1)[0]) if buf.size else 0, 0)), "host"
         if self.recorded:
             return _max(buf), "recorded"
         key, by_identity = self._key(bufs) if self.cacheable else (None, ())
-        if key is not None:
-            with _lock:
-                hit = _cache.get(key)
-            if hit is not None and all(ref() is bufs[s] for s, ref in hit[1]):
-                return hit[0], "hit"
-        d = _max(buf)
-        if key is not None:
-            refs = tuple((s, weakref.ref(bufs[s])) for s in by_identity)
-            with _lock:
-                if len(_cache) > 1024:
-                    _cache.clear()
-                _cache[key] = (d, refs)
-        return d, "dispatch"
+        return _cached(key, tuple(bufs[s] for s in by_identity), lambda: _max(buf))
 
     def _key(self, bufs: list) -> tuple:
         """``(cache key, slots keyed by identity)`` of this launch's leaves, or ``(None, ())``
@@ -167,6 +165,43 @@ class DepthSource:
             by_identity.append(s)
         return tuple(parts), by_identity
 
+
+def _cached(key, held: tuple, reduce) -> tuple:
+    """``(value, "hit")`` from the cache entry ``key`` made while the buffers ``held`` were
+    these very objects, else ``(reduce(), "dispatch")``, remembered under ``key`` (not
+    None: volatile data)."""
+    if key is not None:
+        with _lock:
+            hit = _cache.get(key)
+        if hit is not None and len(hit[1]) == len(held) and all(
+                ref() is buf for ref, buf in zip(hit[1], held)):
+            return hit[0], "hit"
+    value = reduce()
+    if key is not None:
+        refs = tuple(weakref.ref(buf) for buf in held)
+        with _lock:
+            if len(_cache) > 1024:
+                _cache.clear()
+            _cache[key] = (value, refs)
+    return value, "dispatch"
+
+
+def _extreme(buf, upper: bool, paths: set) -> int:
+    """The largest (``upper``) or smallest element of a trip-count leaf, adding how it was
+    found to ``paths``: small host buffers (a weak Python scalar of a jitted call) are
+    read, others reduced once per data version (``qtrace.graph.buffers``; volatile and
+    device memory on every launch)."""
+    if buf.size == 0:   # the loop has no elements (it broadcasts against this leaf)
+        paths.add("host")
+        return 0
+    if isinstance(buf, np.ndarray) and buf.size <= SMALL_LEAF:
+        paths.add("host")
+        return int(buf.max() if upper else buf.min())
+    ident = buffers.identity(buf) if isinstance(buf, np.ndarray) else None
+    key = None if ident is None else ("extreme", ident, upper)
+    value, path = _cached(key, (buf,), lambda: int(buf.max() if upper else buf.min()))
+    paths.add(path)
+    return value
 
 def _max(buf) -> int:
     """The reducer: the largest count, at least 0."""

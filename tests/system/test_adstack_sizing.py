@@ -107,8 +107,8 @@ def test_debug_output_is_off_by_default(fusion, rng, capfd):
 @pytest.mark.parametrize("value, prints", [("1", True), ("0", False)])
 def test_debug_environment_variable(value, prints):
     code = ("import numpy as np, qtrace as qt\n"
-            "x = qt.asarray(np.linspace(0.1, 1, 5))\n"
-            "n = qt.asarray(np.array([0, 3, 1, 4, 2]), copy=True)\n"
+            "x = qt.asarray(np.linspace(0.1, 1, 10))\n"
+            "n = qt.asarray(np.array([0, 3, 1, 4, 2, 0, 1, 2, 3, 1]), copy=True)\n"
             "f = lambda x: qt.sum(qt.fori_loop(0, n, lambda i, v: qt.sin(v) * v, x))\n"
             "print(qt.grad(f)(x).numpy())\n")
     env = dict(os.environ, QTRACE_DEBUG_ADSTACK=value)
