@@ -21,7 +21,7 @@ import threading
 import numpy as np
 import pytest
 from test_adstack_versions import COUNTERS, check_b3, counted, sized
-from test_loops import assert_close, b3_qt, grads, newton_qt
+from test_loops import assert_close, b3_numpy, b3_qt, grads, newton_qt
 from test_threads import _run_threads
 
 import qtrace as qt
@@ -199,3 +199,124 @@ def test_scratch_is_per_thread(fusion, rng):
     for k, runs in got.items():
         for g in runs:
             check_b3(g, x, c, counts[k], f"thread {k}")
+
+
+# --- derived trip counts, bounded on the host ------------------------------------------
+def _derived(kind, k, lo, mask, s):
+    """(lower, upper) bounds of a loop whose trip counts are derived from leaves (NumPy or
+    qtrace values alike), and the scalar ``s``."""
+    if kind == "where":
+        return 0, where(mask, k, 0)
+    if kind == "difference":
+        return lo, lo + k
+    if kind == "scalar":
+        return 0, k + s
+    if kind == "scaled":          # 2k - lo, negative for some elements (no iteration)
+        return 0, k * 2 - lo
+    return lo - s, maximum(k, lo) - s   # "clipped": both bounds move with the scalar
+
+
+def where(mask, a, b):
+    return (np.where if isinstance(mask, np.ndarray) else qt.where)(mask, a, b)
+
+
+def maximum(a, b):
+    return (np.maximum if isinstance(a, np.ndarray) else qt.maximum)(a, b)
+
+
+DERIVED = ["where", "difference", "scalar", "scaled", "clipped"]
+
+
+@pytest.mark.parametrize("kind", DERIVED)
+def test_derived_counts_take_no_extra_launch(kind, fusion, rng):
+    """A jitted gradient whose trip counts are computed from leaves and a weak Python
+    scalar: the depth is bounded from the leaves' cached extremes and the scalar, so
+    after the first call (one dispatch) every call hits — a new scalar too — and, fused,
+    it is one launch like plain counts. Gradients vs the float64 adjoint and central
+    finite differences of the same loop."""
+    x, c = rng.uniform(-2, 2, SIZE), rng.uniform(0.5, 1.5, SIZE)
+    k, lo, mask = rng.integers(0, 9, SIZE), rng.integers(0, 5, SIZE), rng.random(SIZE) < 0.5
+    owned = [qt.asarray(a, copy=True) for a in (k, lo, mask)]
+
+    def loss(x, c, k, lo, mask, s):
+        first, last = _derived(kind, k, lo, mask, s)
+        return qt.sum(qt.fori_loop(first, last, lambda i, v: qt.sin(v) * c + 0.5 * v, x))
+    step = qt.jit(qt.grad(loss, argnums=(0, 1)))
+    plain = qt.jit(qt.grad(lambda x, c, n: b3_qt(n)(x, c), argnums=(0, 1)))
+
+    def run(s):
+        return [g.numpy() for g in step(x, c, *owned, s)]
+    for s, want in ((1, sized(dispatches=1)), (1, sized(hits=1)), (3, sized(hits=1)), (0, sized(hits=1))):
+        qt.reset_stats()
+        got = run(s)
+        st = qt.stats()
+        assert {key: st[key] for key in COUNTERS} == want, (s, st)
+        first, last = _derived(kind, k, lo, mask, s)
+        trips = np.maximum(np.broadcast_to(last - first, (SIZE,)), 0)
+        check_b3(got, x, c, trips, f"s={s}")
+        h = 1e-6
+        fd_x = (b3_numpy(x + h, c, trips)[0] - b3_numpy(x - h, c, trips)[0]) / (2 * h)
+        fd_c = (b3_numpy(x, c + h, trips)[0] - b3_numpy(x, c - h, trips)[0]) / (2 * h)
+        assert_close(got[0], fd_x, rtol=1e-6, atol=1e-7, what=f"d/dx vs finite differences, s={s}")
+        assert_close(got[1], fd_c, rtol=1e-6, atol=1e-7, what=f"d/dc vs finite differences, s={s}")
+    if fusion:
+        launches = st["kernel_launches"]
+        qn = qt.asarray(trips, copy=True)
+        plain(x, c, qn)
+        qt.reset_stats()
+        plain(x, c, qn)[0].numpy()
+        assert launches == qt.stats()["kernel_launches"] == 1, (launches, qt.stats())
+
+
+@pytest.mark.parametrize("kind", DERIVED)
+def test_derived_depth_is_an_upper_bound(kind, fusion, rng, capfd):
+    """The depth sized is never below the true largest trip count (it may be above: a
+    masked-out maximum, ``max(hi) - min(lo)`` of different elements), whatever the data:
+    signed counts, negative scalars; no overflow on any draw."""
+    qt.config.debug_adstack = True
+    x, c = rng.uniform(-2, 2, SIZE), rng.uniform(0.5, 1.5, SIZE)
+    for _ in range(4):
+        k, lo = rng.integers(-6, 12, SIZE), rng.integers(-5, 5, SIZE)
+        mask, s = rng.random(SIZE) < rng.random(), int(rng.integers(-4, 5))
+        leaves = [qt.asarray(a, copy=True) for a in (k, lo, mask)]
+
+        def loss(x, c, leaves=leaves, s=s):
+            first, last = _derived(kind, *leaves, s)
+            return qt.sum(qt.fori_loop(first, last, lambda i, v: qt.sin(v) * c + 0.5 * v, x))
+        capfd.readouterr()
+        got = grads(loss, (qt.asarray(x), qt.asarray(c)), (0, 1))
+        first, last = _derived(kind, k, lo, mask, s)
+        trips = np.maximum(np.broadcast_to(last - first, (SIZE,)), 0)
+        check_b3(got, x, c, trips, kind)
+        (line,) = _lines(capfd)
+        assert line is not None and int(line[3]) >= trips.max(), (line, trips.max())
+
+
+def test_bound_of_expressions(rng):
+    """``qtrace.graph.loops.bound`` against NumPy on random integer data: never below the
+    largest element; exact for a leaf, a sum with a scalar, a maximum with a constant; and
+    the dtype's limit where int32 arithmetic could wrap."""
+    from qtrace.graph.loops import bound, host_bound
+
+    def extreme(leaf, upper):
+        return leaf.buffer.max() if upper else leaf.buffer.min()
+    for _ in range(20):
+        a, b = rng.integers(-50, 50, 30), rng.integers(-50, 50, 30)
+        m = rng.random(30) < 0.5
+        qa, qb, qm = (qt.asarray(v, copy=True) for v in (a, b, m))
+        exact = {"leaf": (qa, a), "plus scalar": (qa + 7, a + 7),
+                 "max const": (qt.maximum(qa, 3), np.maximum(a, 3))}
+        loose = {"where": (qt.where(qm, qa, qb), np.where(m, a, b)), "difference": (qa - qb, a - b),
+                 "product": (qa * qb, a * b),
+                 "negative": (-(qa - qt.minimum(qb, 0)), -(a - np.minimum(b, 0))),
+                 "convert": ((qa + qb).astype(qt.int32), (a + b).astype(np.int32))}
+        for name, (t, want) in {**exact, **loose}.items():
+            assert host_bound(t._node), name
+            got = bound(t._node, extreme)
+            np.testing.assert_array_equal(t.numpy(), want)
+            assert got >= want.max(), (name, got, want.max())
+            if name in exact:
+                assert got == want.max(), (name, got, want.max())
+    big = qt.asarray(np.array([2**30, 5] * 8, np.int32), copy=True)
+    assert bound((big + big)._node, extreme) == 2**31 - 1   # wraps in int32: the dtype's limit
+    assert not host_bound(qt.floor(qt.asarray(rng.uniform(0, 4, 30))).astype(qt.int64)._node)
