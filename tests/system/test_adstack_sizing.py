@@ -12,6 +12,7 @@ against the hand-derived float64 adjoint of B3 (``test_loops.b3_numpy``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -320,3 +321,61 @@ def test_bound_of_expressions(rng):
     big = qt.asarray(np.array([2**30, 5] * 8, np.int32), copy=True)
     assert bound((big + big)._node, extreme) == 2**31 - 1   # wraps in int32: the dtype's limit
     assert not host_bound(qt.floor(qt.asarray(rng.uniform(0, 4, 30))).astype(qt.int64)._node)
+
+
+# --- across processes ------------------------------------------------------------------
+_PROCESS = """
+import json, re, sys
+import numpy as np, qtrace as qt
+rng = np.random.default_rng(7)
+n = rng.integers(0, 9, 50)
+n[3] = 12
+x, c = qt.asarray(rng.uniform(-2, 2, 50)), qt.asarray(rng.uniform(0.5, 1.5, 50))
+qn = qt.asarray(n, copy=True)
+grad = qt.grad(lambda x, c: qt.sum(qt.fori_loop(0, qn, lambda i, v: qt.sin(v) * c + 0.5 * v, x)),
+               argnums=(0, 1))
+qt.reset_stats()
+gx, gc = (g.numpy() for g in grad(x, c))
+stats = qt.stats()
+qt.config.adstack_max_depth = 4
+try:
+    qt.eval(*grad(x, c))
+    message = None
+except qt.AdstackOverflowError as err:
+    message = str(err)
+print(json.dumps({"stats": stats, "gx": gx.tolist(), "gc": gc.tolist(), "message": message}))
+"""
+
+
+@pytest.mark.cpu_only("the CPU's disk cache of compiled kernels")
+def test_loop_gradient_loaded_from_the_disk_cache(tmp_path):
+    """Process A compiles a loop gradient into an empty disk cache; process B loads it
+    (nothing compiled) and still dispatches the reducer on its first launch (depths are
+    not kept across processes); an overflow forced with ``adstack_max_depth`` names the
+    same kernel and loop (content hashes) in both; the gradients are identical and right."""
+    env = dict(os.environ, QTRACE_CACHE_DIR=str(tmp_path), QTRACE_OFFLINE_CACHE="1")
+    env.pop("QTRACE_DEBUG_ADSTACK", None)
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", _PROCESS], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    a, b = runs
+    assert a["stats"]["compiles"] >= 1 and a["stats"]["cache_hits_disk"] == 0, a["stats"]
+    assert b["stats"]["compiles"] == 0 and b["stats"]["cache_hits_disk"] >= 1, b["stats"]
+    for r in runs:
+        s = r["stats"]
+        assert {k: s[k] for k in COUNTERS} == sized(dispatches=1), s
+    ids = []
+    for r in runs:
+        m = re.search(r"kernel (qt_[0-9a-f]{6,}), (loop_[0-9a-f]{6,})", r["message"] or "")
+        assert m is not None, r["message"]
+        ids.append(m.groups())
+    assert ids[0] == ids[1], ids
+    assert a["gx"] == b["gx"] and a["gc"] == b["gc"]
+    gen = np.random.default_rng(7)
+    n = gen.integers(0, 9, 50)
+    n[3] = 12
+    x, c = gen.uniform(-2, 2, 50), gen.uniform(0.5, 1.5, 50)
+    check_b3([np.array(a["gx"]), np.array(a["gc"])], x, c, n, "process A")
