@@ -3,17 +3,22 @@
 The depth a loop's reverse needs is the largest per-element trip count. Three paths,
 each counted in ``qt.stats()``:
 
-1. the count depends only on shapes and scalars (a constant, or a 0-d value): read on
-   the host, no reduction (``adstack_host_sized``);
-2. it depends on tensor data: a max-reduction over the counts, whose result is cached
-   against the identity and version of every input buffer the counts were computed
-   from (``qtrace.graph.buffers``): repeated launches on unchanged data find it
-   (``adstack_reducer_hits``) and dispatch no reducer; a miss dispatches one
-   (``adstack_reducer_dispatches``). Leaves of at most ``SMALL_LEAF`` elements (a weak
-   Python scalar of a jitted call: ``fori_loop(0, n + k, ...)``) are keyed by their
-   values, not their identity, so a fresh 0-d buffer per call still hits. Borrowed host
-   memory and buffers exported for writing are volatile (``buffers.identity`` is None):
-   their depth is never cached, the reducer runs on every launch that reads them;
+1. the count depends only on shapes and scalars (a constant, or a 0-d value), or is an
+   integer expression (``+ - *``, negation, ``maximum``/``minimum``, ``where``, converts,
+   views) of inputs that are all small (at most ``SMALL_LEAF`` elements: a weak Python
+   scalar of a jitted call): read on the host, no reduction (``adstack_host_sized``);
+2. it depends on tensor data. Counts that are such an expression of the plan's inputs
+   (``n``, ``n + k``, ``where(mask, K, 0)``, ``hi - lo``) are never computed by a task:
+   their maximum is bounded on the host (``qtrace.graph.loops.bound``: interval
+   arithmetic, an upper bound, e.g. ``max(hi - lo) <= max(hi) - min(lo)``) from the
+   largest and smallest elements of the inputs, each reduced once and cached against the
+   identity and version of its buffer (``qtrace.graph.buffers``). Other counts (computed
+   by a task from the data) are reduced after that task, cached against the versions of
+   every input they come from. A launch whose sizing found everything in the cache counts
+   ``adstack_reducer_hits``; one that reduced anything, ``adstack_reducer_dispatches``
+   (once per launch and level, however many inputs it reduced). Borrowed host memory and
+   buffers exported for writing are volatile (``buffers.identity`` is None): never
+   cached, reduced on every launch that reads them;
 3. ``while_loop``: the forward pass records each element's trip count; the reverse is
    sized from those counts (``adstack_recorded``: a reduction, never cached, since the
    counts are fresh each run).
@@ -23,9 +28,11 @@ run: misses of path 2 and path 3) are the older, coarser counters, kept for the
 benchmarks and ``python -m qtrace``.
 
 Stacks belong to workers, not elements: ``workers x depth x entry bytes``, floats and
-integers in separate stacks. Loops nested in a differentiated loop's body push above its
-rows: a second level sized by the largest nested trip count, which the forward loop
-records as it runs (path 3 again). ``qt.config.adstack_max_depth`` caps the depth (a debug
+integers in separate stacks, carved on the CPU from memory kept per calling thread
+(:class:`Scratch`, grown by doubling). ``QTRACE_DEBUG_ADSTACK=1`` prints, per launch of a
+loop task, each level's sizing path and depth and the bytes bound. Loops nested in a
+differentiated loop's body push above its rows: a second level sized by the largest
+nested trip count, which the forward loop records as it runs (path 3 again). ``qt.config.adstack_max_depth`` caps the depth (a debug
 setting that provokes the overflow diagnostic).
 """
 
