@@ -32,8 +32,9 @@ integers in separate stacks, carved on the CPU from memory kept per calling thre
 (:class:`Scratch`, grown by doubling). ``QTRACE_DEBUG_ADSTACK=1`` prints, per launch of a
 loop task, each level's sizing path and depth and the bytes bound. Loops nested in a
 differentiated loop's body push above its rows: a second level sized by the largest
-nested trip count, which the forward loop records as it runs (path 3 again). ``qt.config.adstack_max_depth`` caps the depth (a debug
-setting that provokes the overflow diagnostic).
+nested trip count, which the forward loop records as it runs (path 3 again).
+``qt.config.adstack_max_depth`` caps the depth (a debug setting that provokes the
+overflow diagnostic).
 """
 
 from __future__ import annotations
