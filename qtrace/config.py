@@ -10,6 +10,9 @@ variable                    attribute                    meaning
 ``QTRACE_DEVICE``           ``device``                   default device (``cpu``)
 ``QTRACE_FUSION``           ``fusion``                   ``0``: one task per operation
 ``QTRACE_FUSION_DIAG``      ``fusion_diag``              ``1``: print fusion decisions
+``QTRACE_DEBUG_ADSTACK``    ``debug_adstack``            ``1``: print each loop task's
+                                                         adstack sizing (path, depth,
+                                                         bytes) to stderr
 ``QTRACE_DUMP_IR``          ``dump_ir``                  directory for each kernel's IR
 ``QTRACE_NUM_THREADS``      ``num_threads``              CPU worker threads (all cores)
 ``QTRACE_LOG_RECOMPILES``   ``log_recompiles``           ``1``: say why a retrace happened
@@ -79,6 +82,7 @@ class Config:
         self.device: str = os.environ.get("QTRACE_DEVICE", "cpu") or "cpu"
         self.fusion: bool = _flag("QTRACE_FUSION", True)
         self.fusion_diag: bool = _flag("QTRACE_FUSION_DIAG", False)
+        self.debug_adstack: bool = _flag("QTRACE_DEBUG_ADSTACK", False)
         self.dump_ir: str | None = os.environ.get("QTRACE_DUMP_IR") or None
         self.num_threads: int = _threads()
         self.log_recompiles: bool = _flag("QTRACE_LOG_RECOMPILES", False)

@@ -29,7 +29,9 @@ COUNTERS = (
     "adstack_recorded",
     "adstack_device_sized",     # older and coarser: hits + dispatches + recorded
     "max_reducer_dispatches",   # older and coarser: dispatches + recorded
-    "adstack_bytes",
+    "adstack_bytes",            # stack bytes each launch needed (workers x depth x row bytes)
+    "adstack_scratch_allocs",   # CPU: blocks the kept adstack memory grew by (doubling)
+    "adstack_scratch_bytes",    # CPU: bytes of those blocks
     "bytes_host_to_device",
     "bytes_device_to_host",
     "evaluations",          # pending graphs evaluated (eager code)

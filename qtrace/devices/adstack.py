@@ -3,17 +3,22 @@
 The depth a loop's reverse needs is the largest per-element trip count. Three paths,
 each counted in ``qt.stats()``:
 
-1. the count depends only on shapes and scalars (a constant, or a 0-d value): read on
-   the host, no reduction (``adstack_host_sized``);
-2. it depends on tensor data: a max-reduction over the counts, whose result is cached
-   against the identity and version of every input buffer the counts were computed
-   from (``qtrace.graph.buffers``): repeated launches on unchanged data find it
-   (``adstack_reducer_hits``) and dispatch no reducer; a miss dispatches one
-   (``adstack_reducer_dispatches``). Leaves of at most ``SMALL_LEAF`` elements (a weak
-   Python scalar of a jitted call: ``fori_loop(0, n + k, ...)``) are keyed by their
-   values, not their identity, so a fresh 0-d buffer per call still hits. Borrowed host
-   memory and buffers exported for writing are volatile (``buffers.identity`` is None):
-   their depth is never cached, the reducer runs on every launch that reads them;
+1. the count depends only on shapes and scalars (a constant, or a 0-d value), or is an
+   integer expression (``+ - *``, negation, ``maximum``/``minimum``, ``where``, converts,
+   views) of inputs that are all small (at most ``SMALL_LEAF`` elements: a weak Python
+   scalar of a jitted call): read on the host, no reduction (``adstack_host_sized``);
+2. it depends on tensor data. Counts that are such an expression of the plan's inputs
+   (``n``, ``n + k``, ``where(mask, K, 0)``, ``hi - lo``) are never computed by a task:
+   their maximum is bounded on the host (``qtrace.graph.loops.bound``: interval
+   arithmetic, an upper bound, e.g. ``max(hi - lo) <= max(hi) - min(lo)``) from the
+   largest and smallest elements of the inputs, each reduced once and cached against the
+   identity and version of its buffer (``qtrace.graph.buffers``). Other counts (computed
+   by a task from the data) are reduced after that task, cached against the versions of
+   every input they come from. A launch whose sizing found everything in the cache counts
+   ``adstack_reducer_hits``; one that reduced anything, ``adstack_reducer_dispatches``
+   (once per launch and level, however many inputs it reduced). Borrowed host memory and
+   buffers exported for writing are volatile (``buffers.identity`` is None): never
+   cached, reduced on every launch that reads them;
 3. ``while_loop``: the forward pass records each element's trip count; the reverse is
    sized from those counts (``adstack_recorded``: a reduction, never cached, since the
    counts are fresh each run).
@@ -23,14 +28,18 @@ run: misses of path 2 and path 3) are the older, coarser counters, kept for the
 benchmarks and ``python -m qtrace``.
 
 Stacks belong to workers, not elements: ``workers x depth x entry bytes``, floats and
-integers in separate stacks. Loops nested in a differentiated loop's body push above its
-rows: a second level sized by the largest nested trip count, which the forward loop
-records as it runs (path 3 again). ``qt.config.adstack_max_depth`` caps the depth (a debug
-setting that provokes the overflow diagnostic).
+integers in separate stacks, carved on the CPU from memory kept per calling thread
+(:class:`Scratch`, grown by doubling). ``QTRACE_DEBUG_ADSTACK=1`` prints, per launch of a
+loop task, each level's sizing path and depth and the bytes bound. Loops nested in a
+differentiated loop's body push above its rows: a second level sized by the largest
+nested trip count, which the forward loop records as it runs (path 3 again).
+``qt.config.adstack_max_depth`` caps the depth (a debug setting that provokes the
+overflow diagnostic).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 
@@ -38,7 +47,7 @@ import numpy as np
 
 from ..config import config
 from ..graph import buffers
-from ..graph.loops import depth_source
+from ..graph.loops import bound, depth_source, host_bound
 from ..graph.node import Node, toposort
 from ..stats import bump, bump_many
 from . import cpu
@@ -53,6 +62,51 @@ _HIT = (("adstack_reducer_hits", 1), ("adstack_device_sized", 1))
 _DISPATCH = (("adstack_reducer_dispatches", 1), ("adstack_device_sized", 1),
              ("max_reducer_dispatches", 1))
 _RECORDED = (("adstack_recorded", 1), ("adstack_device_sized", 1), ("max_reducer_dispatches", 1))
+PATHS = {"host": _HOST, "hit": _HIT, "dispatch": _DISPATCH, "recorded": _RECORDED}
+_SAID = {"host": "host", "hit": "reducer hit", "dispatch": "reducer dispatched",
+         "recorded": "recorded counts"}
+
+
+class Stack:
+    """The adstack of one loop task: a :class:`DepthSource` and the float and int row bytes
+    of each level, and the task's name for ``QTRACE_DEBUG_ADSTACK``."""
+
+    def __init__(self, levels: list, label: str):
+        self.sources = levels   # (DepthSource, float row bytes, int row bytes) per level
+        self.label = label
+
+    def levels(self, bufs: list) -> Levels:
+        """This launch's levels, sized (each sizing counted in ``qt.stats()``)."""
+        out = Levels()
+        paths = []
+        for source, fb, ib in self.sources:
+            d, path = source.depth(bufs)
+            bump_many(PATHS[path])
+            out.append((d, fb, ib))
+            paths.append(path)
+        if config.debug_adstack:
+            out.report = (self.label, paths)
+        return out
+
+
+class Levels(list):
+    """``(depth, float row bytes, int row bytes)`` per level of one launch, and (under
+    ``QTRACE_DEBUG_ADSTACK``) ``report``: the task's name and each level's sizing path."""
+
+    __slots__ = ("report",)
+
+    def __init__(self):
+        super().__init__()
+        self.report = None
+
+
+def _say(levels: list, caps: list, workers: int, nbytes: int) -> None:
+    """The ``QTRACE_DEBUG_ADSTACK`` line of one launch (stderr)."""
+    label, paths = levels.report
+    sized = ", ".join(f"level {i} depth {d} ({_SAID[p]})" + (f" capped at {c}" if c != d else "")
+                      for i, ((d, _, _), c, p) in enumerate(zip(levels, caps, paths)))
+    print(f"[qtrace adstack] {label}: {sized}; {workers} stacks, bound {nbytes} bytes",
+          file=sys.stderr, flush=True)
 
 
 class DepthSource:
@@ -60,49 +114,44 @@ class DepthSource:
 
     def __init__(self, depth: Node, slot_of: dict, leaf_slots: dict):
         base = depth_source(depth)
-        self.const = None
+        self.const = self.bounded = None
         self.slot = slot_of.get(id(base))
         self.scalar = base.size == 1
         if base.prim == "const":
             self.const = max(int(base.params[0]), 0)
+        elif host_bound(base):  # bounded from its leaves' extremes, not computed by a task
+            self.bounded = base
         nodes = toposort((base,))
-        # the counts are a function of the leaves' data only (not recorded by a loop), and
-        # every leaf is a buffer of the plan: the key below then determines them
-        self.cacheable = not any(n.prim in ("loop", "loop_vjp") for n in nodes) and all(
-            id(leaf) in leaf_slots for leaf in base.leaves)
+        self.recorded = any(n.prim in ("loop", "loop_vjp") for n in nodes)
+        # counts computed by a task: a function of the leaves' data only (not recorded by a
+        # loop), every leaf a buffer of the plan: the key below then determines them
+        self.cacheable = all(id(leaf) in leaf_slots for leaf in base.leaves)
         # in the order of base.leaves: the positions base.key describes them by
         self.leaf_slots = tuple(leaf_slots[id(leaf)] for leaf in base.leaves if id(leaf) in leaf_slots)
+        self.slot_of_leaf = {id(leaf): leaf_slots[id(leaf)] for leaf in base.leaves if id(leaf) in leaf_slots}
         self.key = base.key
 
-    def depth(self, bufs: list) -> int:
-        """The depth for this launch: read on the host, cached, or reduced now (device
-        buffers are read back)."""
+    def depth(self, bufs: list) -> tuple:
+        """``(depth, path)`` for this launch: read on the host (``"host"``), found in the
+        cache (``"hit"``), reduced now (``"dispatch"``; device buffers are read back), or
+        reduced from counts a forward loop recorded (``"recorded"``). Counted in
+        ``qt.stats()`` (``PATHS``)."""
         if self.const is not None:
-            bump_many(_HOST)
-            return self.const
+            return self.const, "host"
+        if self.bounded is not None:
+            paths: set = set()
+
+            def extreme(leaf: Node, upper: bool) -> int:
+                return _extreme(bufs[self.slot_of_leaf[id(leaf)]], upper, paths)
+            d = max(bound(self.bounded, extreme), 0)
+            return d, "dispatch" if "dispatch" in paths else "hit" if "hit" in paths else "host"
         buf = bufs[self.slot]
         if self.scalar:
-            bump_many(_HOST)
-            return max(int(buf.reshape(-1)[0]) if buf.size else 0, 0)
-        if not self.cacheable:
-            bump_many(_RECORDED)
-            return _max(buf)
-        key, by_identity = self._key(bufs)
-        if key is not None:
-            with _lock:
-                hit = _cache.get(key)
-            if hit is not None and all(ref() is bufs[s] for s, ref in hit[1]):
-                bump_many(_HIT)
-                return hit[0]
-        bump_many(_DISPATCH)
-        d = _max(buf)
-        if key is not None:
-            refs = tuple((s, weakref.ref(bufs[s])) for s in by_identity)
-            with _lock:
-                if len(_cache) > 1024:
-                    _cache.clear()
-                _cache[key] = (d, refs)
-        return d
+            return (max(int(buf.reshape(-1)[0]) if buf.size else 0, 0)), "host"
+        if self.recorded:
+            return _max(buf), "recorded"
+        key, by_identity = self._key(bufs) if self.cacheable else (None, ())
+        return _cached(key, tuple(bufs[s] for s in by_identity), lambda: _max(buf))
 
     def _key(self, bufs: list) -> tuple:
         """``(cache key, slots keyed by identity)`` of this launch's leaves, or ``(None, ())``
@@ -125,25 +174,91 @@ class DepthSource:
         return tuple(parts), by_identity
 
 
+def _cached(key, held: tuple, reduce) -> tuple:
+    """``(value, "hit")`` from the cache entry ``key`` made while the buffers ``held`` were
+    these very objects, else ``(reduce(), "dispatch")``, remembered under ``key`` (not
+    None: volatile data)."""
+    if key is not None:
+        with _lock:
+            hit = _cache.get(key)
+        if hit is not None and len(hit[1]) == len(held) and all(
+                ref() is buf for ref, buf in zip(hit[1], held)):
+            return hit[0], "hit"
+    value = reduce()
+    if key is not None:
+        refs = tuple(weakref.ref(buf) for buf in held)
+        with _lock:
+            if len(_cache) > 1024:
+                _cache.clear()
+            _cache[key] = (value, refs)
+    return value, "dispatch"
+
+
+def _extreme(buf, upper: bool, paths: set) -> int:
+    """The largest (``upper``) or smallest element of a trip-count leaf, adding how it was
+    found to ``paths``: small host buffers (a weak Python scalar of a jitted call) are
+    read, others reduced once per data version (``qtrace.graph.buffers``; volatile and
+    device memory on every launch)."""
+    if buf.size == 0:   # the loop has no elements (it broadcasts against this leaf)
+        paths.add("host")
+        return 0
+    if isinstance(buf, np.ndarray) and buf.size <= SMALL_LEAF:
+        paths.add("host")
+        return int(buf.max() if upper else buf.min())
+    ident = buffers.identity(buf) if isinstance(buf, np.ndarray) else None
+    key = None if ident is None else ("extreme", ident, upper)
+    value, path = _cached(key, (buf,), lambda: int(buf.max() if upper else buf.min()))
+    paths.add(path)
+    return value
+
 def _max(buf) -> int:
     """The reducer: the largest count, at least 0."""
     return max(int(buf.max()), 0) if buf.size else 0
 
 
-def scratch(workers: int, levels: list):
+class Scratch(threading.local):
+    """Adstack memory kept between launches, one block per thread (launches from several
+    Python threads run at once; a thread's launches run one after another, and its
+    workers share the block at distinct offsets). A launch needing more than the block
+    holds replaces it with one of at least twice its size, so a run of launches
+    allocates O(log(largest / first)) times (``adstack_scratch_allocs``,
+    ``adstack_scratch_bytes``); the block lives as long as its thread."""
+
+    def __init__(self):
+        self.block = None
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """At least ``nbytes`` of 64-byte aligned, uninitialised memory."""
+        block = self.block
+        if block is None or block.nbytes < nbytes:
+            size = max(nbytes, 2 * block.nbytes if block is not None else 0)
+            self.block = block = None   # the old block can go before the new one is taken
+            self.block = block = cpu.aligned_empty((size,), np.dtype(np.uint8))
+            bump_many((("adstack_scratch_allocs", 1), ("adstack_scratch_bytes", size)))
+        return block
+
+
+def scratch(workers: int, levels: list, keep: Scratch | None = None):
     """Per-worker stack blocks; returns (array, stride).
 
     ``levels``: ``(depth, float row bytes, int row bytes)`` per level — the loop's own
     rows, then (for loops nested in its body) the rows above them. A block is a header
     ``[level-0 depth, float bytes, int bytes]`` (64 bytes), the float stack, the int stack.
+    ``keep``: memory kept between launches (the array is then a prefix of its block);
+    without it, a fresh array.
     """
     caps = [d if config.adstack_max_depth is None else min(d, int(config.adstack_max_depth))
             for d, _, _ in levels]
     fbytes = sum(c * fb for c, (_, fb, _) in zip(caps, levels))
     ibytes = sum(c * ib for c, (_, _, ib) in zip(caps, levels))
     stride = HEADER + (fbytes + 63) // 64 * 64 + (ibytes + 63) // 64 * 64
-    block = cpu.aligned_empty((workers * stride,), np.dtype(np.uint8))
+    if keep is not None:
+        block = keep.take(workers * stride)[:workers * stride]
+    else:
+        block = cpu.aligned_empty((workers * stride,), np.dtype(np.uint8))
     header = block.reshape(workers, stride)[:, :24].view(np.int64)
     header[:] = (caps[0], fbytes, ibytes)
     bump("adstack_bytes", workers * (fbytes + ibytes))
+    if getattr(levels, "report", None) is not None:
+        _say(levels, caps, workers, workers * (fbytes + ibytes))
     return block, stride

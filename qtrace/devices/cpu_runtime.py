@@ -19,7 +19,8 @@ from .registry import DeviceRuntime
 class CpuRuntime(DeviceRuntime):
     """Kernels are ``void k(i64 start, i64 end, ptr args, ptr status, ptr scratch)``
     called through ctypes; long ranges are split over the worker pool (each worker with
-    its own adstack block) and stay interruptible; runs of small kernels become one
+    its own adstack block, carved from memory this runtime keeps per calling thread:
+    ``adstack.Scratch``) and stay interruptible; runs of small kernels become one
     sequence launch."""
 
     kind = "cpu"
@@ -29,6 +30,9 @@ class CpuRuntime(DeviceRuntime):
     # the plan's per-call path calls these for every buffer: no wrapper in between
     empty = staticmethod(cpu.aligned_empty)     # (shape, np.dtype)
     pointer = staticmethod(cpu.pointer)
+
+    def __init__(self):
+        self.stacks = adstack.Scratch()
 
     def to_host(self, buf):
         return buf
@@ -46,7 +50,7 @@ class CpuRuntime(DeviceRuntime):
         if scratch:   # shared by all workers (a split reduction's counters and partials)
             block = np.zeros(scratch, np.uint8)
         elif levels is not None:
-            block, stride = adstack.scratch(workers, levels)
+            block, stride = adstack.scratch(workers, levels, self.stacks)
         base = cpu.pointer(block) if block is not None else None
         if workers > 1:
             cpu.pool().run(kernel, extent, args, st, base, stride)

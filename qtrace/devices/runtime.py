@@ -45,7 +45,7 @@ class KernelStep(NamedTuple):
     kernel: object
     extent: int
     row: int              # status row of its index/overflow checks (-1: none)
-    stack: list | None    # adstack levels: (DepthSource, float row bytes, int row bytes)
+    stack: object         # adstack.Stack of a reverse-mode loop task, or None
     scratch: int          # zeroed scratch bytes (a split reduction)
     slots: list
     frees: list           # slots whose buffers are free after this step
@@ -116,8 +116,9 @@ class Plan:
                 self.checks.append((t, t.checks))
             stack = None
             if t.stack is not None:
-                stack = [(adstack.DepthSource(depth, slot_of, leaf_slots), fb, ib)
-                         for depth, fb, ib in t.stack]
+                loops = [what for kind, what, *_ in t.checks if kind == "adstack"]
+                stack = adstack.Stack([(adstack.DepthSource(depth, slot_of, leaf_slots), fb, ib)
+                                       for depth, fb, ib in t.stack], " ".join([t.symbol, *loops]))
             extent = math.prod(t.domain) if lowering.flat or segments > 1 else t.domain[0]
             scratch = split_scratch_bytes(t, segments)
             self.steps.append(KernelStep(kernels[t.symbol], extent * segments, row, stack, scratch,
@@ -195,8 +196,7 @@ class Plan:
                                seq.pack(*[pointer(b) if b is not None else 0 for b in bufs]),
                                status_ptr or None)
                 else:
-                    levels = None if step.stack is None else [(s.depth(bufs), fb, ib)
-                                                              for s, fb, ib in step.stack]
+                    levels = None if step.stack is None else step.stack.levels(bufs)
                     rt.launch(step.kernel, step.extent, [pointer(bufs[s]) for s in step.slots],
                               status_ptr + 16 * step.row if step.row >= 0 else 0, levels,
                               step.parallel, step.scratch)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .node import Node
 
 
@@ -65,3 +67,104 @@ def depth_source(node: Node) -> Node:
     while node.prim in ("broadcast", "reshape"):
         node = node.inputs[0]
     return node
+
+
+# --- trip counts bounded on the host ------------------------------------------------------
+# A reverse loop's depth (its largest trip count) that is an integer expression of inputs
+# and constants through these operations is bounded on the host from the extremes of its
+# inputs (interval arithmetic), never computed by a task: ``max(where(m, K, 0)) <= max(K, 0)``,
+# ``max(hi - lo) <= max(hi) - min(lo)``, ``max(n + k) = max(n) + k``. An upper bound only
+# sizes the stack, so it may exceed the true maximum but never fall below it.
+_SAME = frozenset({"broadcast", "reshape", "slice", "transpose", "positive"})  # values kept or a subset
+_WRAPS = frozenset({"add", "subtract", "negative", "multiply", "convert"})     # may leave the dtype's range
+_BOUNDED = _SAME | _WRAPS | {"maximum", "minimum", "select"}
+
+
+def host_bound(node: Node) -> bool:
+    """Whether :func:`bound` can bound ``node`` from its inputs' extremes (the condition of
+    a ``select`` is not read: either branch may be taken)."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.dtype.kind not in "iub" or (n.prim not in _BOUNDED and n.prim not in ("input", "const")):
+            return False
+        stack.extend(n.inputs[1:] if n.prim == "select" else n.inputs)
+    return True
+
+
+def bound(node: Node, extreme) -> int:
+    """An upper bound of every element of ``node`` (:func:`host_bound` holds);
+    ``extreme(leaf, upper)`` gives the largest (``upper``) or smallest element of an input.
+    Exact in Python integers; where the kernel's arithmetic could wrap (a result outside
+    its dtype's range) the bound is the dtype's own limit."""
+    memo: dict = {}
+
+    def side(n: Node, up: bool) -> int:
+        key = (id(n), up)
+        v = memo.get(key)
+        if v is None:
+            if n.prim in _WRAPS:
+                lo, hi = exact(n, False), exact(n, True)
+                lim = _limits(n.dtype)
+                v = (hi if up else lo) if lim[0] <= lo and hi <= lim[1] else lim[up]
+            else:
+                v = exact(n, up)
+            memo[key] = v
+        return v
+
+    def exact(n: Node, up: bool) -> int:
+        p, ins = n.prim, n.inputs
+        if p == "input":
+            return int(extreme(n, up))
+        if p == "const":
+            return int(n.params[0])
+        if p in _SAME or p == "convert":
+            return side(ins[0], up)
+        if p == "negative":
+            return -side(ins[0], not up)
+        if p == "add":
+            return side(ins[0], up) + side(ins[1], up)
+        if p == "subtract":
+            return side(ins[0], up) - side(ins[1], not up)
+        if p == "multiply":
+            ends = [a * b for a in (side(ins[0], False), side(ins[0], True))
+                    for b in (side(ins[1], False), side(ins[1], True))]
+            return max(ends) if up else min(ends)
+        pick = max if up else min
+        if p == "select":
+            return pick(side(ins[1], up), side(ins[2], up))
+        return (max if p == "maximum" else min)(side(ins[0], up), side(ins[1], up))
+
+    return side(node, True)
+
+
+def _limits(dtype) -> tuple:
+    if dtype.kind == "b":
+        return (0, 1)
+    info = np.iinfo(dtype)
+    return (int(info.min), int(info.max))
+
+
+def host_read(outputs: tuple, topo: list) -> tuple[list, set]:
+    """``topo`` without the nodes only the host reads, and the edges it reads them by:
+    ``(id(loop_vjp node), input position)`` of every depth :func:`host_bound` holds for
+    (that expression is bounded at launch, not computed: ``qtrace.devices.adstack``)."""
+    cut = set()
+    for n in topo:
+        if n.prim == "loop_vjp":
+            pos = layout(n).depth
+            d = n.inputs[pos]
+            if d.prim not in ("input", "const") and host_bound(d):
+                cut.add((id(n), pos))
+    if not cut:
+        return topo, cut
+    reached, stack = set(), list(outputs)
+    while stack:
+        n = stack.pop()
+        if id(n) not in reached:
+            reached.add(id(n))
+            stack.extend(i for pos, i in enumerate(n.inputs) if (id(n), pos) not in cut)
+    return [n for n in topo if id(n) in reached], cut

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from . import index as ix_
 from .access import DATA, broadcast_index, classify, cost, input_index
-from .loops import layout, siblings_key
+from .loops import host_read, layout, siblings_key
 from .node import Node, toposort
 from .primitives import PRIMITIVES
 
@@ -116,11 +116,12 @@ def _new_group(n: Node) -> Group:
 
 
 def partition(outputs: tuple, fusion: bool) -> Schedule:
-    topo = toposort(outputs)
+    topo, host_edges = host_read(outputs, toposort(outputs))  # trip counts only the host bounds
     consumers: dict[int, list] = {}
     for n in topo:
         for pos, inp in enumerate(n.inputs):
-            consumers.setdefault(id(inp), []).append((n, pos))
+            if (id(n), pos) not in host_edges:
+                consumers.setdefault(id(inp), []).append((n, pos))
     out_ids = {id(o) for o in outputs}
     group_of: dict[int, object] = {}
     view_group: dict[int, object] = {}

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 
 from .instrs import LOOPS, rewrite, walk
-from .loops import depth_source
+from .loops import depth_source, host_bound
 from .node import Node, graph_key
 from .partition import MAX_TASK_COST, Schedule, partition, report_decisions
 from .partition import kind as kind_of
@@ -108,7 +108,7 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False, lanes: int = 0)
             step = Step("kernel", item, None, [slot(n) for n in item.arg_nodes])
             for depth, _, _ in item.stack or ():  # the host reads trip counts to size the adstack
                 base = depth_source(depth)
-                if base.prim != "const":
+                if not host_bound(base):  # else: bounded from the leaves (always in their slots)
                     step.reads.append(slot(base))
             steps.append(step)
     out_specs = []
@@ -204,7 +204,8 @@ def _drop_dead_stores(raw: list, outputs: tuple) -> None:
             needed |= {id(i) for i in item.root.inputs}
             continue
         needed |= {id(n) for j, n in enumerate(item.arg_nodes) if j not in item.writes}
-        needed |= {id(depth_source(depth)) for depth, _, _ in item.stack or ()}
+        needed |= {id(depth_source(depth)) for depth, _, _ in item.stack or ()
+                   if not host_bound(depth_source(depth))}
     for kind, item in raw:
         if kind != "kernel" or item.kind != "map":
             continue
