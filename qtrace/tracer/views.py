@@ -95,12 +95,12 @@ def slice_node(n: Node, starts: tuple, steps: tuple, shape: tuple) -> Node:
         steps = tuple(b * c for b, c in zip(steps, st0))
         n = n.inputs[0]
     while n.prim == "slice_update" and 0 not in shape:
-        # reading through a region write: a slice outside the written region reads what was
-        # there before; one inside it reads the written values (so x[:, :, i] after writes
-        # to other components reads the original, and the writes can fuse into one task)
+        # reading through a region write: a slice of another plane reads what was there
+        # before; one inside the written region reads the written values (so x[:, :, i]
+        # after writes to other components reads the original, and the writes can fuse)
         r_starts, r_steps = n.params
         region = n.inputs[1]
-        if _disjoint(starts, steps, shape, r_starts, r_steps, region.shape):
+        if _disjoint(starts, shape, r_starts, region.shape):
             n = n.inputs[0]
             continue
         inner = _within(starts, steps, shape, r_starts, r_steps, region.shape)
@@ -110,19 +110,13 @@ def slice_node(n: Node, starts: tuple, steps: tuple, shape: tuple) -> Node:
     return make_node("slice", (starts, steps), shape, n.dtype, (n,), n.device, n.weak)
 
 
-def _span(start: int, step: int, n: int) -> tuple:
-    last = start + (n - 1) * step
-    return (start, last) if step > 0 else (last, start)
-
-
-def _disjoint(starts, steps, shape, r_starts, r_steps, r_shape) -> bool:
-    """Whether two strided regions share no element (their spans miss on some axis)."""
-    for a, s, n, b, t, m in zip(starts, steps, shape, r_starts, r_steps, r_shape):
-        lo, hi = _span(a, s, n)
-        rlo, rhi = _span(b, t, m)
-        if hi < rlo or rhi < lo:
-            return True
-    return False
+def _disjoint(starts, shape, r_starts, r_shape) -> bool:
+    """Whether a slice and a written region are different planes: on some axis each is one
+    index, and not the same one (components of a struct-of-arrays, ``f[:, :, i]`` and
+    ``f[:, :, j]``). Other disjoint pairs — a stencil's interior and a boundary row — keep
+    reading the latest value: reading past the boundary writes would give the interior
+    update several versions of the array to read, each then materialized."""
+    return any(n == 1 and m == 1 and a != b for a, n, b, m in zip(starts, shape, r_starts, r_shape))
 
 
 def _within(starts, steps, shape, r_starts, r_steps, r_shape):
