@@ -213,11 +213,41 @@ def _arange_length(start, stop, step) -> int | None:
 
 
 def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, device=None) -> Tensor:
-    """``numpy.linspace`` (values exactly as NumPy computes them)."""
+    """``numpy.linspace`` (values exactly as NumPy computes them).
+
+    A long one (``num >= 65536``, real start and stop, a floating dtype) is an index
+    generator, computed where it is used — no memory of its own — with NumPy's
+    arithmetic: ``i * step + start`` in float64 (``i / div * delta`` when ``step`` is 0),
+    the last element ``stop`` when ``endpoint``, then cast to ``dtype``.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.linspace(0.0, 1.0, 5).tolist()
+        [0.0, 0.25, 0.5, 0.75, 1.0]
+    """
     if dtype is not None:
         dtype = dtypes.canonical(dtype, "qt.linspace")
-    values = np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
-    return wrap(input_node(values, "linspace", device=_device(device), owned=True))
+    dev = _device(device)
+    lazy = (type(num) is int and num >= max(LAZY_ARANGE_MIN, 2) and (dtype is None or dtype.kind == "f")
+            and all(type(v) in (int, float) for v in (start, stop)))
+    if not lazy:
+        values = np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
+        return wrap(input_node(values, "linspace", device=dev, owned=True))
+    div = num - 1 if endpoint else num
+    delta = float(stop) - float(start)
+    step = delta / div
+    i = astype(wrap(record("iota", (), (), (num,), dtypes.int64, device=dev)), dtypes.float64)
+
+    def const(v):
+        return wrap(const_node(v, dtypes.float64, dev))
+    if step == 0:
+        y = _ew.multiply(_ew.divide(i, const(float(div))), const(delta))
+    else:
+        y = _ew.multiply(i, const(step))
+    y = _ew.add(y, const(float(start)))
+    if endpoint:
+        y = _ew.where(_ew.equal(i, const(float(num - 1))), const(float(stop)), y)
+    return y if dtype is None or dtype == dtypes.float64 else astype(y, dtype)
 
 
 def copy(x) -> Tensor:

@@ -246,3 +246,28 @@ def test_large_arange_fuses_into_its_consumer(fusion):
     big_reads = [r for t in report.tasks for r in t.reads if f"[{n}]" in r]
     assert fusion is False or not big_reads, str(report)
     assert int(qt.sum(qt.arange(n) % 7 == 0)) == len(range(0, n, 7))
+
+
+LINSPACE_CASES = [(0.0, 1.0, 5, True, None), (2.5, -7.25, 77, True, None), (0, 10, 40, False, None),
+                  (-3.0, -3.0, 9, True, None), (1e-3, 1e3, 101, True, "float32"), (0, 1, 2, True, None),
+                  (0.1, 0.7, 1, True, None), (5, 1e300, 33, False, "float32"), (1, 2, 0, True, None)]
+
+
+@pytest.mark.parametrize("case", LINSPACE_CASES, ids=str)
+def test_linspace_generator_is_bit_exact(case, fusion, monkeypatch):
+    """``linspace`` as an index generator (forced here for every size) gives NumPy's values
+    bit for bit (``i * step + start`` in float64, ``stop`` last, then the cast)."""
+    monkeypatch.setattr(creation, "LAZY_ARANGE_MIN", 0)
+    start, stop, num, endpoint, dtype = case
+    want = np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype)
+    got = qt.linspace(start, stop, num, endpoint=endpoint, dtype=dtype).numpy()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_large_linspace_is_no_buffer(fusion):
+    n = 1 << 20
+    report = qt.explain(lambda: qt.sum(qt.sin(qt.linspace(0.0, 10.0, n))))
+    assert not report.spec.leaves, str(report)
+    want = np.sum(np.sin(np.linspace(0.0, 10.0, n)))
+    np.testing.assert_allclose(float(qt.sum(qt.sin(qt.linspace(0.0, 10.0, n)))), want, rtol=1e-12)
