@@ -23,7 +23,7 @@ class Ix:
 
     def __init__(self, const: int = 0, terms: tuple = ()):
         self.const = const
-        self.terms = terms  # tuple of (atom, coef), coef != 0, atoms sorted by repr
+        self.terms = terms  # tuple of (atom, coef), coef != 0, atoms in canonical order (_order)
         self._hash = hash((const, terms))
 
     def __hash__(self) -> int:
@@ -80,8 +80,16 @@ def _make(const: int, acc: dict) -> Ix:
                 for b, d in x.terms:
                     acc[b] = acc.get(b, 0) + d * (k // c)
                 changed = True
-    terms = tuple(sorted(((a, c) for a, c in acc.items() if c), key=lambda t: repr(t[0])))
-    return Ix(const, terms)
+    terms = [(a, c) for a, c in acc.items() if c]
+    if len(terms) > 1:
+        terms.sort(key=_order)
+    return Ix(const, tuple(terms))
+
+
+def _order(term) -> tuple:
+    """Canonical order of terms: loop variables by number, then other atoms by repr."""
+    a = term[0]
+    return (0, a[1], "") if a[0] == "v" else (1, 0, repr(a))
 
 
 def const(c: int) -> Ix:
