@@ -34,6 +34,7 @@ COUNTERS = (
     "adstack_scratch_bytes",    # CPU: bytes of those blocks
     "bytes_host_to_device",
     "bytes_device_to_host",
+    "device_syncs",         # the host waited for a GPU (a value read back, qt.sync())
     "evaluations",          # pending graphs evaluated (eager code)
     "auto_evaluations",     # of which: automatic cuts of a long pending graph
 )

@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from ..graph.device import Device
-from ..stats import bump
+from ..stats import bump, bump_many
 from . import adstack
 from .registry import DeviceRuntime
 
@@ -67,15 +67,48 @@ def unavailable(device: Device) -> str | None:
 
 
 def to_host(buf) -> np.ndarray:
-    """A host copy of device buffer ``buf`` (waits for the work that writes it)."""
-    bump("bytes_device_to_host", buf.nbytes)
+    """A host copy of device buffer ``buf`` (waits for the work that writes it); first
+    reports any failed check of the work launched so far."""
+    check_deferred()
+    return _read(buf)
+
+
+def _read(buf) -> np.ndarray:
+    bump_many((("bytes_device_to_host", buf.nbytes), ("device_syncs", 1)))
     return buf.get()
 
 
 def sync() -> None:
+    """Wait for every GPU's work, then report any failed check of it."""
     if _probe and _probe[0][0]:
         for d in _probe[0][0]:
             _cupy().cuda.Device(d.index).synchronize()
+        bump("device_syncs")
+    check_deferred()
+
+
+# Index and overflow checks of launched plans, not read yet: (status buffer, checker) in
+# launch order. A plan's checks are read where the host waits for the device anyway — a
+# value read back, qt.sync() — so a jitted step loop never synchronises for them; the
+# first failure is raised there, naming the op, kernel and recording line as before.
+_deferred: list = []
+_deferred_lock = threading.Lock()
+
+
+def defer_check(status, check) -> None:
+    with _deferred_lock:
+        _deferred.append((status, check))
+
+
+def check_deferred() -> None:
+    """Read the status of every plan launched since the last check; raise the first failure."""
+    if not _deferred:
+        return
+    with _deferred_lock:
+        pending = _deferred[:]
+        _deferred.clear()
+    for status, check in pending:
+        check(_read(status))
 
 
 class CudaRuntime(DeviceRuntime):
@@ -102,6 +135,9 @@ class CudaRuntime(DeviceRuntime):
     def to_host(self, buf) -> np.ndarray:
         return to_host(buf)
 
+    def defer_check(self, status, check) -> None:
+        defer_check(status, check)
+
     def from_host(self, array):
         bump("bytes_host_to_device", array.nbytes)
         with self.device:
@@ -124,3 +160,5 @@ class CudaRuntime(DeviceRuntime):
 
     def sync(self) -> None:
         self.device.synchronize()
+        bump("device_syncs")
+        check_deferred()

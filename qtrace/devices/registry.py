@@ -53,6 +53,12 @@ class DeviceRuntime:
     def sync(self) -> None:
         """Wait until every launch of this device has finished."""
 
+    def defer_check(self, status, check) -> None:
+        """Have ``check`` (raising the first failed check) read the status rows ``status``
+        of a finished run: at once here; a GPU runtime reads them when the host next waits
+        for the device anyway."""
+        check(self.to_host(status))
+
 
 @per_device
 def runtime_for(device) -> DeviceRuntime:

@@ -207,10 +207,10 @@ class Plan:
         if self.n_launches:
             bump_many((("kernel_launches", self.n_launches), ("tasks_run", self.n_tasks)))
         if status is not None:
-            host = rt.to_host(status)
-            if host[::2].any():
-                row = int(np.flatnonzero(host[::2])[0])
-                self._raise(row, int(host[2 * row]) - 1, int(host[2 * row + 1]))
+            if rt.kind == "cpu":
+                self.check(status)
+            else:  # read when the host next waits for the device anyway (no sync per run)
+                rt.defer_check(status, self.check)
         out = []
         for kind, v in self.outputs:
             if kind == "slot":
@@ -222,6 +222,12 @@ class Plan:
                 arr[...] = v.params[0]
                 out.append(arr)
         return out
+
+    def check(self, host) -> None:
+        """Raise the first failed index or overflow check recorded in status rows ``host``."""
+        if host[::2].any():
+            row = int(np.flatnonzero(host[::2])[0])
+            self._raise(row, int(host[2 * row]) - 1, int(host[2 * row + 1]))
 
     def _raise(self, row: int, check: int, value: int) -> None:
         task, table = self.checks[row]

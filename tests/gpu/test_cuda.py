@@ -230,3 +230,41 @@ def test_long_cumsum_on_the_gpu_is_a_blocked_scan(n, rng):
     g = qt.grad(lambda v: qt.sum(qt.cumsum(v) * qt.asarray(w, device="cuda")))(
         qt.asarray(x, device="cuda")).numpy()
     np.testing.assert_allclose(g, np.cumsum(w[::-1])[::-1], rtol=1e-10)
+
+
+@gpu
+def test_jitted_steps_do_not_synchronise_until_a_value_is_read(rng):
+    """Index checks are read where the host waits anyway: 100 jitted steps with a gather
+    (checked) run without a device synchronisation; reading the result waits once and
+    reports nothing; a bad index in step 50 is raised at the read, naming the op."""
+    idx = qt.asarray(np.array([3, 1, 2, 0]), device="cuda")
+
+    @qt.jit
+    def step(x, idx):
+        return qt.sin(x[idx]) * 0.5 + x
+
+    x = qt.asarray(rng.random(4), device="cuda")
+    ref = np.asarray(x.numpy())
+    step(x, idx)   # traced and compiled
+    qt.reset_stats()
+    for _ in range(100):
+        x = step(x, idx)
+        ref = np.sin(ref[[3, 1, 2, 0]]) * 0.5 + ref
+    assert qt.stats()["device_syncs"] == 0
+    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-12)
+    assert qt.stats()["device_syncs"] >= 1
+    bad = qt.asarray(np.array([3, 1, 9, 0]), device="cuda")
+    y = x
+    for k in range(100):
+        y = step(y, bad if k == 50 else idx)
+    with pytest.raises(IndexError, match="index 9 is out of bounds"):
+        y.numpy()
+    np.testing.assert_allclose(step(x, idx).numpy(), np.sin(ref[[3, 1, 2, 0]]) * 0.5 + ref, rtol=1e-12)
+
+
+@gpu
+def test_host_to_device_bytes_are_counted(rng):
+    qt.reset_stats()
+    a = rng.random(1000)
+    qt.asarray(a, device="cuda")
+    assert qt.stats()["bytes_host_to_device"] >= a.nbytes
