@@ -62,6 +62,33 @@ class LibraryCall(NamedTuple):
     frees: list
 
 
+class ViewStep(NamedTuple):
+    """Slot ``dst`` becomes a strided view of slot ``src``'s buffer through the view nodes
+    ``chain`` (a transposed operand of a matrix product, read in place)."""
+
+    chain: tuple
+    src: int
+    dst: int
+    frees: list
+
+
+def view_of(buf, chain: tuple, xp):
+    """``buf`` seen through the view nodes ``chain`` (innermost first), as NumPy/CuPy views."""
+    for n in chain:
+        prim = n.prim
+        if prim == "transpose":
+            buf = buf.transpose(n.params[0])
+        elif prim == "reshape":
+            buf = buf.reshape(n.shape)   # (a copy where no view exists, as NumPy's reshape)
+        elif prim == "broadcast":
+            buf = xp.broadcast_to(buf, n.shape)
+        elif prim == "slice":
+            buf = buf[tuple(slice(a, a + s * k if a + s * k >= 0 else None, s) if k else slice(0, 0)
+                            for a, s, k in zip(*n.params, n.shape))]
+        # wrt and stop_gradient: the value itself
+    return buf
+
+
 class SequenceStep(NamedTuple):
     """Several small CPU kernels in one native launch (:class:`_Sequence`)."""
 
@@ -97,7 +124,12 @@ class Plan:
         self.steps = []
         slot_of = {id(n): i for i, n in enumerate(spec.slot_nodes)}
         leaf_slots = {id(leaf): i for i, leaf in enumerate(spec.leaves)}
+        self.view_slots = set()
         for step in spec.steps:
+            if step.kind == "view":
+                self.steps.append(ViewStep(step.chain, step.slots[0], step.slots[1], step.frees))
+                self.view_slots.add(step.slots[1])
+                continue
             if step.kind == "library":
                 make = STEP_RUNNERS.get(step.node.prim)
                 runner = (make(step, self.rt) if make is not None
@@ -126,7 +158,7 @@ class Plan:
         self.n_tasks = sum(1 for s in self.steps if type(s) is KernelStep)
         if self.rt.sequences:
             self.steps = _sequences(self.steps, len(self.slot_meta))
-        self.n_launches = sum(1 for s in self.steps if type(s) is not LibraryCall)
+        self.n_launches = sum(1 for s in self.steps if type(s) not in (LibraryCall, ViewStep))
         self._fast = self._fast_path() if self.rt.kind == "cpu" else None
 
     def _fast_path(self):
@@ -176,7 +208,9 @@ class Plan:
         pointer = rt.pointer
         for step in self.steps:
             kind = type(step)
-            if kind is LibraryCall:  # its results become the output slots' buffers
+            if kind is ViewStep:
+                bufs[step.dst] = view_of(bufs[step.src], step.chain, rt.xp)
+            elif kind is LibraryCall:  # its results become the output slots' buffers
                 n_in = step.n_in
                 for s in step.slots[:n_in]:
                     if bufs[s] is None:  # an empty input: no task ran to allocate it
@@ -203,7 +237,8 @@ class Plan:
             for s in step.frees:
                 buf = bufs[s]
                 bufs[s] = None
-                spare.setdefault((buf.shape, buf.dtype), []).append(buf)
+                if s not in self.view_slots:  # (a view's memory is its source's)
+                    spare.setdefault((buf.shape, buf.dtype), []).append(buf)
         if self.n_launches:
             bump_many((("kernel_launches", self.n_launches), ("tasks_run", self.n_tasks)))
         if status is not None:

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from .node import Node, toposort
-from .partition import FREE
+from .partition import FREE, VIEWED
 from .plan import PlanSpec
 
 PALETTE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69",
@@ -49,6 +49,12 @@ class Explanation:
         if spec is None:
             return
         for i, step in enumerate(spec.steps):
+            if step.kind == "view":  # no work: a strided view of a buffer, read in place
+                n, src = step.node, step.chain[0].inputs[0]
+                self.tasks.append(TaskReport(f"task {i} (view, in place)", "view", n.shape, (),
+                                             [c.prim for c in step.chain], [describe(src)],
+                                             [describe(n)], 0, "-"))
+                continue
             if step.task is None:
                 n = step.node
                 name = n.params[0] if n.prim == "lib" else n.prim
@@ -69,7 +75,7 @@ class Explanation:
 
     @property
     def n_kernels(self) -> int:
-        return sum(1 for t in self.tasks if t.kind != "library")
+        return sum(1 for t in self.tasks if t.kind not in ("library", "view"))
 
     def boundaries(self) -> list:
         """The rejected fusion decisions: ``[(producer prim, consumer prim, rule, expr)]``."""
@@ -144,7 +150,7 @@ def _node_lines(n: Node, sched) -> tuple[list[str], str]:
     g = sched.group_of.get(id(n))
     if n.is_leaf or n.prim == "const":
         return [describe(n)], "#ffffff"
-    if g is FREE:
+    if g is FREE or g is VIEWED:
         return [describe(n), "view"], "#dddddd"
     gi = {id(grp): i for i, grp in enumerate(sched.order)}.get(id(g), 0)
     return [describe(n), f"task {gi}"], PALETTE[gi % len(PALETTE)]
@@ -157,8 +163,8 @@ def _edge_rule(expl: Explanation, producer: Node, consumer: Node, rejected: dict
     sched = expl.spec.schedule
     g = sched.group_of.get(id(consumer))
     rule = rejected.get((id(producer), id(consumer))) or (
-        rejected.get((id(producer), id(g.root))) if g not in (None, FREE) else None)
-    if rule is None and g is FREE:  # the boundary is read through this view
+        rejected.get((id(producer), id(g.root))) if g not in (None, FREE, VIEWED) else None)
+    if rule is None and g in (FREE, VIEWED):  # the boundary is read through this view
         rule = by_producer.get(id(producer))
     return rule
 

@@ -11,7 +11,9 @@ consumers to producers, each node is either
   proves the reads injective (no recomputation) or cheap enough to recompute. A member
   that is also an output is stored from the same kernel, at its (injective) read index;
 * the root of a new task (materialized): reductions, scans, scatters, concatenations,
-  library calls, and every node whose fusion was rejected.
+  library calls, and every node whose fusion was rejected;
+* a *viewed* operand: a view only matrix products read (``x.T @ y``), handed to BLAS as
+  a strided view of its materialized source instead of a copy.
 
 Afterwards, adjacent map tasks with identical launch bounds merge horizontally into
 one multi-output kernel when the buffers they share are accessed at the same index.
@@ -31,6 +33,8 @@ from .node import Node, toposort
 from .primitives import PRIMITIVES
 
 FREE = "free"  # a view read through, belonging to no task
+VIEWED = "viewed"  # a view only matrix products read: a strided view of its materialized source
+VIEWERS = frozenset({"matmul"})  # library primitives that take any strides (BLAS flags)
 MAX_TASK_COST = 160  # fused work per element (math functions count 4): keeps LLVM's O3 time bounded
 MULTI_OUTPUT = frozenset({"loop", "loop_vjp", "call", "lib"})  # one node per component, one task
 
@@ -174,7 +178,12 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
         if not fusion:
             root(n)
             continue
-        if k == "view" and id(n) not in out_ids and not any(kind(c) == "library" for c, _ in users):
+        if k == "view" and id(n) not in out_ids and users and n.inputs[0].prim != "const" and all(
+                c.prim in VIEWERS or group_of.get(id(c)) is VIEWED for c, _ in users):
+            group_of[id(n)] = VIEWED  # (x.T @ y reads x in place: no transposed copy)
+            continue
+        if k == "view" and id(n) not in out_ids and not any(
+                kind(c) == "library" or group_of.get(id(c)) is VIEWED for c, _ in users):
             group_of[id(n)] = FREE
             gs = {id(reading_group(c)): reading_group(c) for c, _ in users}
             g = next(iter(gs.values())) if len(gs) == 1 else None
@@ -193,7 +202,9 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
             for c, _pos in users:
                 ck = kind(c)
                 g = reading_group(c)
-                if ck in ("scatter", "concat", "library"):
+                if group_of.get(id(c)) is VIEWED:
+                    why = "a matrix product reads it through a view (materialized, viewed in place)"
+                elif ck in ("scatter", "concat", "library"):
                     why = f"{c.prim} reads materialized operands"
                 elif ck == "loop" and not layout(c).per_element(_pos):
                     why = "a loop body reads it (materialized operand)"

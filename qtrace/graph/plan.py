@@ -15,20 +15,21 @@ from dataclasses import dataclass, field
 from .instrs import LOOPS, rewrite, walk
 from .loops import depth_source, host_bound
 from .node import Node, graph_key
-from .partition import MAX_TASK_COST, Schedule, partition, report_decisions
+from .partition import MAX_TASK_COST, VIEWED, Schedule, partition, report_decisions
 from .partition import kind as kind_of
 from .tasks import Task, build_tasks, coalesce, try_merge
 
 
 @dataclass
 class Step:
-    kind: str                 # "kernel" | "library"
+    kind: str                 # "kernel" | "library" | "view"
     task: Task | None
-    node: Node | None         # the library node
+    node: Node | None         # the library node; a view step: the view (its slot: slots[1])
     slots: list               # plan slot of each task argument (library: inputs..., output)
     frees: list = field(default_factory=list)
     reads: list = field(default_factory=list)   # slots the host reads before the launch
     outputs: list = field(default_factory=list)  # library steps: the nodes they produce
+    chain: tuple = ()         # a view step: view nodes from its source up to ``node``
 
 
 @dataclass
@@ -92,7 +93,7 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False, lanes: int = 0)
             raw.append(("kernel", task))
     if diag:
         report_horizontal(horizontal)
-    _drop_dead_stores(raw, outputs)
+    _drop_dead_stores(raw, outputs, schedule)
     steps: list[Step] = []
     for kind, item in raw:
         if kind == "library":
@@ -100,6 +101,14 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False, lanes: int = 0)
             outs = list(item.stored)
             step = Step("library", None, root, [slot(i) for i in root.inputs] + [slot(n) for n in outs])
             step.outputs = outs
+            for i in root.inputs:
+                if schedule.group_of.get(id(i)) is VIEWED:  # a strided view of its source's buffer
+                    chain, src = [], i
+                    while schedule.group_of.get(id(src)) is VIEWED:
+                        chain.append(src)
+                        src = src.inputs[0]
+                    steps.append(Step("view", None, i, [slot(src), slot(i)], chain=tuple(reversed(chain))))
+                    step.reads.append(slot(src))  # the source outlives the view's reader
             steps.append(step)
         else:
             coalesce(item)
@@ -192,7 +201,7 @@ def _block_lanes(task: Task, lanes: int) -> None:
         task.stack = ((depth, fb * lanes, ib * lanes),)  # a stack row holds every lane of a block
 
 
-def _drop_dead_stores(raw: list, outputs: tuple) -> None:
+def _drop_dead_stores(raw: list, outputs: tuple, schedule: Schedule) -> None:
     """Stop storing values that no later step reads and nobody asked for.
 
     After horizontal fusion a value shared by two merged tasks is forwarded in
@@ -201,7 +210,10 @@ def _drop_dead_stores(raw: list, outputs: tuple) -> None:
     needed = {id(o) for o in outputs}
     for kind, item in raw:
         if kind == "library":
-            needed |= {id(i) for i in item.root.inputs}
+            for i in item.root.inputs:
+                while schedule.group_of.get(id(i)) is VIEWED:  # read through its view
+                    i = i.inputs[0]
+                needed.add(id(i))
             continue
         needed |= {id(n) for j, n in enumerate(item.arg_nodes) if j not in item.writes}
         needed |= {id(depth_source(depth)) for depth, _, _ in item.stack or ()

@@ -721,3 +721,38 @@ def test_streaming_step_of_a_lattice_method_is_one_task(rng):
     report = _explain(lambda f: stream(qt, f), f0)
     assert report.n_kernels == 2, str(report)
     assert "concatenate" not in str(report), str(report)
+
+
+def test_matrix_products_read_transposed_operands_in_place(rng):
+    """``x.T @ y``: the transpose (and any chain of views) of a materialized operand is a
+    strided view handed to BLAS, not a copy; a computed operand is stored once, then viewed."""
+    x, y, w = rng.standard_normal((30, 4)), rng.standard_normal((30, 5)), rng.standard_normal((12, 6))
+
+    def fn(x, y, w):
+        return (x.T @ y, qt.exp(x).T @ y,
+                qt.reshape(w, (6, 12)).T[2:, ::-1] @ w[:6, :].T[::-1].T.T)
+
+    def ref(x, y, w):
+        return (x.T @ y, np.exp(x).T @ y, np.reshape(w, (6, 12)).T[2:, ::-1] @ w[:6, :].T[::-1].T.T)
+
+    _check(fn, ref, [x, y, w], exact=False)
+    report = _explain(lambda x, y: x.T @ y, x, y)
+    assert report.n_kernels == 0 and "view, in place" in str(report), str(report)
+    report = _explain(lambda x, y: qt.exp(x).T @ y, x, y)
+    assert report.n_kernels == 1, str(report)   # exp stored once, then viewed transposed
+    assert any("matrix product reads it through a view" in d.rule for d in report.decisions), str(report)
+
+
+def test_gradient_of_a_transposed_product_matches_jax(fusion, rng):
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    x, y = rng.standard_normal((8, 3)), rng.standard_normal((8, 5))
+
+    def loss(xp, x, y):
+        return xp.sum(xp.tanh(x.T @ y) ** 2)
+
+    got = qt.grad(lambda x, y: loss(qt, x, y), argnums=(0, 1))(qt.asarray(x), qt.asarray(y))
+    want = jax.grad(lambda x, y: loss(jnp, x, y), argnums=(0, 1))(x, y)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-12, atol=1e-14)
