@@ -14,6 +14,7 @@ The executor is target-free: kernels come from the device's
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import NamedTuple
@@ -181,8 +182,11 @@ class Plan:
         return (step.kernel, step.extent, cpu.packer(len(slots)), slots, allocs,
                 [v for _, v in self.outputs], extra)
 
-    def run(self, leaf_buffers) -> list:
-        """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers."""
+    def run(self, leaf_buffers, graph: tuple | None = None) -> list:
+        """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers.
+
+        ``graph``: the output nodes this run computes (a plan is shared by every graph of
+        its structure): a failed check names the source lines that recorded them."""
         fast = self._fast
         if fast is not None:
             fn, extent, pack, slots, allocs, outs, extra = fast
@@ -243,9 +247,9 @@ class Plan:
             bump_many((("kernel_launches", self.n_launches), ("tasks_run", self.n_tasks)))
         if status is not None:
             if rt.kind == "cpu":
-                self.check(status)
+                self.check(status, graph)
             else:  # read when the host next waits for the device anyway (no sync per run)
-                rt.defer_check(status, self.check)
+                rt.defer_check(status, functools.partial(self.check, graph=graph))
         out = []
         for kind, v in self.outputs:
             if kind == "slot":
@@ -258,13 +262,13 @@ class Plan:
                 out.append(arr)
         return out
 
-    def check(self, host) -> None:
+    def check(self, host, graph: tuple | None = None) -> None:
         """Raise the first failed index or overflow check recorded in status rows ``host``."""
         if host[::2].any():
             row = int(np.flatnonzero(host[::2])[0])
-            self._raise(row, int(host[2 * row]) - 1, int(host[2 * row + 1]))
+            self._raise(row, int(host[2 * row]) - 1, int(host[2 * row + 1]), graph)
 
-    def _raise(self, row: int, check: int, value: int) -> None:
+    def _raise(self, row: int, check: int, value: int, graph: tuple | None) -> None:
         task, table = self.checks[row]
         kind, what, axis, size = table[check]
         if kind == "adstack":
@@ -273,7 +277,7 @@ class Plan:
                 f"than the {value} stack entries sized for it (data changed behind qtrace's back, "
                 "qt.config.adstack_max_depth, or a bug); nothing was written out of bounds")
         prims = ("scatter",) if what.startswith("scatter") else ("gather", "loop", "loop_vjp")
-        lines = origins.recorded_at(tuple(self.spec.schedule.outputs), prims)
+        lines = origins.recorded_at(graph or tuple(self.spec.schedule.outputs), prims)
         where = ("\n  recorded at " + "\n  recorded at ".join(lines)) if lines else ""
         raise IndexError(f"qtrace {what}: index {value} is out of bounds for axis {axis} with size "
                          f"{size}{where}")
@@ -334,7 +338,7 @@ class JitCall:
         if self._plan is None:
             self._plan = plan_for(sub.outputs, sub.graph_key)
             self._bind = [role[1] if role[0] == "arg" else self.n_args + role[1] for role in sub.roles]
-        results = self._plan.run([inputs[i] for i in self._bind])
+        results = self._plan.run([inputs[i] for i in self._bind], self.sub.outputs)
         return [results[n.params[-1]] for n in self.outputs]
 
 
@@ -407,7 +411,7 @@ def evaluate(nodes: tuple) -> list:
         _by_struct[ck] = plan
     else:
         bump("cache_hits_memory")
-    return plan.run([leaf.buffer for leaf in leaves])
+    return plan.run([leaf.buffer for leaf in leaves], nodes)
 
 
 def clear_plan_cache() -> None:

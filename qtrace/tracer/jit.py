@@ -99,7 +99,7 @@ def _buffer(leaf, desc: int) -> np.ndarray:
 
 class _Entry:
     __slots__ = ("plan", "bind", "captured", "out_tree", "out_kinds", "out_meta", "flat_tuple",
-                 "all_tensors", "mutated", "aliases")
+                 "all_tensors", "mutated", "aliases", "graph")
 
 
 _new_tensor = object.__new__
@@ -206,7 +206,7 @@ class Jitted:
                 bufs.append(buf)
             else:
                 bufs.append(entry.captured[-src - 1])
-        outs = entry.plan.run(bufs) if entry.plan is not None else []
+        outs = entry.plan.run(bufs, entry.graph) if entry.plan is not None else []
         if entry.mutated:
             return self._run_writing(entry, leaves, outs)
         results = []
@@ -343,6 +343,7 @@ class Jitted:
             return
         key, plan_leaves = graph_node.graph_key(tuple(nodes))
         entry.plan = graph_evaluate.plan_for(tuple(nodes), key)
+        entry.graph = tuple(nodes)   # (the plan may be shared with another graph of this structure)
         where = {id(n): i for i, n in enumerate(originals)}
         entry.bind, entry.captured = [], []
         for leaf in plan_leaves:

@@ -422,3 +422,24 @@ def test_mixing_devices_raises_value_error_naming_both():
             op(cpu, on_gpu)
         msg = str(info.value)
         assert "cpu" in msg and "cuda:0" in msg, msg
+
+
+def _gather_at(x, idx):
+    return x[idx]   # the first recording of this structure
+
+
+def test_index_error_names_the_line_of_the_graph_that_ran():
+    """Plans are shared by every graph of one structure: an index error must name the line
+    that recorded the failing graph, not the one whose graph first built the plan."""
+    x = qt.asarray(np.arange(3.0))
+    _gather_at(x, qt.asarray(np.array([0, 1]))).numpy()            # builds the plan
+    bad = x[qt.asarray(np.array([0, 10]))]   # the failing recording
+    with pytest.raises(IndexError, match="index 10 is out of bounds") as info:
+        bad.numpy()
+    assert "the failing recording" in str(info.value) and "first recording" not in str(info.value)
+
+    step = qt.jit(lambda x, i: x[i] * 2.0)
+    step(x, qt.asarray(np.array([1, 2]))).numpy()
+    with pytest.raises(IndexError, match="index 7") as info:
+        qt.jit(lambda x, i: x[i] * 2.0)(x, qt.asarray(np.array([7, 0]))).numpy()   # second trace
+    assert "second trace" in str(info.value)
