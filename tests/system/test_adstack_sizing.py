@@ -32,6 +32,11 @@ LINE = re.compile(r"^\[qtrace adstack\] (qt_[0-9a-f]+) (loop_[0-9a-f]+): level 0
                   r"\(([a-z ]+)\); (\d+) stacks, bound (\d+) bytes$")
 
 
+CPU_SIZING = pytest.mark.cpu_only(
+    "the CPU runtime's sizing paths; the GPU still sizes stacks with a device reducer on every "
+    "launch (the GPU half of the adstack issue)")
+
+
 def _b3(rng, counts):
     """B3's gradient with trip counts ``counts``, and its float64 inputs."""
     x, c = rng.uniform(-2, 2, SIZE), rng.uniform(0.5, 1.5, SIZE)
@@ -46,6 +51,7 @@ def _lines(capfd) -> list:
     return [LINE.match(ln) for ln in err.splitlines() if ln.startswith("[qtrace adstack]")]
 
 
+@CPU_SIZING
 def test_host_sized_python_bounds(fusion, rng, capfd):
     """``fori_loop(2, 9, ...)``: the depth 7 is read on the host; no reduction at all."""
     qt.config.debug_adstack = True
@@ -61,6 +67,7 @@ def test_host_sized_python_bounds(fusion, rng, capfd):
     assert line is not None and line[3] == "7" and line[4] == "host", line
 
 
+@CPU_SIZING
 def test_reducer_dispatches_once_then_hits(fusion, rng, capfd):
     """10 gradients on unchanged (owned) counts: 1 dispatch + 9 hits, and the debug output
     says so, launch by launch, with the same kernel, loop and depth."""
@@ -228,6 +235,7 @@ def maximum(a, b):
 DERIVED = ["where", "difference", "scalar", "scaled", "clipped"]
 
 
+@CPU_SIZING
 @pytest.mark.parametrize("kind", DERIVED)
 def test_derived_counts_take_no_extra_launch(kind, fusion, rng):
     """A jitted gradient whose trip counts are computed from leaves and a weak Python
