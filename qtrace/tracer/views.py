@@ -100,7 +100,7 @@ def slice_node(n: Node, starts: tuple, steps: tuple, shape: tuple) -> Node:
         # after writes to other components reads the original, and the writes can fuse)
         r_starts, r_steps = n.params
         region = n.inputs[1]
-        if _disjoint(starts, shape, r_starts, region.shape):
+        if 1 in shape and _disjoint(starts, shape, r_starts, region.shape):
             n = n.inputs[0]
             continue
         inner = _within(starts, steps, shape, r_starts, r_steps, region.shape)
@@ -116,7 +116,10 @@ def _disjoint(starts, shape, r_starts, r_shape) -> bool:
     ``f[:, :, j]``). Other disjoint pairs — a stencil's interior and a boundary row — keep
     reading the latest value: reading past the boundary writes would give the interior
     update several versions of the array to read, each then materialized."""
-    return any(n == 1 and m == 1 and a != b for a, n, b, m in zip(starts, shape, r_starts, r_shape))
+    for k in range(len(shape)):
+        if shape[k] == 1 and r_shape[k] == 1 and starts[k] != r_starts[k]:
+            return True
+    return False
 
 
 def _within(starts, steps, shape, r_starts, r_steps, r_shape):
