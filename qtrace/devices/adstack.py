@@ -202,7 +202,7 @@ def _extreme(buf, upper: bool, paths: set) -> int:
     if buf.size == 0:   # the loop has no elements (it broadcasts against this leaf)
         paths.add("host")
         return 0
-    if isinstance(buf, np.ndarray) and buf.size <= SMALL_LEAF:
+    if buf.size <= SMALL_LEAF:   # a Python scalar's buffer: its value read, as a scalar count is
         paths.add("host")
         return int(buf.max() if upper else buf.min())
     ident = buffers.identity(buf) if isinstance(buf, np.ndarray) else None
@@ -210,6 +210,7 @@ def _extreme(buf, upper: bool, paths: set) -> int:
     value, path = _cached(key, (buf,), lambda: int(buf.max() if upper else buf.min()))
     paths.add(path)
     return value
+
 
 def _max(buf) -> int:
     """The reducer: the largest count, at least 0."""
