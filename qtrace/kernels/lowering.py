@@ -154,6 +154,7 @@ def split_scratch_bytes(task, s: int) -> int:
     """Zeroed scratch a split reduction or scan needs (0 when not split)."""
     if s <= 1:
         return 0
-    if task.kind == "scan":   # one 8-byte total per chunk
-        return 8 * math.prod(task.domain) * s
+    if task.kind == "scan":   # one 8-byte total per piece of a chunk
+        from .split_scan import PIECES
+        return 8 * math.prod(task.domain) * s * PIECES
     return split_layout(math.prod(task.domain), s, task.reduce[0] in ("argmax", "argmin")).nbytes

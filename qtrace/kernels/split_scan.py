@@ -4,26 +4,32 @@ A scan task runs one thread per row, so a ``cumsum`` of one long row is one seri
 Under a lowering that splits reductions in ``contiguous`` chunks
 (:func:`qtrace.kernels.lowering.scan_segments`: the reductions' thresholds and chunk size,
 so the chunks depend on the row length alone and the result is the same for any number
-of workers), each of the ``rows`` rows is cut into ``S`` chunks of ``ceil(L / S)``
-elements and the kernel's index space is ``2 * rows * S``, run in two phases
+of workers), each of the ``rows`` rows is cut into ``S`` chunks, each chunk into
+``PIECES`` contiguous pieces (``ceil(L / (S * PIECES))`` elements; the row's last one
+shorter), and the kernel's index space is ``2 * rows * S``, run in two phases
 (:func:`qtrace.kernels.lowering.split_phases`; the runtime launches them in order over
-the same scratch: the end of a launch is the barrier between them):
+the same zeroed scratch: the end of the first launch is the barrier):
 
-* pass 1, index ``g = row * S + chunk < rows * S``: the chunk's total, a plain sum in the
-  scan's accumulation dtype (reassociable for floats, as a reduction's: it vectorizes and
-  streams at memory speed), into 8-byte slot ``g`` of scratch;
+* pass 1, index ``g = row * S + chunk < rows * S``: the total of each piece of chunk
+  ``g``, a plain sum in the scan's accumulation dtype (reassociable for floats, as a
+  reduction's: it vectorizes and streams at memory speed), into an 8-byte slot of scratch
+  per piece;
 * pass 2, index ``rows * S + g``: the chunk's offset, the exclusive sum of the row's
-  earlier totals (serial, in chunk order: at most ``MAX_CHUNKS`` additions against at
-  least ``CHUNK`` elements), then the chunk scanned from it in order, storing each prefix.
+  earlier piece totals (serial, in order: fewer than ``PIECES * MAX_CHUNKS`` additions
+  against at least ``CHUNK`` elements), the offsets of its pieces after it, then its
+  pieces scanned side by side from them, in order within each piece, storing every
+  prefix. ``PIECES`` independent chains of additions overlap in the core: a serial scan
+  waits for each addition's latency, so one worker runs this faster than the serial scan.
 
-Integer scans are exact (wrapping addition is associative). A float prefix is the offset
-(a sum of chunk totals) plus the in-order sum within its chunk: another association than
-the serial scan's, so it differs from it in rounding, within the same order of error
-bound (each term of a prefix passes through at most ``S + L/S`` roundings instead of
-``L``), and is identical run after run and for any number of workers (the same code over
-the same chunks). NaN and infinities propagate as in the serial scan (a NaN or an
-``inf - inf`` anywhere makes every later prefix NaN). Running the whole index space
-serially in one call is also correct: every pass-1 index precedes every pass-2 index.
+Integer scans are exact (wrapping addition is associative). A float prefix is its
+piece's offset (a sum of piece totals) plus the in-order sum within the piece: another
+association than the serial scan's, so it differs from it in rounding, within the same
+kind of error bound (each term of a prefix passes through at most
+``S * PIECES + 2 * chunk`` roundings instead of ``L``), and is identical run after run
+and for any number of workers (the same code over the same pieces). NaN and infinities
+propagate as in the serial scan (a NaN, or an ``inf`` meeting a ``-inf``, makes every later
+prefix NaN). Running the whole index space in one call is also correct: every pass-1
+index precedes every pass-2 index.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from . import scalar
 from .split_reduce import _split
 
 I64 = ir.IntType(64)
+PIECES = 4   # pieces of a chunk scanned side by side in pass 2 (independent dependency chains)
 
 
 def emit(em, s: int, combine) -> None:
@@ -51,60 +58,72 @@ def emit(em, s: int, combine) -> None:
     out_dt = em.dt[arg]
     rows, length = math.prod(t.domain), math.prod(t.inner)
     parts = rows * s
-    chunk = -(-length // s)
+    per_row = s * PIECES
+    piece = -(-length // per_row)
     zero = scalar.const(acc_dt, 0)
     with b.goto_entry_block():
-        acc = b.alloca(acc_ty)
+        accs = [b.alloca(acc_ty) for _ in range(PIECES)]
 
-    def total(i):
-        return b.gep(em.scratch, [i], source_etype=I64)   # 8-byte slots: acc_ty fits
-
-    def place(g):
-        """Row coordinates and the chunk's ``[lo, hi)`` of chunk index ``g``."""
-        o = b.udiv(g, ir.Constant(I64, s))
-        lo = b.mul(b.urem(g, ir.Constant(I64, s)), ir.Constant(I64, chunk))
-        hi = b.add(lo, ir.Constant(I64, chunk))
-        hi = b.select(b.icmp_signed("<", hi, ir.Constant(I64, length)), hi, ir.Constant(I64, length))
-        return o, _split(b, o, t.domain), lo, hi
-
-    def value(domain_vars, k):
-        em.vars[:] = domain_vars + [k]
-        values = em.body()
-        return scalar.convert(b, values[ssa], src_dt, acc_dt), values
-
-    def chunk_total(g):
-        _, domain_vars, lo, hi = place(g)
-        b.store(zero, acc)
-
-        def element(k):
-            v, _ = value(domain_vars, k)
-            b.store(combine(b, b.load(acc, typ=acc_ty), v, True), acc)
-        em.loop(lo, hi, element)
-        b.store(b.load(acc, typ=acc_ty), total(g))
-        em.vars[:] = []
-
-    def chunk_scan(f):
-        g = b.sub(f, ir.Constant(I64, parts))
-        o, domain_vars, lo, hi = place(g)
-        b.store(zero, acc)
-
-        def earlier(j):   # the exclusive sum of the row's earlier chunk totals, in order
-            b.store(combine(b, b.load(acc, typ=acc_ty), b.load(total(j), typ=acc_ty), False), acc)
-        em.loop(b.mul(o, ir.Constant(I64, s)), g, earlier)
-
-        def element(k):
-            v, values = value(domain_vars, k)
-            running = combine(b, b.load(acc, typ=acc_ty), v, False)
-            b.store(running, acc)
-            em.store(arg, ix, scalar.convert(b, running, acc_dt, out_dt), values)
-        em.loop(lo, hi, element)
-        em.vars[:] = []
+    def const(v):
+        return ir.Constant(I64, v)
 
     def lt(x, y):
         return b.select(b.icmp_signed("<", x, y), x, y)
 
     def gt(x, y):
         return b.select(b.icmp_signed(">", x, y), x, y)
-    middle = ir.Constant(I64, parts)
-    em.loop(em.start, lt(em.end, middle), chunk_total)
+
+    def total(i):
+        return b.gep(em.scratch, [i], source_etype=I64)   # 8-byte slots: acc_ty fits
+
+    def place(g):
+        """Row coordinates, first piece index and the pieces' ``[lo, hi)`` of chunk ``g``."""
+        o = b.udiv(g, const(s))
+        first = b.mul(b.urem(g, const(s)), const(PIECES))
+        bounds = []
+        for u in range(PIECES):
+            lo = lt(b.mul(b.add(first, const(u)), const(piece)), const(length))
+            bounds.append((lo, lt(b.add(lo, const(piece)), const(length))))
+        return o, _split(b, o, t.domain), b.add(b.mul(o, const(per_row)), first), bounds
+
+    def value(domain_vars, k):
+        em.vars[:] = domain_vars + [k]
+        values = em.body()
+        return scalar.convert(b, values[ssa], src_dt, acc_dt), values
+
+    def add(cell, v, reassociate):
+        b.store(combine(b, b.load(cell, typ=acc_ty), v, reassociate), cell)
+
+    def chunk_totals(g):
+        _, domain_vars, slot, bounds = place(g)
+        for u, (lo, hi) in enumerate(bounds):
+            b.store(zero, accs[0])
+            em.loop(lo, hi, lambda k: add(accs[0], value(domain_vars, k)[0], True))
+            b.store(b.load(accs[0], typ=acc_ty), total(b.add(slot, const(u))))
+        em.vars[:] = []
+
+    def chunk_scan(f):
+        o, domain_vars, slot, bounds = place(b.sub(f, const(parts)))
+        # offsets: the exclusive sum of the row's earlier piece totals, in order
+        b.store(zero, accs[0])
+        em.loop(b.mul(o, const(per_row)), slot,
+                lambda j: add(accs[0], b.load(total(j), typ=acc_ty), False))
+        for u in range(1, PIECES):
+            b.store(b.load(accs[u - 1], typ=acc_ty), accs[u])
+            add(accs[u], b.load(total(b.add(slot, const(u - 1))), typ=acc_ty), False)
+
+        def element(u, j):
+            v, values = value(domain_vars, b.add(bounds[u][0], j))
+            add(accs[u], v, False)
+            em.store(arg, ix, scalar.convert(b, b.load(accs[u], typ=acc_ty), acc_dt, out_dt), values)
+        # the pieces side by side (independent chains: their additions overlap), then
+        # what is left of the longer ones (the row's last piece may be short)
+        common = b.sub(bounds[-1][1], bounds[-1][0])
+        em.loop(const(0), common, lambda j: [element(u, j) for u in range(PIECES)])
+        for u in range(PIECES - 1):
+            em.loop(common, b.sub(bounds[u][1], bounds[u][0]), lambda j, u=u: element(u, j))
+        em.vars[:] = []
+
+    middle = const(parts)
+    em.loop(em.start, lt(em.end, middle), chunk_totals)
     em.loop(gt(em.start, middle), em.end, chunk_scan)

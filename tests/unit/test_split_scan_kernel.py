@@ -1,14 +1,15 @@
 """Scans of few long rows split in contiguous chunks over CPU workers (``qtrace.kernels.split_scan``).
 
-Pass 1 sums each chunk, pass 2 scans each chunk from the exclusive sum of the earlier
-chunks' totals (two ordered phases of one kernel step). Integers are exact; a float
-prefix is associated differently from the serial scan, so it is compared with NumPy's
-float64 scan under the classic error bound of a recursive sum: every term of the prefix
-at ``k`` passes through at most ``m = S + 2 * chunk`` roundings (the exclusive sum of at
-most ``S`` chunk totals, a chunk total of at most ``chunk`` terms in any association, the
-in-order scan within the chunk), so ``|got - exact| <= gamma_m * sum(|x_i|, i <= k)``
-with ``gamma_m = m u / (1 - m u)``. Results must be bit-identical for any number of
-workers and run after run.
+Pass 1 sums each piece of each chunk (``PIECES`` per chunk), pass 2 scans each chunk's
+pieces from the exclusive sum of the earlier pieces' totals (two ordered phases of one
+kernel step). Integers are exact; a float prefix is associated differently from the
+serial scan, so it is compared with NumPy's float64 scan under the classic error bound
+of a recursive sum: every term of the prefix at ``k`` passes through at most
+``m = S * PIECES + 2 * chunk`` roundings (the exclusive sum of fewer than
+``S * PIECES`` piece totals, a piece total of at most ``chunk`` terms in any association,
+the in-order scan within the piece), so ``|got - exact| <= gamma_m * sum(|x_i|, i <= k)``
+with ``gamma_m = m u / (1 - m u)`` (``u``: the unit roundoff of the result's dtype).
+Results must be bit-identical for any number of workers and run after run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 import qtrace as qt
 from qtrace.kernels import lowering
+from qtrace.kernels.split_scan import PIECES
 from qtrace.kernels.target import target_for
 
 C = lowering.CHUNK
@@ -37,7 +39,7 @@ def _within_bound(got, x, axis, s: int):
     x64 = x.astype(np.float64)
     want = np.cumsum(x64, axis=axis)
     length = x.shape[axis]
-    m = s + 2 * -(-length // s)
+    m = s * PIECES + 2 * -(-length // s)
     u = np.finfo(got.dtype).eps / 2
     gamma = m * u / (1 - m * u)
     bound = gamma * np.cumsum(np.abs(x64), axis=axis)
