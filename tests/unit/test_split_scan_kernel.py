@@ -166,3 +166,22 @@ def test_split_cumsum_gradient(fusion, rng):
     want = np.cumsum(w[::-1])[::-1]
     _within_bound(g[::-1], w[::-1], 0, 2)
     np.testing.assert_allclose(g, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8, np.uint32, np.int16], ids=lambda d: np.dtype(d).name)
+def test_split_cumsum_of_narrow_integers_widens_as_numpy(dt, device, fusion, rng):
+    x = rng.integers(0, 100, 2 * C + 9).astype(dt)
+    t = qt.asarray(x)
+    if device.kind == "cpu":
+        assert _segments(qt.cumsum, t) == 2
+    got = qt.cumsum(t).numpy()
+    assert got.dtype == np.cumsum(x).dtype
+    np.testing.assert_array_equal(got, np.cumsum(x))
+
+
+def test_complex_scans_are_not_split(device, fusion, rng):
+    x = (rng.standard_normal(2 * C + 9) + 1j * rng.standard_normal(2 * C + 9)).astype(np.complex64)
+    t = qt.asarray(x)
+    if device.kind == "cpu":
+        assert _segments(qt.cumsum, t) == 1
+    np.testing.assert_allclose(qt.cumsum(t).numpy(), np.cumsum(x.astype(np.complex128)), rtol=1e-4, atol=1e-2)
