@@ -128,16 +128,17 @@ class WorkerPool:
             except BaseException as err:  # pragma: no cover - kernels do not raise
                 self._done.put(err)
 
-    def run(self, fn, extent: int, args, status, scratch=None, stride: int = 0) -> None:
-        """Run ``fn`` over ``[0, extent)`` split evenly across the pool (caller included).
+    def run(self, fn, extent: int, args, status, scratch=None, stride: int = 0, start: int = 0) -> None:
+        """Run ``fn`` over ``[start, start + extent)`` split evenly across the pool (caller
+        included).
 
         Part ``i`` gets the scratch block ``scratch + i * stride`` (its own adstack).
         """
         parts = min(self.n, extent)
         if parts <= 1:
-            fn(0, extent, args, status, scratch)
+            fn(start, start + extent, args, status, scratch)
             return
-        bounds = [extent * i // parts for i in range(parts + 1)]
+        bounds = [start + extent * i // parts for i in range(parts + 1)]
         with self._lock:  # one parallel launch at a time: the workers are shared
             for i in range(1, parts):
                 block = scratch + i * stride if scratch is not None else None

@@ -41,20 +41,22 @@ class CpuRuntime(DeviceRuntime):
         return array
 
     def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool,
-               scratch: int = 0) -> None:
+               scratch: int = 0, phases: int = 1) -> None:
         args = cpu.packer(len(pointers))(*pointers)
         st = status or None
         threads = config.num_threads
-        workers = min(threads, extent) if parallel and threads > 1 else 1
+        workers = min(threads, extent // phases) if parallel and threads > 1 else 1
         block, stride = None, 0
-        if scratch:   # shared by all workers (a split reduction's counters and partials)
+        if scratch:   # shared by all workers (a split reduction's partials, a split scan's totals)
             block = np.zeros(scratch, np.uint8)
         elif levels is not None:
             block, stride = adstack.scratch(workers, levels, self.stacks)
         base = cpu.pointer(block) if block is not None else None
         if workers > 1:
-            cpu.pool().run(kernel, extent, args, st, base, stride)
-        elif parallel:  # long enough to be worth interrupting
+            part = extent // phases   # phase p: [p * part, (p + 1) * part), after phase p - 1
+            for p in range(phases):
+                cpu.pool().run(kernel, part, args, st, base, stride, start=p * part)
+        elif parallel:  # long enough to be worth interrupting (phases in order: one range)
             cpu.interruptible(kernel, 0, extent, args, st, base)
         else:
             kernel(0, extent, args, st, base)

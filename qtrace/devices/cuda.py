@@ -144,7 +144,9 @@ class CudaRuntime(DeviceRuntime):
             return self.cp.asarray(array)
 
     def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool,
-               scratch: int = 0) -> None:
+               scratch: int = 0, phases: int = 1) -> None:
+        if phases != 1:   # (the GPU's lowering splits no scan: it scans long rows in blocks)
+            raise NotImplementedError("qtrace: phased launches are a CPU mechanism")
         stride, threads, block = 0, None, None
         if scratch:   # zeroed, freed in stream order after the launch
             with self.device:

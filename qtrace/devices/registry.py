@@ -43,11 +43,13 @@ class DeviceRuntime:
         raise NotImplementedError
 
     def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool,
-               scratch: int = 0) -> None:
+               scratch: int = 0, phases: int = 1) -> None:
         """Run ``kernel`` over ``[0, extent)`` with the buffers at ``pointers``; ``status``
         is the address of its two-word report row (0: none); ``levels`` the adstack
         levels ``[(depth, float row bytes, int row bytes), ...]`` or None; ``scratch``
-        the bytes of zeroed scratch it needs (a split reduction's partials)."""
+        the bytes of zeroed scratch it needs (a split reduction's partials, a split scan's
+        totals); ``phases``: the range runs as that many equal parts, each finished before
+        the next starts (a split scan's two passes)."""
         raise NotImplementedError
 
     def sync(self) -> None:

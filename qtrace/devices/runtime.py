@@ -26,7 +26,7 @@ from ..errors import AdstackOverflowError
 from ..graph import origins
 from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
-from ..kernels.lowering import reduce_segments, split_scratch_bytes
+from ..kernels.lowering import split_phases, split_scratch_bytes, task_segments
 from ..kernels.target import target_for
 from ..stats import bump, bump_many
 from . import adstack, cpu, library
@@ -47,10 +47,11 @@ class KernelStep(NamedTuple):
     extent: int
     row: int              # status row of its index/overflow checks (-1: none)
     stack: object         # adstack.Stack of a reverse-mode loop task, or None
-    scratch: int          # zeroed scratch bytes (a split reduction)
+    scratch: int          # zeroed scratch bytes (a split reduction or scan)
     slots: list
     frees: list           # slots whose buffers are free after this step
     parallel: bool        # long enough to split over CPU workers
+    phases: int = 1       # [0, extent) runs as this many equal ranges in order (a split scan)
 
 
 class LibraryCall(NamedTuple):
@@ -141,7 +142,7 @@ class Plan:
             size = math.prod(t.domain + t.inner)
             if math.prod(t.domain) == 0:  # nothing to compute (an empty reduction still stores)
                 continue
-            segments = reduce_segments(t, lowering)   # a reduction split over GPU threads
+            segments = task_segments(t, lowering)   # a reduction (or scan) split over threads
             parallel = size >= cpu.PARALLEL_MIN_WORK and (t.domain[0] > 1 or segments > 1)
             row = -1
             if t.checks and (check_bounds or t.stack is not None):
@@ -154,8 +155,9 @@ class Plan:
                                        for depth, fb, ib in t.stack], " ".join([t.symbol, *loops]))
             extent = math.prod(t.domain) if lowering.flat or segments > 1 else t.domain[0]
             scratch = split_scratch_bytes(t, segments)
-            self.steps.append(KernelStep(kernels[t.symbol], extent * segments, row, stack, scratch,
-                                         step.slots, step.frees, parallel))
+            phases = split_phases(t, segments)
+            self.steps.append(KernelStep(kernels[t.symbol], extent * segments * phases, row, stack,
+                                         scratch, step.slots, step.frees, parallel, phases))
         self.n_tasks = sum(1 for s in self.steps if type(s) is KernelStep)
         if self.rt.sequences:
             self.steps = _sequences(self.steps, len(self.slot_meta))
@@ -237,7 +239,7 @@ class Plan:
                     levels = None if step.stack is None else step.stack.levels(bufs)
                     rt.launch(step.kernel, step.extent, [pointer(bufs[s]) for s in step.slots],
                               status_ptr + 16 * step.row if step.row >= 0 else 0, levels,
-                              step.parallel, step.scratch)
+                              step.parallel, step.scratch, step.phases)
             for s in step.frees:
                 buf = bufs[s]
                 bufs[s] = None

@@ -15,10 +15,10 @@ from llvmlite import ir
 
 from ..graph import index as ix_
 from ..graph.instrs import LOOPS, uses_f32_trig, walk
-from . import complexmath, interrupt, lanes, scalar, split_reduce
+from . import complexmath, interrupt, lanes, scalar, split_reduce, split_scan
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
-from .lowering import CPU, Lowering, reduce_segments
+from .lowering import CPU, Lowering, reduce_segments, scan_segments
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 PTR = ir.PointerType()
@@ -683,6 +683,11 @@ class KernelEmitter:
         _, ssa, acc_str = t.reduce
         acc_dt = np.dtype(acc_str)
         b = self.b
+        segments = scan_segments(t, self.lowering)
+        if segments > 1:   # few long rows: chunk totals, then chunks from their offsets
+            split_scan.emit(self, segments, lambda b, cur, v, reassociate: _combine(
+                b, "reduce_sum", cur, v, acc_dt, reassociate=reassociate))
+            return
         acc = _Cell(b, acc_dt)
         (arg, ix, _), = t.stores
 

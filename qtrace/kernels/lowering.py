@@ -37,6 +37,9 @@ class Lowering:
     with few outputs are split over threads (:mod:`qtrace.kernels.split_reduce`) in
     ``"interleaved"`` segments (a GPU: neighbouring threads read neighbouring elements) or
     ``"contiguous"`` ones (a CPU: each worker streams through its own chunk); ``""``: not.
+    Under ``"contiguous"``, scans with few long rows are split in the same chunks
+    (:mod:`qtrace.kernels.split_scan`; a GPU scans long rows in blocks built from graph
+    operations instead: ``qtrace.tracer.reductions._blocked_cumsum``).
     """
 
     math: str = "ir"
@@ -70,16 +73,43 @@ def reduce_segments(task, lowering: Lowering) -> int:
     if np.dtype(task.reduce[2]).kind == "c":
         return 1
     outputs, length = math.prod(task.domain), math.prod(task.inner)
-    s = 1
     if lowering.split_reductions == "contiguous":
-        # chunks depend on the row length only: the same result for any number of workers
-        if outputs < FEW_OUTPUTS:
-            while s * 2 <= MAX_CHUNKS and length // (s * 2) >= CHUNK:
-                s *= 2
-        return s
+        return contiguous_segments(outputs, length)
+    s = 1
     while outputs * s * 2 <= THREADS and length // (s * 2) >= MIN_SEGMENT:
         s *= 2
     return s
+
+
+def contiguous_segments(outputs: int, length: int) -> int:
+    """Contiguous chunks per row of ``outputs`` rows of ``length`` (1: not split). The
+    chunks depend on the row length only: the same result for any number of workers."""
+    s = 1
+    if outputs < FEW_OUTPUTS:
+        while s * 2 <= MAX_CHUNKS and length // (s * 2) >= CHUNK:
+            s *= 2
+    return s
+
+
+def scan_segments(task, lowering: Lowering) -> int:
+    """Chunks per row of scan ``task`` under ``lowering`` (1: not split; see
+    :mod:`qtrace.kernels.split_scan`): the CPU's contiguous chunks of reductions."""
+    if lowering.split_reductions != "contiguous" or task.kind != "scan" or task.stack is not None:
+        return 1
+    if np.dtype(task.reduce[2]).kind == "c":
+        return 1
+    return contiguous_segments(math.prod(task.domain), math.prod(task.inner))
+
+
+def task_segments(task, lowering: Lowering) -> int:
+    """Segments per row of a reduction or scan task (1: not split)."""
+    return scan_segments(task, lowering) if task.kind == "scan" else reduce_segments(task, lowering)
+
+
+def split_phases(task, s: int) -> int:
+    """Ordered launches of a split task over its index space: a split scan runs its chunk
+    totals, then its chunks from their offsets (2); everything else in one (1)."""
+    return 2 if task.kind == "scan" and s > 1 else 1
 
 
 GROUP = 32                 # partials combined by one thread at each level of a split
@@ -121,7 +151,10 @@ def split_layout(outputs: int, s: int, is_arg: bool) -> SplitLayout:
 
 
 def split_scratch_bytes(task, s: int) -> int:
-    """Zeroed scratch a split reduction needs (0 when not split)."""
+    """Zeroed scratch a split reduction or scan needs (0 when not split)."""
     if s <= 1:
         return 0
+    if task.kind == "scan":   # one 8-byte total per piece of a chunk
+        from .split_scan import PIECES
+        return 8 * math.prod(task.domain) * s * PIECES
     return split_layout(math.prod(task.domain), s, task.reduce[0] in ("argmax", "argmin")).nbytes
