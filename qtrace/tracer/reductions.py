@@ -171,7 +171,8 @@ def _blocked_scan(t, ax: int) -> bool:
 def _blocked_cumsum(t, ax: int):
     """``cumsum`` of long rows as a blocked scan: each block of ``SCAN_BLOCK`` elements is
     scanned in parallel, the blocks' totals are scanned (exclusive), and each block adds
-    its offset (fused with the last step). Differentiable like its parts."""
+    its offset (fused with the last step). Differentiable like its parts; NaN and inf
+    propagate as in a serial scan."""
     from .creation import zeros
     from .shape_ops import concatenate, moveaxis
     n = t.shape[ax]
@@ -184,7 +185,10 @@ def _blocked_cumsum(t, ax: int):
     x = reshape(x, lead + (blocks, SCAN_BLOCK))
     local = wrap(record("cumsum", (x._node,), (x.ndim - 1,), x.shape, x.dtype))
     totals = local[..., -1]
-    offsets = wrap(record("cumsum", (totals._node,), (totals.ndim - 1,), totals.shape, x.dtype)) - totals
+    running = wrap(record("cumsum", (totals._node,), (totals.ndim - 1,), totals.shape, x.dtype))
+    # exclusive: shifted by one block (running - totals would turn inf - inf into NaN and
+    # cancel digits of large totals)
+    offsets = concatenate([zeros(lead + (1,), dtype=x.dtype, device=x.device), running[..., :-1]], axis=-1)
     out = reshape(local + offsets[..., None], lead + (blocks * SCAN_BLOCK,))[..., :n]
     return moveaxis(out, -1, ax)
 
