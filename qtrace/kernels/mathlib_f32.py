@@ -17,7 +17,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from . import mathlib as _m
-from .mathlib import _E, _log1p_arg, _log_specials
+from .mathlib import _E, _FALSE, _log1p_arg, _log_specials
 
 _F32 = ir.FloatType()
 _I32 = ir.IntType(32)
@@ -37,6 +37,12 @@ _LOG10_2_LO = 4.605039066518657e-06
 # pi/2 = _PIO2_1 + _PIO2_2 + _PIO2_3 + O(2^-73), each part a float32
 _PIO2 = (1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15)
 _TWO_OVER_PI = 0.6366197466850281
+# multiples of pi/4 as float32 head + tail (the tail the float32 nearest to the rest)
+_PIO4_2 = (0.7853981852531433, -2.1855694143368964e-08)
+_PI3O4_2 = (2.356194496154785, -5.962440319251527e-09)
+_PI_2 = (3.1415927410125732, -8.742277657347586e-08)
+_TAN_PI8 = 0.41421356  # float32(tan(pi/8)); only selects the interval
+_TAN_3PI8 = 2.4142137
 
 # Minimax coefficients, lowest order first (docs/fit_f32_polys.py; relative error of
 # the function with float32-rounded coefficients, evaluated exactly).
@@ -58,6 +64,9 @@ _COS = (0.0416666679084301, -0.0013888971880078316, 2.4818240490276366e-05, -2.8
 # sinh(x) = x + x^3 H(z), z = x^2, |x| <= 2                              2^-31.1
 _SINH = (0.1666666716337204, 0.008333316072821617, 0.00019843215704895556, 2.7461790068628034e-06,
          2.7169164695806103e-08, -9.984507144678023e-12)
+# atan(t) = t + t^3 A(z), z = t^2, |t| <= tan(pi/8)                   2^-33.8
+_ATAN = (-0.3333333134651184, 0.19999802112579346, -0.1427912712097168, 0.11009465903043747,
+         -0.08282185345888138, 0.04348523169755936)
 
 
 class E32(_E):
@@ -276,8 +285,82 @@ def _f_cosh(E, x):
     return _keep_nan(E, x, E.add(h, E.div(0.25, h)))
 
 
+def _atan2_core(E: E32, ay, ax, xneg):
+    """atan2(|y|, |x|) folded with the x-sign rule: result in [0, pi] (or NaN).
+
+    The double design (one division of selected numerator/denominator, offsets
+    0, pi/4, pi/2, 3pi/4, pi) with the roundings of ``ay + ax`` and of the quotient
+    corrected by fma residuals, and the offsets as float-float.
+    """
+    # scale so that ay + ax cannot overflow and range-B operands are normal
+    mx = E.sel(E.cmp(">", ay, ax), ay, ax)
+    sc = E.sel(E.cmp(">", mx, 2.0 ** 100), 2.0 ** -8,
+               E.sel(E.cmp("<", mx, 2.0 ** -60), 2.0 ** 60, 1.0))
+    ay = E.mul(ay, sc)
+    ax = E.mul(ax, sc)
+    bothinf = E.and_(E.isinf(ay), E.isinf(ax))
+    nbi = E.not_(bothinf)
+    ra = E.and_(E.cmp("<=", ay, E.mul(ax, _TAN_PI8)), nbi)
+    rc = E.and_(E.cmp(">=", ay, E.mul(ax, _TAN_3PI8)), nbi)
+    nb, nl = E.two_sum(ay, E.neg(ax))  # ay - ax is inexact for ay < ax/2
+    num = E.sel(ra, ay, E.sel(rc, E.neg(ax), nb))
+    dsum, dl = E.two_sum(ay, ax)
+    den = E.sel(ra, ax, E.sel(rc, ay, dsum))
+    num = E.sel(bothinf, 0.0, num)
+    den = E.sel(bothinf, 1.0, den)
+    den = E.sel(E.cmp("==", den, 0.0), 1.0, den)
+    isb = E.not_(E.or_(E.or_(ra, rc), bothinf))
+    nl = E.sel(isb, nl, 0.0)  # num + nl, den + dl: the exact numerator and denominator
+    dl = E.sel(isb, dl, 0.0)
+
+    def pick(i):
+        a = E.sel(xneg, _PI_2[i], 0.0)
+        b = E.sel(xneg, _PI3O4_2[i], _PIO4_2[i])
+        return E.sel(ra, a, E.sel(rc, _PIO2[i], b))
+
+    ohi, olo = pick(0), pick(1)
+    t = E.div(num, den)
+    res = E.fma(E.neg(t), den, num)
+    tl = E.div(E.add(E.fma(E.neg(t), dl, res), nl), den)
+    tl = E.sel(E.cmp(">", E.abs(t), 2.0 ** -100), tl, 0.0)
+    z = E.mul(t, t)
+    # atan(t + tl) = atan(t) + tl / (1 + t^2) + ...
+    small = E.mad(E.mul(t, z), E.poly(z, _ATAN), E.mul(tl, E.mad(z, E.sub(z, 1.0), 1.0)))
+    pt = E.sel(xneg, E.neg(t), t)
+    pc = E.sel(xneg, E.neg(small), small)
+    h, err = E.fast_two_sum(ohi, pt)  # |ohi| >= |t| or ohi == 0
+    return E.add(h, E.add(err, E.add(pc, olo)))
+
+
+def _f_arctan(E, x):
+    r = _atan2_core(E, E.abs(x), E.k(1.0), _FALSE)
+    r = E.copysign(r, x)
+    return _keep_nan(E, x, r)
+
+
+def _f_arctan2(E, y, x):
+    r = _atan2_core(E, E.abs(y), E.abs(x), E.signbit(x))
+    r = E.copysign(r, y)
+    return E.sel(E.or_(E.isnan(x), E.isnan(y)), _NAN, r)
+
+
+def _f_arcsin(E, x):
+    ax = E.abs(x)
+    r = _atan2_core(E, ax, _m._asin_w(E, ax), _FALSE)
+    r = E.copysign(r, x)
+    r = E.sel(E.cmp("<", ax, 2.0 ** -12), x, r)
+    return E.sel(E.ucmp(">", ax, 1.0), _NAN, r)
+
+
+def _f_arccos(E, x):
+    ax = E.abs(x)
+    r = _atan2_core(E, _m._asin_w(E, ax), ax, E.signbit(x))
+    return E.sel(E.ucmp(">", ax, 1.0), _NAN, r)
+
+
 NATIVE = {
     "exp": _f_exp, "exp2": _f_exp2, "expm1": _f_expm1,
     "log": _f_log, "log2": _f_log2, "log10": _f_log10, "log1p": _f_log1p,
     "tanh": _f_tanh, "sinh": _f_sinh, "cosh": _f_cosh,
+    "arctan": _f_arctan, "arctan2": _f_arctan2, "arcsin": _f_arcsin, "arccos": _f_arccos,
 }

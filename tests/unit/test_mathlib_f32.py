@@ -23,8 +23,11 @@ from qtrace.kernels import codegen, fastmath, llvm_cpu, mathlib_f32
 from qtrace.kernels.mathlib import emit_math
 
 F32 = np.float32
+BINARY = {"arctan2", "hypot", "power"}
 NATIVE = sorted(mathlib_f32.NATIVE)
-SWEPT = NATIVE + ["sin", "cos"]  # sin/cos: float32 fast pass, exact double fallback
+UNARY_NATIVE = [n for n in NATIVE if n not in BINARY]
+BINARY_NATIVE = [n for n in NATIVE if n in BINARY]
+SWEPT = UNARY_NATIVE + ["sin", "cos"]  # sin/cos: float32 fast pass, exact double fallback
 
 # values whose float32 neighbours (+-8 steps) are checked: overflow to inf, underflow to
 # 0 and to denormals, the polynomial/formula switch points, trig reduction limits
@@ -38,11 +41,15 @@ THRESHOLDS = {
     "sinh": [89.4159851, 89.41598, 2.0, 1.0, 2.0 ** -13],
     "cosh": [89.4159851, 89.41598, 1.0],
     "sin": [2.0 ** 19, 1.5707964, 3.1415927, 4.712389, 2.0 ** -12, 1e4, 105414.35],
+    # the interval switches tan(pi/8), tan(3pi/8), the scaling thresholds, x -> atan(x) = x
+    "arctan": [0.41421357, 2.4142137, 1.0, 2.0 ** 100, 2.0 ** -60, 2.0 ** -12, 1.6777216e7],
+    "arcsin": [0.5, 1.0, 0.70710677, 0.38268343, 0.9238795, 2.0 ** -12, 2.0 ** -25],
 }
-ALIAS = {"log2": "log", "log10": "log", "cos": "sin"}
+ALIAS = {"log2": "log", "log10": "log", "cos": "sin", "arccos": "arcsin"}
 RANGES = {
     "exp": (-104, 90), "exp2": (-151, 129), "expm1": (-20, 90), "log": (0, 4), "log1p": (-1, 2),
     "tanh": (-10, 10), "sinh": (-90, 90), "cosh": (-90, 90), "sin": (-1000, 1000),
+    "arctan": (-5, 5), "arcsin": (-1, 1),
 }
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, 1.1754944e-38,
            -1.1754944e-38, 3.4028235e38, -3.4028235e38, 1.0, -1.0]
@@ -74,11 +81,13 @@ def _inputs(name, rng):
     ])
 
 
-def _check(name, x, got):
-    ref = reference(name, (x,), F32)
+def _check(name, x, got, y=None):
+    ref = reference(name, (x,) if y is None else (x, y), F32)
     d = ulp_distance(got, ref, F32)
     i = int(np.argmax(d))
-    assert d[i] <= 2, f"{name}: {d[i]} ulp at x={x[i]!r}: got {got[i]!r}, want {ref[i]!r}"
+    at = f"x={x[i]!r}" if y is None else f"x={x[i]!r}, y={y[i]!r}"
+    assert d[i] <= 2, f"{name}: {d[i]} ulp at {at}: got {got[i]!r}, want {ref[i]!r}"
+    assert np.array_equal(np.isnan(got), np.isnan(ref)), f"{name}: NaN mismatch"
     bad = np.isinf(got) != np.isinf(ref)
     assert not bad.any(), f"{name}: inf mismatch at x={x[bad][:5]}: got {got[bad][:5]}"
     zero = ref == 0
@@ -92,6 +101,37 @@ def test_dense_sweep_through_qtrace(name, fusion, rng):
     got = getattr(qt, name)(qt.asarray(x)).numpy()
     assert got.dtype == F32
     _check(name, x, got)
+
+
+# binary functions: (first, second) operands -- every 4096th bit pattern of each against
+# random bit patterns, random pairs in the natural range, and all pairs of special values
+BINARY_RANGES = {"arctan2": ((-3, 3), (-3, 3))}
+BINARY_SPECIAL = SPECIAL + [2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 1e30, -1e30, 1e-30, 2.0 ** 100,
+                            2.0 ** -60, 1.6777216e7, -1.6777217e7, 0.41421357, 2.4142137]
+
+
+def _binary_inputs(name, rng):
+    (alo, ahi), (blo, bhi) = BINARY_RANGES[name]
+    bits = np.arange(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32).view(F32)
+    n = bits.size
+    rnd = rng.integers(0, 2**32, 2 * n + 200_000, dtype=np.uint64).astype(np.uint32).view(F32)
+    sp = np.array(BINARY_SPECIAL, F32)
+    spx, spy = np.repeat(sp, sp.size), np.tile(sp, sp.size)
+    logu = (10.0 ** rng.uniform(-45, 38.5, (2, 100_000))
+            * rng.choice([-1.0, 1.0], (2, 100_000))).astype(F32)
+    x = np.concatenate([bits, rnd[:n], rnd[2 * n:2 * n + 100_000],
+                        rng.uniform(alo, ahi, 200_000).astype(F32), logu[0], spx])
+    y = np.concatenate([rnd[n:2 * n], bits, rnd[2 * n + 100_000:],
+                        rng.uniform(blo, bhi, 200_000).astype(F32), logu[1], spy])
+    return x, y
+
+
+@pytest.mark.parametrize("name", BINARY_NATIVE)
+def test_dense_sweep_binary_through_qtrace(name, fusion, rng):
+    x, y = _binary_inputs(name, rng)
+    got = getattr(qt, name)(qt.asarray(x), qt.asarray(y)).numpy()
+    assert got.dtype == F32
+    _check(name, x, got, y)
 
 
 @pytest.mark.parametrize("name", ["sin", "cos"])
@@ -123,12 +163,12 @@ def _fast_trig_compiled():
 # --------------------------------------------------------------------------- IR structure
 
 
-def _scalar_function(emit):
+def _scalar_function(emit, nargs=1):
     mod = ir.Module()
     f = ir.FloatType()
-    fn = ir.Function(mod, ir.FunctionType(f, [f]), name="g")
+    fn = ir.Function(mod, ir.FunctionType(f, [f] * nargs), name="g")
     b = ir.IRBuilder(fn.append_basic_block())
-    b.ret(emit(b, fn.args[0]))
+    b.ret(emit(b, *fn.args))
     text = str(mod)
     llvm.parse_assembly(text).verify()
     return text
@@ -136,7 +176,8 @@ def _scalar_function(emit):
 
 @pytest.mark.parametrize("name", NATIVE)
 def test_native_functions_emit_no_double(name):
-    text = _scalar_function(lambda b, x: emit_math(b, name, [x]))
+    nargs = 2 if name in BINARY else 1
+    text = _scalar_function(lambda b, *a: emit_math(b, name, list(a)), nargs)
     assert "double" not in text and "i64" not in text, name
     assert "llvm.fma.f32" in text or name in ("sinh", "cosh", "exp", "exp2")
 
