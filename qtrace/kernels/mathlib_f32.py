@@ -67,6 +67,9 @@ _SINH = (0.1666666716337204, 0.008333316072821617, 0.00019843215704895556, 2.746
 # atan(t) = t + t^3 A(z), z = t^2, |t| <= tan(pi/8)                   2^-33.8
 _ATAN = (-0.3333333134651184, 0.19999802112579346, -0.1427912712097168, 0.11009465903043747,
          -0.08282185345888138, 0.04348523169755936)
+# tan(r) = r + r^3 T(z), z = r^2, |r| <= 0.84 (error relative to T)    2^-25.0
+_TAN = (0.3333333432674408, 0.13333211839199066, 0.0539923757314682, 0.021695777773857117,
+        0.009411973878741264, 0.002894260920584202, 0.0014345350209623575, 0.0012686882400885224)
 
 
 class E32(_E):
@@ -176,8 +179,8 @@ def _log_scaled(E: E32, x, c_hi, c_lo, e_hi, e_lo):
     return _m._log_scaled_parts(E, _log_parts(E, x), c_hi, c_lo, e_hi, e_lo)
 
 
-def sincos_reduced(E: E32, x):
-    """Cody-Waite for |x| < 2^19: (q, sin r, cos r) with x = (4n + q) pi/2 + r.
+def reduce_pio2(E: E32, x):
+    """Cody-Waite for |x| < 2^19: (k, rh, rl) with x = k pi/2 + (rh + rl).
 
     ``fma(-k, _PIO2_1, x)`` is exact (both are multiples of 2^-23 or x < 1, and
     the result is below 1); ``k * _PIO2_2`` is split exactly with an fma and
@@ -190,6 +193,12 @@ def sincos_reduced(E: E32, x):
     tl = E.fma(k, _PIO2[1], E.neg(th))
     r2, e2 = E.two_sum(r1, E.neg(th))
     rh, rl = E.fast_two_sum(r2, E.fma(nk, _PIO2[2], E.sub(e2, tl)))
+    return k, rh, rl
+
+
+def sincos_reduced(E: E32, x):
+    """(q, sin r, cos r) with x = (4n + q) pi/2 + r, |x| < 2^19 (:func:`reduce_pio2`)."""
+    k, rh, rl = reduce_pio2(E, x)
     z = E.mul(rh, rh)
     s = E.add(rh, E.mad(E.mul(rh, z), E.poly(z, _SIN), rl))
     hz = E.mul(0.5, z)
@@ -198,6 +207,25 @@ def sincos_reduced(E: E32, x):
     c = E.add(w, E.add(E.sub(E.sub(1.0, w), hz), tail))
     q = E.b.and_(E.to_i32(k), E.ki(3))
     return q, s, c
+
+
+def tan_reduced(E: E32, x):
+    """tan(x) for |x| < 2^19 (garbage elsewhere): tan(r) or -1/tan(r), r = x - k pi/2.
+
+    tan(r) = rh + p as a float-float (p = rh^3 T(rh^2) + rl (1 + tan^2), at most 27% of
+    the result); for odd k the quotient -1/(th + tl) is corrected by its fma residual.
+    """
+    k, rh, rl = reduce_pio2(E, x)
+    z = E.mul(rh, rh)
+    p0 = E.mul(E.mul(rh, z), E.poly(z, _TAN))
+    t0 = E.add(rh, p0)
+    p = E.mad(rl, E.mad(t0, t0, 1.0), p0)  # tan(rh + rl) ~ tan(rh) + rl (1 + tan^2 rh)
+    th, tl = E.fast_two_sum(rh, p)
+    v = E.div(-1.0, th)
+    res = E.fma(v, th, 1.0)  # exact: v th = -1 + res
+    w = E.mad(v, E.mad(tl, v, res), v)  # -1/(th + tl) = v (1 + res + tl v) + O(2^-46)
+    odd = E.b.icmp_unsigned("!=", E.b.and_(E.to_i32(k), E.ki(1)), E.ki(0))
+    return E.sel(odd, w, E.add(th, tl))
 
 
 # ---------------------------------------------------------------------------

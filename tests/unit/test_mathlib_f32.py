@@ -27,7 +27,8 @@ BINARY = {"arctan2", "hypot", "power"}
 NATIVE = sorted(mathlib_f32.NATIVE)
 UNARY_NATIVE = [n for n in NATIVE if n not in BINARY]
 BINARY_NATIVE = [n for n in NATIVE if n in BINARY]
-SWEPT = UNARY_NATIVE + ["sin", "cos"]  # sin/cos: float32 fast pass, exact double fallback
+FAST = ["sin", "cos", "tan"]  # float32 fast pass, exact double fallback
+SWEPT = UNARY_NATIVE + FAST
 
 # values whose float32 neighbours (+-8 steps) are checked: overflow to inf, underflow to
 # 0 and to denormals, the polynomial/formula switch points, trig reduction limits
@@ -45,7 +46,7 @@ THRESHOLDS = {
     "arctan": [0.41421357, 2.4142137, 1.0, 2.0 ** 100, 2.0 ** -60, 2.0 ** -12, 1.6777216e7],
     "arcsin": [0.5, 1.0, 0.70710677, 0.38268343, 0.9238795, 2.0 ** -12, 2.0 ** -25],
 }
-ALIAS = {"log2": "log", "log10": "log", "cos": "sin", "arccos": "arcsin"}
+ALIAS = {"log2": "log", "log10": "log", "cos": "sin", "tan": "sin", "arccos": "arcsin"}
 RANGES = {
     "exp": (-104, 90), "exp2": (-151, 129), "expm1": (-20, 90), "log": (0, 4), "log1p": (-1, 2),
     "tanh": (-10, 10), "sinh": (-90, 90), "cosh": (-90, 90), "sin": (-1000, 1000),
@@ -134,7 +135,7 @@ def test_dense_sweep_binary_through_qtrace(name, fusion, rng):
     _check(name, x, got, y)
 
 
-@pytest.mark.parametrize("name", ["sin", "cos"])
+@pytest.mark.parametrize("name", FAST)
 def test_fast_trig_pass_alone(name, rng):
     """The float32 fast pass by itself (no fallback) on |x| < LIMIT, incl. the float32
     values nearest to multiples of pi/2 (the worst cancellations of the reduction)."""
@@ -151,11 +152,12 @@ def test_fast_trig_pass_alone(name, rng):
 
 @functools.cache
 def _fast_trig_compiled():
-    """sin/cos loops (test_mathlib's harness) whose body is only fastmath.sincos_f32's value."""
+    """sin/cos/tan loops (test_mathlib's harness) whose body is only fastmath.sincos_f32's
+    value."""
     saved = test_mathlib.emit_math
     test_mathlib.emit_math = lambda b, name, args: fastmath.sincos_f32(b, args[0], name)[0]
     try:
-        return _Compiled(["sin", "cos"], F32)
+        return _Compiled(FAST, F32)
     finally:
         test_mathlib.emit_math = saved
 
@@ -182,7 +184,7 @@ def test_native_functions_emit_no_double(name):
     assert "llvm.fma.f32" in text or name in ("sinh", "cosh", "exp", "exp2")
 
 
-@pytest.mark.parametrize("which", ["sin", "cos"])
+@pytest.mark.parametrize("which", FAST)
 def test_fast_trig_pass_emits_no_double(which):
     text = _scalar_function(lambda b, x: fastmath.sincos_f32(b, x, which)[0])
     assert "double" not in text and "llvm.fma.f32" in text
