@@ -70,6 +70,10 @@ _ATAN = (-0.3333333134651184, 0.19999802112579346, -0.1427912712097168, 0.110094
 # tan(r) = r + r^3 T(z), z = r^2, |r| <= 0.84 (error relative to T)    2^-25.0
 _TAN = (0.3333333432674408, 0.13333211839199066, 0.0539923757314682, 0.021695777773857117,
         0.009411973878741264, 0.002894260920584202, 0.0014345350209623575, 0.0012686882400885224)
+# power's log2: 2 atanh(s) = 2 s + (2/3) s^3 + s^3 z Q(z), z = s^2 <= 0.0295 (relative
+# to Q; the s^3 z Q term is below 2^-12.5 of the result)                2^-26.0
+_LOGQ = (0.4000000059604645, 0.28571152687072754, 0.22237464785575867, 0.184015154838562)
+_TWO3 = (0.6666666865348816, -1.9868215517249155e-08)  # 2/3 as float-float
 
 
 class E32(_E):
@@ -386,9 +390,56 @@ def _f_arccos(E, x):
     return E.sel(E.ucmp(">", ax, 1.0), _NAN, r)
 
 
+def _log2_ff(E: E32, ax):
+    """log2(ax) as a float-float (relative error ~2^-40) for ax > 0 finite.
+
+    fdlibm's s = f / (2 + f) as sh + sl (one division, fma residual), the cubic term
+    2/3 s^3 as a float-float, the rest s^3 z Q(z) in float; times 1/ln2 as a
+    float-float, plus the exponent.
+    """
+    e, f, _s, _hfsq, _R = _log_parts(E, ax)
+    dh, dl = E.fast_two_sum(2.0, f)
+    sh = E.div(f, dh)
+    sl = E.div(E.fma(E.neg(sh), dl, E.fma(E.neg(sh), dh, f)), dh)
+    s2h = E.mul(sh, sh)
+    s2l = E.fma(sh, sh, E.neg(s2h))
+    s3h = E.mul(s2h, sh)
+    s3l = E.add(E.fma(s2h, sh, E.neg(s3h)), E.mad(s2l, sh, E.mul(3.0, E.mul(s2h, sl))))
+    t1h = E.mul(s3h, _TWO3[0])
+    t1l = E.add(E.fma(s3h, _TWO3[0], E.neg(t1h)), E.mad(s3h, _TWO3[1], E.mul(s3l, _TWO3[0])))
+    t2 = E.mul(E.mul(s3h, s2h), E.poly(s2h, _LOGQ))
+    lh, ll = E.fast_two_sum(E.mul(2.0, sh), t1h)
+    lh, ll = E.fast_two_sum(lh, E.add(ll, E.add(E.mad(2.0, sl, t1l), t2)))
+    th = E.mul(lh, _INVLN2)
+    tl = E.add(E.fma(lh, _INVLN2, E.neg(th)), E.mad(lh, _INVLN2_LO, E.mul(ll, _INVLN2)))
+    w, wl = E.fast_two_sum(e, th)  # |e| >= 1 > |th| or e == 0
+    return E.fast_two_sum(w, E.add(wl, tl))
+
+
+def _f_power(E, x, y):
+    """pow(x, y) = 2^(y log2|x|): log2 and the product as float-floats, 2^(rh + rl)."""
+    ax = E.abs(x)
+    zero, infnan = E.cmp("==", ax, 0.0), E.ucmp("==", ax, _INF)
+    lh, ll = _log2_ff(E, ax)
+    lh = E.sel(zero, -_INF, E.sel(infnan, ax, lh))
+    wh = E.mul(y, lh)
+    wl = E.mad(y, ll, E.fma(y, lh, E.neg(wh)))
+    # 2^(wh + wl); wl only where wh is finite and not clamped
+    whc = E.clamp(wh, -160.0, 130.0)
+    wl = E.sel(E.cmp("==", whc, wh), wl, 0.0)
+    k = E.rint(whc)
+    rh, rl = E.fast_two_sum(E.sub(whc, k), wl)  # whc - k exact; |whc - k| >= |wl| or 0
+    p = E.mad(rh, E.poly(rh, _EXP2), 1.0)
+    p = E.mad(p, E.mul(rl, _LN2_HI), p)  # 2^rl = 1 + rl ln2 + O(2^-48)
+    r = E.scale2(p, E.to_i32(k))
+    r = E.sel(E.isnan(wh), _NAN, r)
+    return _m._pow_finish(E, x, y, r)
+
+
 NATIVE = {
     "exp": _f_exp, "exp2": _f_exp2, "expm1": _f_expm1,
     "log": _f_log, "log2": _f_log2, "log10": _f_log10, "log1p": _f_log1p,
     "tanh": _f_tanh, "sinh": _f_sinh, "cosh": _f_cosh,
     "arctan": _f_arctan, "arctan2": _f_arctan2, "arcsin": _f_arcsin, "arccos": _f_arccos,
+    "power": _f_power,
 }

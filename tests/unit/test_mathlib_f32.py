@@ -106,7 +106,7 @@ def test_dense_sweep_through_qtrace(name, fusion, rng):
 
 # binary functions: (first, second) operands -- every 4096th bit pattern of each against
 # random bit patterns, random pairs in the natural range, and all pairs of special values
-BINARY_RANGES = {"arctan2": ((-3, 3), (-3, 3))}
+BINARY_RANGES = {"arctan2": ((-3, 3), (-3, 3)), "power": ((0, 4), (-40, 40))}
 BINARY_SPECIAL = SPECIAL + [2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 1e30, -1e30, 1e-30, 2.0 ** 100,
                             2.0 ** -60, 1.6777216e7, -1.6777217e7, 0.41421357, 2.4142137]
 
@@ -133,6 +133,23 @@ def test_dense_sweep_binary_through_qtrace(name, fusion, rng):
     got = getattr(qt, name)(qt.asarray(x), qt.asarray(y)).numpy()
     assert got.dtype == F32
     _check(name, x, got, y)
+
+
+def test_power_large_and_extreme_results(fusion, rng):
+    """power near overflow, in the denormal results, for x near 1 with huge y (where
+    log2 x must be a float-float), and negative x with integer y."""
+    n = 200_000
+    x1 = (2.0 ** rng.uniform(-30, 30, n)).astype(F32)
+    y1 = (rng.uniform(-152, 129, n) / np.log2(x1.astype(np.float64))).astype(F32)
+    x2 = (1 + rng.uniform(-1e-3, 1e-3, n)).astype(F32)
+    x2[x2 == 1] = F32(1.0001)
+    y2 = (rng.uniform(-130, 130, n) / np.log2(x2.astype(np.float64))).astype(F32)
+    x3 = rng.uniform(-10, 10, n).astype(F32)
+    y3 = rng.integers(-45, 45, n).astype(F32)
+    x = np.concatenate([x1, x2, x3, -x1])
+    y = np.concatenate([y1, y2, y3, np.rint(y1)])
+    got = qt.power(qt.asarray(x), qt.asarray(y)).numpy()
+    _check("power", x, got, y)
 
 
 @pytest.mark.parametrize("name", FAST)
