@@ -168,9 +168,11 @@ def _log_parts(E: E32, u):
     return e, f, s, hfsq, R
 
 
-def _log_val(E: E32, u, corr=None):
-    """log(u) + corr (corr tiny: the log1p correction)."""
+def _log_val(E: E32, u, corr=None, e_add=None):
+    """log(u) + corr (corr tiny: the log1p correction) + e_add ln2."""
     e, f, s, hfsq, R = _log_parts(E, u)
+    if e_add is not None:
+        e = E.add(e, e_add)
     lo = E.mul(e, _LN2_LO)
     if corr is not None:
         lo = E.add(lo, corr)
@@ -436,10 +438,93 @@ def _f_power(E, x, y):
     return _m._pow_finish(E, x, y, r)
 
 
+def _log1p_val(E: E32, v, corr=None):
+    """log1p(v + corr) for v > -1 finite, corr tiny (the rounding error of v)."""
+    u, c = _log1p_arg(E, v)
+    if corr is not None:
+        c = E.add(c, E.div(corr, u))
+    return _log_val(E, u, c)
+
+
+def _div_ff(E: E32, nh, nl, dh, dl):
+    """(nh + nl) / (dh + dl) as q + ql (the quotient's rounding corrected by its residual)."""
+    q = E.div(nh, dh)
+    ql = E.div(E.add(E.fma(E.neg(q), dh, nh), E.fma(E.neg(q), dl, nl)), dh)
+    return q, ql
+
+
+def _f_arcsinh(E, x):
+    """log1p(v), v = |x| + x^2 / (1 + sqrt(1 + x^2)) as a float-float (vh + vl)."""
+    ax = E.abs(x)
+    big = E.cmp(">", ax, 2.0 ** 28)
+    th = E.mul(ax, ax)
+    tl = E.fma(ax, ax, E.neg(th))
+    ah, al = E.two_sum(1.0, th)
+    r = E.sqrt(ah)
+    rl = E.div(E.add(E.fma(E.neg(r), r, ah), al), E.add(r, r))  # sqrt(ah + al) = r + rl
+    dh, dl = E.fast_two_sum(r, 1.0)  # r >= 1
+    q, ql = _div_ff(E, th, tl, dh, E.add(dl, rl))
+    vh, vl = E.fast_two_sum(ax, q)  # q < ax
+    vl = E.add(vl, ql)
+    u, c = _log1p_arg(E, vh)
+    c = E.add(c, E.div(vl, u))
+    u = E.sel(big, ax, u)
+    c = E.sel(big, 0.0, c)
+    res = _log_val(E, u, c, E.sel(big, 1.0, 0.0))
+    res = E.sel(E.isinf(x), ax, res)
+    res = E.copysign(res, x)
+    res = E.sel(E.cmp("<", ax, 2.0 ** -12), x, res)
+    return _keep_nan(E, x, res)
+
+
+def _f_arccosh(E, x):
+    """log1p(v), v = t + sqrt(t (2 + t)), t = x - 1, as a float-float (vh + vl)."""
+    big = E.cmp(">", x, 2.0 ** 28)
+    t, tl = E.two_sum(x, -1.0)  # tl != 0 only for x > 2
+    ph = E.mul(t, t)
+    pl = E.fma(t, t, E.neg(ph))
+    wh, wl = E.two_sum(E.add(t, t), ph)
+    wl = E.add(wl, pl)  # t (2 + t) = wh + wl
+    r = E.sqrt(wh)
+    rl = E.div(E.add(E.fma(E.neg(r), r, wh), wl), E.add(r, r))
+    rl = E.sel(E.cmp(">", r, 0.0), rl, 0.0)
+    vh, vl = E.two_sum(t, r)
+    vl = E.add(vl, E.add(rl, E.mul(2.0, tl)))  # dv/dt ~ 2 where tl != 0
+    u, c = _log1p_arg(E, vh)
+    c = E.add(c, E.div(vl, u))
+    u = E.sel(big, x, u)
+    c = E.sel(big, 0.0, c)
+    res = _log_val(E, u, c, E.sel(big, 1.0, 0.0))
+    res = E.sel(E.cmp("==", x, _INF), x, res)
+    return E.sel(E.ucmp("<", x, 1.0), _NAN, res)
+
+
+def _f_arctanh(E, x):
+    """log1p(t) / 2, t = 2|x| + 2x^2 / (1 - |x|) (|x| < 1/2) or 2|x| / (1 - |x|), as a
+    float-float."""
+    ax = E.abs(x)
+    small = E.cmp("<", ax, 0.5)
+    t2 = E.add(ax, ax)
+    nh = E.mul(t2, ax)
+    nl = E.fma(t2, ax, E.neg(nh))
+    dh, dl = E.fast_two_sum(1.0, E.neg(ax))  # exact (dl == 0) for |x| >= 1/2
+    q, ql = _div_ff(E, E.sel(small, nh, t2), E.sel(small, nl, 0.0), dh, dl)
+    sh, sl = E.fast_two_sum(t2, q)  # q <= t2 for |x| <= 1/2
+    th = E.sel(small, sh, q)
+    tl = E.sel(small, E.add(sl, ql), ql)
+    u, c = _log1p_arg(E, th)
+    c = E.add(c, E.div(tl, u))
+    res = E.mul(0.5, _log_val(E, u, c))
+    res = E.sel(E.cmp("==", ax, 1.0), _INF, res)
+    res = E.copysign(res, x)
+    res = E.sel(E.cmp("<", ax, 2.0 ** -12), x, res)
+    return E.sel(E.ucmp(">", ax, 1.0), _NAN, res)
+
+
 NATIVE = {
     "exp": _f_exp, "exp2": _f_exp2, "expm1": _f_expm1,
     "log": _f_log, "log2": _f_log2, "log10": _f_log10, "log1p": _f_log1p,
     "tanh": _f_tanh, "sinh": _f_sinh, "cosh": _f_cosh,
     "arctan": _f_arctan, "arctan2": _f_arctan2, "arcsin": _f_arcsin, "arccos": _f_arccos,
-    "power": _f_power,
+    "power": _f_power, "arcsinh": _f_arcsinh, "arccosh": _f_arccosh, "arctanh": _f_arctanh,
 }
