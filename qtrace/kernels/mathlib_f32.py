@@ -521,10 +521,50 @@ def _f_arctanh(E, x):
     return E.sel(E.ucmp(">", ax, 1.0), _NAN, res)
 
 
+def _f_hypot(E, x, y):
+    """sqrt(fma(big, big, small^2)), scaled by a power of 2 away from over/underflow."""
+    ax, ay = E.abs(x), E.abs(y)
+    gt = E.cmp(">", ax, ay)
+    big = E.sel(gt, ax, ay)
+    small = E.sel(gt, ay, ax)
+    hi, lo = E.cmp(">", big, 2.0 ** 60), E.cmp("<", big, 2.0 ** -60)
+    sc = E.sel(hi, 2.0 ** -70, E.sel(lo, 2.0 ** 90, 1.0))
+    isc = E.sel(hi, 2.0 ** 70, E.sel(lo, 2.0 ** -90, 1.0))
+    b, s = E.mul(big, sc), E.mul(small, sc)
+    res = E.mul(E.sqrt(E.fma(b, b, E.mul(s, s))), isc)
+    return E.sel(E.or_(E.isinf(x), E.isinf(y)), _INF, res)
+
+
+def _f_cbrt(E, x):
+    """Exponent/3 seed, two Halley steps, a Newton step on the exact residual a - t^3."""
+    ax = E.abs(x)
+    # a in [2^-77, 2^101]: 2 t^3 + a cannot overflow, and the residual's low parts
+    # (~2^-48 a) stay normal; the scale factors are cubes
+    sub = E.cmp("<", ax, 2.0 ** -60)
+    huge = E.cmp(">", ax, 2.0 ** 100)
+    a = E.mul(ax, E.sel(sub, 2.0 ** 72, E.sel(huge, 2.0 ** -42, 1.0)))
+    post = E.sel(sub, 2.0 ** -24, E.sel(huge, 2.0 ** 14, 1.0))
+    t = E.from_bits(E.b.add(E.b.udiv(E.bits(a), E.ki(3)), E.ki(709958130)))  # ~5 bits
+    a2 = E.add(a, a)
+    for _ in range(2):  # Halley: 5 -> 15 -> ~24 bits
+        t3 = E.mul(E.mul(t, t), t)
+        t = E.mul(t, E.div(E.add(t3, a2), E.add(E.add(t3, t3), a)))
+    y2 = E.mul(t, t)
+    y2e = E.fma(t, t, E.neg(y2))
+    y3 = E.mul(y2, t)
+    y3e = E.mad(y2e, t, E.fma(y2, t, E.neg(y3)))
+    r = E.sub(E.sub(a, y3), y3e)  # a - t^3 (a - y3 exact: Sterbenz)
+    t = E.add(t, E.div(r, E.mul(3.0, y2)))
+    res = E.copysign(E.mul(t, post), x)
+    special = E.or_(E.cmp("==", ax, 0.0), E.ucmp("==", ax, _INF))  # 0, inf, nan
+    return E.sel(special, x, res)
+
+
 NATIVE = {
     "exp": _f_exp, "exp2": _f_exp2, "expm1": _f_expm1,
     "log": _f_log, "log2": _f_log2, "log10": _f_log10, "log1p": _f_log1p,
     "tanh": _f_tanh, "sinh": _f_sinh, "cosh": _f_cosh,
     "arctan": _f_arctan, "arctan2": _f_arctan2, "arcsin": _f_arcsin, "arccos": _f_arccos,
     "power": _f_power, "arcsinh": _f_arcsinh, "arccosh": _f_arccosh, "arctanh": _f_arctanh,
+    "hypot": _f_hypot, "cbrt": _f_cbrt,
 }

@@ -48,13 +48,14 @@ THRESHOLDS = {
     "arcsinh": [2.0 ** -12, 2.0 ** 28, 1.0, 0.5, 2.0, 1.8446744e19, 2.0 ** 64],
     "arccosh": [1.0, 2.0, 2.0 ** 28, 1.0000001, 1.8446744e19, 2.0 ** 64],
     "arctanh": [0.5, 1.0, 2.0 ** -12, 0.99999994, 0.25],
+    "cbrt": [2.0 ** -60, 2.0 ** 100, 1.0, 8.0, 27.0, 1e-45, 2.0 ** -126],
 }
 ALIAS = {"log2": "log", "log10": "log", "cos": "sin", "tan": "sin", "arccos": "arcsin"}
 RANGES = {
     "exp": (-104, 90), "exp2": (-151, 129), "expm1": (-20, 90), "log": (0, 4), "log1p": (-1, 2),
     "tanh": (-10, 10), "sinh": (-90, 90), "cosh": (-90, 90), "sin": (-1000, 1000),
     "arctan": (-5, 5), "arcsin": (-1, 1), "arcsinh": (-10, 10), "arccosh": (1, 10),
-    "arctanh": (-1, 1),
+    "arctanh": (-1, 1), "cbrt": (-1000, 1000),
 }
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, 1.1754944e-38,
            -1.1754944e-38, 3.4028235e38, -3.4028235e38, 1.0, -1.0]
@@ -110,9 +111,11 @@ def test_dense_sweep_through_qtrace(name, fusion, rng):
 
 # binary functions: (first, second) operands -- every 4096th bit pattern of each against
 # random bit patterns, random pairs in the natural range, and all pairs of special values
-BINARY_RANGES = {"arctan2": ((-3, 3), (-3, 3)), "power": ((0, 4), (-40, 40))}
+BINARY_RANGES = {"arctan2": ((-3, 3), (-3, 3)), "power": ((0, 4), (-40, 40)),
+                 "hypot": ((-10, 10), (-10, 10))}
 BINARY_SPECIAL = SPECIAL + [2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 1e30, -1e30, 1e-30, 2.0 ** 100,
-                            2.0 ** -60, 1.6777216e7, -1.6777217e7, 0.41421357, 2.4142137]
+                            2.0 ** -60, 2.0 ** 60, 1.6777216e7, -1.6777217e7, 0.41421357,
+                            2.4142137, 1.8446744e19, 1e-40]
 
 
 def _binary_inputs(name, rng):
