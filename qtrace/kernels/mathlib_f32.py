@@ -8,6 +8,31 @@ special cases, no loads, no tables, no fast-math flags (IEEE NaN/Inf/signed
 zeros, gradual underflow).  The algorithms and the measured accuracy are
 described in the :mod:`qtrace.kernels.mathlib` docstring.
 
+Where float32 intermediates would cost the last bit, the rounding errors are
+carried as float-floats (``hi + lo``, error-free transforms with ``llvm.fma.f32``):
+
+* arctan/arctan2/arcsin/arccos: the double design (one division of selected
+  numerator/denominator, offsets 0, pi/4, pi/2, 3pi/4, pi) with the roundings of
+  ``|y| - |x|``, ``|y| + |x|`` and of the quotient corrected by fma residuals, the
+  offsets as float-floats, operands scaled by powers of 2 away from overflow and
+  denormals; arcsin/arccos are ``atan2(|x|, w)``/``atan2(w, x)`` with
+  ``w = sqrt(1 - x^2)``, ``1 - x^2`` rounded once;
+* tan (fast pass, :mod:`qtrace.kernels.fastmath`): ``tan(r) = r + r^3 T(r^2)``
+  as a float-float on the sin/cos reduction (``|r| <= 0.84``: ``k`` is rounded in
+  float32), ``-1/tan(r)`` for odd ``k`` with the division's residual;
+* power: ``log2|x|`` as a float-float (``s = f/(2+f)`` as ``sh + sl``,
+  ``2/3 s^3`` as a float-float, times ``1/ln2`` as a float-float, plus the
+  exponent), ``y log2|x|`` exactly as ``wh + wl``, ``2^(wh+wl) = 2^k 2^rh
+  (1 + rl ln2)``; the C99 special cases are the double library's selects;
+* arcsinh/arccosh/arctanh: the double library's ``log1p`` formulas with the
+  argument ``v`` as a float-float (squares split by fma, sqrt and quotients
+  corrected by their residuals), ``log1p(vh + vl) = log(u) + (c + vl)/u``;
+* hypot: ``sqrt(fma(big, big, small^2))`` scaled by 2^-70 / 2^90 outside
+  ``[2^-60, 2^60]``;
+* cbrt: ``bits/3 + magic`` seed, two Halley steps, one Newton step on the exact
+  residual ``a - t^3`` (arguments scaled into ``[2^-77, 2^101]`` by cubes):
+  correctly rounded on every float32 (checked exhaustively).
+
 Polynomial coefficients: ``docs/fit_f32_polys.py`` (weighted minimax by
 Lawson's iteration in float64, rounded to float32).
 """
