@@ -7,14 +7,18 @@ coefficients are rounded to float32 one at a time, the higher ones refitted
 after each rounding (the error printed is that of the rounded
 coefficients, evaluated in float64, relative to the function the kernel returns).
 
-Run: ``python docs/fit_f32_polys.py``.
+Run: ``python docs/fit_f32_polys.py [NAME ...]``.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from fractions import Fraction
 
 import numpy as np
+
+ONLY = set(sys.argv[1:])  # names to fit (default: all)
 
 
 def series(t, terms):
@@ -23,6 +27,15 @@ def series(t, terms):
     for k in range(40):
         out += terms(k) * t ** k
     return out
+
+
+def tan_coeffs(n):
+    """Taylor coefficients t_k of tan(x) = sum t_k x^(2k+1), k < n (exact Bernoulli numbers)."""
+    B = [Fraction(1)]
+    for m in range(1, 2 * n + 2):
+        B.append(-sum(math.comb(m + 1, j) * B[j] for j in range(m)) / (m + 1))
+    return [float((-1) ** k * 4 ** (k + 1) * (4 ** (k + 1) - 1) * B[2 * k + 2]
+                  / math.factorial(2 * k + 2)) for k in range(n)]
 
 
 def lawson(xs, target, weight, deg, iters=300):
@@ -40,6 +53,8 @@ def lawson(xs, target, weight, deg, iters=300):
 
 def fit(name, lo, hi, target, weight, deg, outer):
     """Print float32 coefficients and the relative error of outer(x, poly)."""
+    if ONLY and name not in ONLY:
+        return
     n = 4000
     xs = 0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * (np.arange(n) + 0.5) / n)
     # round one coefficient at a time (lowest first), refitting the others to absorb
@@ -82,6 +97,24 @@ def main():
     # sinh(x) = x + x^3 H(z), z = x^2, |x| <= 2
     fit("_SINH", 0.0, 4.0, lambda z: series(z, lambda k: 1 / fac(2 * k + 3)),
         lambda z: z, 5, lambda z, p: 1 + z * p)
+
+    # atan(t) = t + t^3 A(z), z = t^2, |t| <= tan(pi/8)
+    fit("_ATAN", 0.0, 0.1716, lambda z: series(z, lambda k: (-1) ** (k + 1) / (2 * k + 3)),
+        lambda z: z, 5, lambda z, p: 1 + z * p)
+    # asin(x) = x + x^3 S(z), z = x^2 <= 1/4
+    fit("_ASIN", 0.0, 0.25,
+        lambda z: series(z, lambda k: math.comb(2 * k + 2, k + 1) / 4 ** (k + 1) / (2 * k + 3)),
+        lambda z: z, 5, lambda z, p: 1 + z * p)
+    # tan(r) = r + r^3 T(z), z = r^2, |r| <= 0.84 (pi/4 plus the float32 rounding of k);
+    # relative to the r^3 T(z) part (the kernel adds it to r as a float-float): weight 1
+    tc = tan_coeffs(41)
+    fit("_TAN", 0.0, 0.7056, lambda z: series(z, lambda k: tc[k + 1]),
+        lambda z: np.ones_like(z), 7, lambda z, p: p)
+
+    # power's log2: 2 atanh(s) = 2 s + (2/3) s^3 + s^3 z Q(z), z = s^2 <= 0.0295 (Q's error
+    # relative to itself: the s^3 z Q term is below 2^-12.5 of the result)
+    fit("_LOGQ", 0.0, 0.0295, lambda z: series(z, lambda k: 2 / (2 * k + 5)),
+        lambda z: np.ones_like(z), 3, lambda z, p: p)
 
 
 if __name__ == "__main__":

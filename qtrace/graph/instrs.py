@@ -112,8 +112,8 @@ LOOPS = ("loop", "loop_vjp")
 
 
 def uses_f32_trig(instr) -> bool:
-    """A float32 ``sin`` or ``cos`` (which targets may lower with a fast path)."""
-    return instr.kind == "op" and instr.prim in ("sin", "cos") and instr.dt == "<f4"
+    """A float32 ``sin``, ``cos`` or ``tan`` (which targets may lower with a fast path)."""
+    return instr.kind == "op" and instr.prim in ("sin", "cos", "tan") and instr.dt == "<f4"
 
 
 def programs(instr) -> list:

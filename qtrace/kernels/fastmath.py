@@ -1,14 +1,16 @@
-"""Fast float32 sin/cos for the common argument range, with a verified fallback.
+"""Fast float32 sin/cos/tan for the common argument range, with a verified fallback.
 
 Exact trigonometry for *every* float needs a Payne-Hanek reduction, which dominates
 the cost of a vectorized ``sin``. Almost all arguments are small, though, so a kernel
-that uses float32 ``sin``/``cos`` runs its range twice if it must:
+that uses float32 ``sin``/``cos``/``tan`` runs its range twice if it must:
 
 1. a fast pass, entirely in float32 (:func:`qtrace.kernels.mathlib_f32.sincos_reduced`):
    Cody-Waite reduction with pi/2 in three float parts (the first product exact by an
    fma, the second split exactly and subtracted with a two-sum, so the reduced argument
-   is a float-float) and minimax kernels, plus an or-reduction of "some argument was
-   outside ``|x| < 2**19``";
+   is a float-float) and minimax kernels (``tan``: ``r + r^3 T(r^2)`` as a
+   float-float, and ``-1/tan(r)`` with the division corrected by its fma residual in
+   the odd quadrants), plus an or-reduction of "some argument was outside
+   ``|x| < 2**19``";
 2. only if that flag is set, the same range again with the exact functions
    (:mod:`qtrace.kernels.mathlib`, a table-free Payne-Hanek in double precision),
    overwriting every output of the range.
@@ -21,14 +23,21 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .mathlib_f32 import E32, sincos_reduced
+from .mathlib_f32 import E32, sincos_reduced, tan_reduced
 
 LIMIT = 2.0 ** 19
 
 
+FAST = ("sin", "cos", "tan")
+
+
 def sincos_f32(b: ir.IRBuilder, x: ir.Value, which: str):
-    """``(value, in_range)`` of float32 ``sin``/``cos`` of ``x`` (``in_range`` an i1)."""
+    """``(value, in_range)`` of float32 ``sin``/``cos``/``tan`` of ``x`` (``in_range`` an i1)."""
     E = E32(b)
+    if which == "tan":
+        ax = E.abs(x)
+        v = E.sel(E.cmp("<", ax, 2.0 ** -12), x, tan_reduced(E, x))  # keeps -0
+        return v, E.cmp("<", ax, LIMIT)
     q, s, c = sincos_reduced(E, x)
     if which == "cos":
         q = b.add(q, E.ki(1))

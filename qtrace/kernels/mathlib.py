@@ -30,7 +30,8 @@ signed zeros, ``hypot(inf, nan) = inf``, the C99 ``pow`` special cases, ...).
 
 Implementation
 --------------
-float32 ``exp exp2 expm1 log log2 log10 log1p tanh sinh cosh`` are computed
+float32 ``exp exp2 expm1 log log2 log10 log1p tanh sinh cosh arctan arctan2
+arcsin arccos arcsinh arccosh arctanh hypot cbrt power`` are computed
 natively in float32 (:mod:`qtrace.kernels.mathlib_f32`): the same designs in
 ``float`` arithmetic with ``i32`` bit manipulation and float32 polynomials, so
 a float32 loop vectorizes at full width (``<8 x float>`` on AVX2, not two
@@ -39,16 +40,17 @@ a float32 loop vectorizes at full width (``<8 x float>`` on AVX2, not two
 multiples of 2^-24/2^-25 and the result is below 1/2), ``log`` adds
 ``e*ln2_hi`` inside an fma, ``tanh`` divides with the roundings of ``em + 2``
 and of the quotient corrected by fma residuals, ``sinh`` uses its odd
-polynomial up to ``|x| < 2`` (less cancellation in ``h - 1/(4h)``).  The
-float32 ``sin``/``cos`` *fast pass* that kernels run first
+polynomial up to ``|x| < 2`` (less cancellation in ``h - 1/(4h)``); the
+arctangents correct the roundings of the numerator, the denominator and the
+quotient and add float-float offsets; arcsinh/arccosh/arctanh pass their
+``log1p`` argument as a float-float; ``power`` uses a float-float ``log2``
+(relative error ~2^-40), an exact product by ``y`` and ``2^(rh + rl)``.  The
+float32 ``sin``/``cos``/``tan`` *fast pass* that kernels run first
 (:mod:`qtrace.kernels.fastmath`, ``|x| < 2^19``) is float32-native too:
 ``fma(-k, float(pi/2), x)`` exact, ``k * pi2_2`` split exactly by an fma and
 subtracted with a two-sum, ``k * pi2_3`` added to the tail, giving a
 float-float reduced argument (~2^-48).  ``emit_math``'s own float32
-``sin``/``cos``/``tan`` (the exact fallback for any argument, Payne-Hanek)
-and the other float32 functions (``tan``, the inverse trigonometric and
-hyperbolic functions, ``hypot``, ``cbrt``, ``power``: not yet ported; float32
-``power`` would need a float-float ``log2`` to stay within 2 ulp) are
+``sin``/``cos``/``tan`` (the exact fallback for any argument, Payne-Hanek) are
 computed in double precision with lower-degree polynomials and rounded to
 float once at the end (the vector loop then runs at half width).  float64 uses
 the double algorithms with full-degree polynomials plus double-double

@@ -46,7 +46,7 @@ def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
             return _ir_math.emit_math(b, name, args)
         return libdevice(b, C_NAMES[name], args)
     flags = b.emission.trig_flags if isinstance(b, KernelBuilder) else None
-    if flags is not None and name in ("sin", "cos") and isinstance(args[0].type, ir.FloatType):
+    if flags is not None and name in fastmath.FAST and isinstance(args[0].type, ir.FloatType):
         value, ok = fastmath.sincos_f32(b, args[0], name)
         flags.append(ok)
         return value

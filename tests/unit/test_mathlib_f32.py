@@ -3,7 +3,10 @@ qtrace itself, special values and thresholds, and no double arithmetic in the IR
 
 Accuracy: <= 2 ulp against NumPy float64 rounded to float32, over every 4096th float32 bit
 pattern (all binades, both signs, denormals, inf/NaN), random bit patterns, random values in
-each function's interesting range, and the neighbours of overflow/underflow thresholds.
+each function's interesting range, and the neighbours of overflow/underflow thresholds;
+binary functions (arctan2, power, hypot) on bit-pattern sweeps of each operand against random
+bits, random pairs, log-uniform pairs and all pairs of special values (C99 atan2/pow rules).
+cbrt is not a qtrace operation: it is swept through ``emit_math`` directly.
 """
 
 from __future__ import annotations
@@ -23,8 +26,13 @@ from qtrace.kernels import codegen, fastmath, llvm_cpu, mathlib_f32
 from qtrace.kernels.mathlib import emit_math
 
 F32 = np.float32
+BINARY = {"arctan2", "hypot", "power"}
 NATIVE = sorted(mathlib_f32.NATIVE)
-SWEPT = NATIVE + ["sin", "cos"]  # sin/cos: float32 fast pass, exact double fallback
+UNARY_NATIVE = [n for n in NATIVE if n not in BINARY]
+BINARY_NATIVE = [n for n in NATIVE if n in BINARY]
+FAST = ["sin", "cos", "tan"]  # float32 fast pass, exact double fallback
+SWEPT = [n for n in UNARY_NATIVE if hasattr(qt, n)] + FAST
+NOT_IN_QTRACE = [n for n in UNARY_NATIVE if not hasattr(qt, n)]  # cbrt: emit_math only
 
 # values whose float32 neighbours (+-8 steps) are checked: overflow to inf, underflow to
 # 0 and to denormals, the polynomial/formula switch points, trig reduction limits
@@ -38,11 +46,20 @@ THRESHOLDS = {
     "sinh": [89.4159851, 89.41598, 2.0, 1.0, 2.0 ** -13],
     "cosh": [89.4159851, 89.41598, 1.0],
     "sin": [2.0 ** 19, 1.5707964, 3.1415927, 4.712389, 2.0 ** -12, 1e4, 105414.35],
+    # the interval switches tan(pi/8), tan(3pi/8), the scaling thresholds, x -> atan(x) = x
+    "arctan": [0.41421357, 2.4142137, 1.0, 2.0 ** 100, 2.0 ** -60, 2.0 ** -12, 1.6777216e7],
+    "arcsin": [0.5, 1.0, 0.70710677, 0.38268343, 0.9238795, 2.0 ** -12, 2.0 ** -25],
+    "arcsinh": [2.0 ** -12, 2.0 ** 28, 1.0, 0.5, 2.0, 1.8446744e19, 2.0 ** 64],
+    "arccosh": [1.0, 2.0, 2.0 ** 28, 1.0000001, 1.8446744e19, 2.0 ** 64],
+    "arctanh": [0.5, 1.0, 2.0 ** -12, 0.99999994, 0.25],
+    "cbrt": [2.0 ** -60, 2.0 ** 100, 1.0, 8.0, 27.0, 1e-45, 2.0 ** -126],
 }
-ALIAS = {"log2": "log", "log10": "log", "cos": "sin"}
+ALIAS = {"log2": "log", "log10": "log", "cos": "sin", "tan": "sin", "arccos": "arcsin"}
 RANGES = {
     "exp": (-104, 90), "exp2": (-151, 129), "expm1": (-20, 90), "log": (0, 4), "log1p": (-1, 2),
     "tanh": (-10, 10), "sinh": (-90, 90), "cosh": (-90, 90), "sin": (-1000, 1000),
+    "arctan": (-5, 5), "arcsin": (-1, 1), "arcsinh": (-10, 10), "arccosh": (1, 10),
+    "arctanh": (-1, 1), "cbrt": (-1000, 1000),
 }
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, 1.1754944e-38,
            -1.1754944e-38, 3.4028235e38, -3.4028235e38, 1.0, -1.0]
@@ -74,11 +91,13 @@ def _inputs(name, rng):
     ])
 
 
-def _check(name, x, got):
-    ref = reference(name, (x,), F32)
+def _check(name, x, got, y=None):
+    ref = reference(name, (x,) if y is None else (x, y), F32)
     d = ulp_distance(got, ref, F32)
     i = int(np.argmax(d))
-    assert d[i] <= 2, f"{name}: {d[i]} ulp at x={x[i]!r}: got {got[i]!r}, want {ref[i]!r}"
+    at = f"x={x[i]!r}" if y is None else f"x={x[i]!r}, y={y[i]!r}"
+    assert d[i] <= 2, f"{name}: {d[i]} ulp at {at}: got {got[i]!r}, want {ref[i]!r}"
+    assert np.array_equal(np.isnan(got), np.isnan(ref)), f"{name}: NaN mismatch"
     bad = np.isinf(got) != np.isinf(ref)
     assert not bad.any(), f"{name}: inf mismatch at x={x[bad][:5]}: got {got[bad][:5]}"
     zero = ref == 0
@@ -94,7 +113,64 @@ def test_dense_sweep_through_qtrace(name, fusion, rng):
     _check(name, x, got)
 
 
-@pytest.mark.parametrize("name", ["sin", "cos"])
+@pytest.mark.parametrize("name", NOT_IN_QTRACE)
+def test_dense_sweep_emit_math_only(name, rng):
+    """Functions of the math library that qtrace does not expose (test_mathlib's harness)."""
+    x = _inputs(name, rng)
+    _check(name, x, _Compiled([name], F32)(name, x))
+
+
+# binary functions: (first, second) operands -- every 4096th bit pattern of each against
+# random bit patterns, random pairs in the natural range, and all pairs of special values
+BINARY_RANGES = {"arctan2": ((-3, 3), (-3, 3)), "power": ((0, 4), (-40, 40)),
+                 "hypot": ((-10, 10), (-10, 10))}
+BINARY_SPECIAL = SPECIAL + [2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 1e30, -1e30, 1e-30, 2.0 ** 100,
+                            2.0 ** -60, 2.0 ** 60, 1.6777216e7, -1.6777217e7, 0.41421357,
+                            2.4142137, 1.8446744e19, 1e-40]
+
+
+def _binary_inputs(name, rng):
+    (alo, ahi), (blo, bhi) = BINARY_RANGES[name]
+    bits = np.arange(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32).view(F32)
+    n = bits.size
+    rnd = rng.integers(0, 2**32, 2 * n + 200_000, dtype=np.uint64).astype(np.uint32).view(F32)
+    sp = np.array(BINARY_SPECIAL, F32)
+    spx, spy = np.repeat(sp, sp.size), np.tile(sp, sp.size)
+    logu = (10.0 ** rng.uniform(-45, 38.5, (2, 100_000))
+            * rng.choice([-1.0, 1.0], (2, 100_000))).astype(F32)
+    x = np.concatenate([bits, rnd[:n], rnd[2 * n:2 * n + 100_000],
+                        rng.uniform(alo, ahi, 200_000).astype(F32), logu[0], spx])
+    y = np.concatenate([rnd[n:2 * n], bits, rnd[2 * n + 100_000:],
+                        rng.uniform(blo, bhi, 200_000).astype(F32), logu[1], spy])
+    return x, y
+
+
+@pytest.mark.parametrize("name", BINARY_NATIVE)
+def test_dense_sweep_binary_through_qtrace(name, fusion, rng):
+    x, y = _binary_inputs(name, rng)
+    got = getattr(qt, name)(qt.asarray(x), qt.asarray(y)).numpy()
+    assert got.dtype == F32
+    _check(name, x, got, y)
+
+
+def test_power_large_and_extreme_results(fusion, rng):
+    """power near overflow, in the denormal results, for x near 1 with huge y (where
+    log2 x must be a float-float), and negative x with integer y."""
+    n = 200_000
+    x1 = (2.0 ** rng.uniform(-30, 30, n)).astype(F32)
+    y1 = (rng.uniform(-152, 129, n) / np.log2(x1.astype(np.float64))).astype(F32)
+    x2 = (1 + rng.uniform(-1e-3, 1e-3, n)).astype(F32)
+    x2[x2 == 1] = F32(1.0001)
+    y2 = (rng.uniform(-130, 130, n) / np.log2(x2.astype(np.float64))).astype(F32)
+    x3 = rng.uniform(-10, 10, n).astype(F32)
+    y3 = rng.integers(-45, 45, n).astype(F32)
+    x = np.concatenate([x1, x2, x3, -x1])
+    y = np.concatenate([y1, y2, y3, np.rint(y1)])
+    got = qt.power(qt.asarray(x), qt.asarray(y)).numpy()
+    _check("power", x, got, y)
+
+
+@pytest.mark.parametrize("name", FAST)
 def test_fast_trig_pass_alone(name, rng):
     """The float32 fast pass by itself (no fallback) on |x| < LIMIT, incl. the float32
     values nearest to multiples of pi/2 (the worst cancellations of the reduction)."""
@@ -111,11 +187,12 @@ def test_fast_trig_pass_alone(name, rng):
 
 @functools.cache
 def _fast_trig_compiled():
-    """sin/cos loops (test_mathlib's harness) whose body is only fastmath.sincos_f32's value."""
+    """sin/cos/tan loops (test_mathlib's harness) whose body is only fastmath.sincos_f32's
+    value."""
     saved = test_mathlib.emit_math
     test_mathlib.emit_math = lambda b, name, args: fastmath.sincos_f32(b, args[0], name)[0]
     try:
-        return _Compiled(["sin", "cos"], F32)
+        return _Compiled(FAST, F32)
     finally:
         test_mathlib.emit_math = saved
 
@@ -123,12 +200,12 @@ def _fast_trig_compiled():
 # --------------------------------------------------------------------------- IR structure
 
 
-def _scalar_function(emit):
+def _scalar_function(emit, nargs=1):
     mod = ir.Module()
     f = ir.FloatType()
-    fn = ir.Function(mod, ir.FunctionType(f, [f]), name="g")
+    fn = ir.Function(mod, ir.FunctionType(f, [f] * nargs), name="g")
     b = ir.IRBuilder(fn.append_basic_block())
-    b.ret(emit(b, fn.args[0]))
+    b.ret(emit(b, *fn.args))
     text = str(mod)
     llvm.parse_assembly(text).verify()
     return text
@@ -136,21 +213,24 @@ def _scalar_function(emit):
 
 @pytest.mark.parametrize("name", NATIVE)
 def test_native_functions_emit_no_double(name):
-    text = _scalar_function(lambda b, x: emit_math(b, name, [x]))
+    nargs = 2 if name in BINARY else 1
+    text = _scalar_function(lambda b, *a: emit_math(b, name, list(a)), nargs)
     assert "double" not in text and "i64" not in text, name
     assert "llvm.fma.f32" in text or name in ("sinh", "cosh", "exp", "exp2")
 
 
-@pytest.mark.parametrize("which", ["sin", "cos"])
+@pytest.mark.parametrize("which", FAST)
 def test_fast_trig_pass_emits_no_double(which):
     text = _scalar_function(lambda b, x: fastmath.sincos_f32(b, x, which)[0])
     assert "double" not in text and "llvm.fma.f32" in text
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "tanh"])
+@pytest.mark.parametrize("name", ["exp", "log", "tanh", "arctan", "arctan2", "arcsinh", "power",
+                                  "hypot"])
 def test_float32_kernel_has_no_double_and_full_width_vectors(name):
     a = qt.asarray(np.ones(4096, F32))
-    spec = build_plan((getattr(qt, name)(a)._node,), True)
+    args = (a, a) if name in BINARY else (a,)
+    spec = build_plan((getattr(qt, name)(*args)._node,), True)
     (task,) = spec.tasks
     module = llvm_cpu.new_module("qtrace_test")
     codegen.lower_task(task, module, task.symbol, True)
