@@ -16,7 +16,8 @@ carried as float-floats (``hi + lo``, error-free transforms with ``llvm.fma.f32`
   ``|y| - |x|``, ``|y| + |x|`` and of the quotient corrected by fma residuals, the
   offsets as float-floats, operands scaled by powers of 2 away from overflow and
   denormals; arcsin/arccos are ``atan2(|x|, w)``/``atan2(w, x)`` with
-  ``w = sqrt(1 - x^2)``, ``1 - x^2`` rounded once;
+  ``w = sqrt(1 - x^2)`` as a float-float (``1 - x^2`` exact as ``h + l``, the
+  sqrt corrected by its residual) whose low part enters the quotient's correction;
 * tan (fast pass, :mod:`qtrace.kernels.fastmath`): ``tan(r) = r + r^3 T(r^2)``
   as a float-float on the sin/cos reduction (``|r| <= 0.84``: ``k`` is rounded in
   float32), ``-1/tan(r)`` for odd ``k`` with the division's residual;
