@@ -16,7 +16,8 @@ carried as float-floats (``hi + lo``, error-free transforms with ``llvm.fma.f32`
   ``|y| - |x|``, ``|y| + |x|`` and of the quotient corrected by fma residuals, the
   offsets as float-floats, operands scaled by powers of 2 away from overflow and
   denormals; arcsin/arccos are ``atan2(|x|, w)``/``atan2(w, x)`` with
-  ``w = sqrt(1 - x^2)``, ``1 - x^2`` rounded once;
+  ``w = sqrt(1 - x^2)`` as a float-float (``1 - x^2`` exact as ``h + l``, the
+  sqrt corrected by its residual) whose low part enters the quotient's correction;
 * tan (fast pass, :mod:`qtrace.kernels.fastmath`): ``tan(r) = r + r^3 T(r^2)``
   as a float-float on the sin/cos reduction (``|r| <= 0.84``: ``k`` is rounded in
   float32), ``-1/tan(r)`` for odd ``k`` with the division's residual;
@@ -344,12 +345,14 @@ def _f_cosh(E, x):
     return _keep_nan(E, x, E.add(h, E.div(0.25, h)))
 
 
-def _atan2_core(E: E32, ay, ax, xneg):
+def _atan2_core(E: E32, ay, ax, xneg, lows=None):
     """atan2(|y|, |x|) folded with the x-sign rule: result in [0, pi] (or NaN).
 
     The double design (one division of selected numerator/denominator, offsets
     0, pi/4, pi/2, 3pi/4, pi) with the roundings of ``ay + ax`` and of the quotient
-    corrected by fma residuals, and the offsets as float-float.
+    corrected by fma residuals, and the offsets as float-float.  ``lows``: optional
+    ``(ayl, axl)``, low parts of float-float operands ``ay + ayl``, ``ax + axl``
+    (finite operands in ``[0, 1]``).
     """
     # scale so that ay + ax cannot overflow and range-B operands are normal
     mx = E.sel(E.cmp(">", ay, ax), ay, ax)
@@ -369,8 +372,13 @@ def _atan2_core(E: E32, ay, ax, xneg):
     den = E.sel(bothinf, 1.0, den)
     den = E.sel(E.cmp("==", den, 0.0), 1.0, den)
     isb = E.not_(E.or_(E.or_(ra, rc), bothinf))
-    nl = E.sel(isb, nl, 0.0)  # num + nl, den + dl: the exact numerator and denominator
-    dl = E.sel(isb, dl, 0.0)
+    if lows is None:
+        nl = E.sel(isb, nl, 0.0)  # num + nl, den + dl: the exact numerator and denominator
+        dl = E.sel(isb, dl, 0.0)
+    else:
+        ayl, axl = (E.mul(v, sc) for v in lows)
+        nl = E.sel(ra, ayl, E.sel(rc, E.neg(axl), E.add(nl, E.sub(ayl, axl))))
+        dl = E.sel(ra, axl, E.sel(rc, ayl, E.add(dl, E.add(ayl, axl))))
 
     def pick(i):
         a = E.sel(xneg, _PI_2[i], 0.0)
@@ -403,9 +411,31 @@ def _f_arctan2(E, y, x):
     return E.sel(E.or_(E.isnan(x), E.isnan(y)), _NAN, r)
 
 
+def _asin_w(E: E32, ax):
+    """sqrt(1 - ax^2) as a float-float (w, wl) (NaN for ax > 1).
+
+    1 - ax^2 exactly as h + l: ``1 - p - pl`` with ``ax^2 = p + pl`` (fma), or with
+    d = 1 - ax (exact for ax >= 1/2) as ``2d - d^2``; the sqrt corrected by its residual.
+    """
+    p = E.mul(ax, ax)
+    pl = E.fma(ax, ax, E.neg(p))
+    h1, l1 = E.fast_two_sum(1.0, E.neg(p))
+    d = E.sub(1.0, ax)
+    q = E.mul(d, d)
+    ql = E.fma(d, d, E.neg(q))
+    h2, l2 = E.fast_two_sum(E.add(d, d), E.neg(q))  # 2d >= d^2
+    lo = E.cmp("<", ax, 0.5)
+    h = E.sel(lo, h1, h2)
+    l = E.sub(E.sel(lo, l1, l2), E.sel(lo, pl, ql))  # noqa: E741
+    w = E.sqrt(h)
+    wl = E.div(E.add(E.fma(E.neg(w), w, h), l), E.add(w, w))
+    return w, E.sel(E.cmp(">", w, 0.0), wl, 0.0)
+
+
 def _f_arcsin(E, x):
     ax = E.abs(x)
-    r = _atan2_core(E, ax, _m._asin_w(E, ax), _FALSE)
+    w, wl = _asin_w(E, ax)
+    r = _atan2_core(E, ax, w, _FALSE, (E.k(0.0), wl))
     r = E.copysign(r, x)
     r = E.sel(E.cmp("<", ax, 2.0 ** -12), x, r)
     return E.sel(E.ucmp(">", ax, 1.0), _NAN, r)
@@ -413,7 +443,8 @@ def _f_arcsin(E, x):
 
 def _f_arccos(E, x):
     ax = E.abs(x)
-    r = _atan2_core(E, _m._asin_w(E, ax), ax, E.signbit(x))
+    w, wl = _asin_w(E, ax)
+    r = _atan2_core(E, w, ax, E.signbit(x), (wl, E.k(0.0)))
     return E.sel(E.ucmp(">", ax, 1.0), _NAN, r)
 
 
