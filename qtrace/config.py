@@ -21,6 +21,8 @@ variable                    attribute                    meaning
 ``QTRACE_OFFLINE_CACHE``    ``offline_cache``            ``0``: no disk cache
 ``QTRACE_CACHE_MAX_MB``     ``cache_max_bytes``          disk cache size cap (1024 MB;
                                                          least recently used trimmed)
+``QTRACE_FFI_NATIVE``       ``ffi_native``               ``0``: ``qt.to_jax`` calls run
+                                                         through the Python FFI handler
 (no variable)               ``check_bounds``             gather/scatter index checks
 (no variable)               ``max_pending_nodes``        graph size that forces evaluation
 (no variable)               ``adstack_max_depth``        debug cap on loop stacks (provokes
@@ -89,6 +91,7 @@ class Config:
         self.cache_dir: str = os.environ.get("QTRACE_CACHE_DIR") or default_cache_dir()
         self.offline_cache: bool = _flag("QTRACE_OFFLINE_CACHE", True)
         self.cache_max_bytes: int = int(float(os.environ.get("QTRACE_CACHE_MAX_MB") or 1024) * 2**20)
+        self.ffi_native: bool = _flag("QTRACE_FFI_NATIVE", True)
         self.check_bounds: bool = True
         self.max_pending_nodes: int = 1000
         self.adstack_max_depth: int | None = None

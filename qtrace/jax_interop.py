@@ -24,7 +24,8 @@ import threading
 import numpy as np
 
 from .ad import vjp as _vjp
-from .devices import xla_ffi
+from .config import config
+from .devices import xla_ffi, xla_native
 from .tracer.creation import asarray as _as_tensor
 from .tracer.jit import jit as _jit
 from .tracer.tensor import Tensor
@@ -51,16 +52,38 @@ def _platforms(jax) -> tuple:
     return ("cpu", "CUDA") if gpu else ("cpu",)
 
 
-def _register(run) -> str:
-    """Register ``run(args, results)`` as a new FFI target on every platform; its name."""
+def _register(run, native) -> tuple[str, dict]:
+    """Register a new FFI target on every platform: the native handler ``native(platform)``
+    builds, else one calling ``run(args, results)`` in Python. Its name, and per platform
+    which handler it got (``"native"`` or ``"python: <why>"``)."""
     jax = _jax()
     name = f"qtrace_{next(_count)}"
+    paths = {}
     for platform in _platforms(jax):
-        handler = xla_ffi.handler(run, platform)
+        handler, why = native(platform) if config.ffi_native else (None, "QTRACE_FFI_NATIVE=0")
+        if handler is None:
+            handler = xla_ffi.handler(run, platform)
+            paths[platform.lower()] = f"python: {why}"
+        else:
+            paths[platform.lower()] = "native"
         with _lock:
             _handlers.append(handler)
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform=platform)
-    return name
+    return name, paths
+
+
+def _native(jitted, specs: list, n_rets: int):
+    """``native(platform)`` for :func:`_register`: ``jitted``'s plan for ``specs``, traced on
+    the platform's devices (every GPU, in XLA's ordinal order), as a native handler."""
+    def native(platform: str):
+        if platform == "cpu":
+            devices = ["cpu"]
+        else:
+            from .devices import cuda
+            devices = [str(d) for d in cuda.devices()]
+        entries = [jitted.entry_for(specs, d) for d in devices]
+        return xla_native.native_handler(entries, len(specs), n_rets, platform)
+    return native
 
 
 def _inputs(arrays: list) -> list:
@@ -95,8 +118,20 @@ class _Signature:
         outs = self.forward.output_specs(*[np.empty(shape, dtype) for shape, dtype in specs])
         self.out_specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in outs]
         self.in_specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in specs]
-        self.fwd_name = _register(self._run_forward)
-        self.bwd_name = _register(self._run_backward)
+        self.specs = specs
+        self.fwd_name, fwd_paths = _register(self._run_forward, _native(self.forward, specs, len(outs)))
+        self.paths = {"forward": fwd_paths}
+        self._bwd_name = None
+
+    @property
+    def bwd_name(self) -> str:
+        """The backward target, registered when JAX first differentiates the call."""
+        with _lock:
+            if self._bwd_name is None:
+                specs = self.specs + [(s.shape, np.dtype(s.dtype)) for s in self.out_specs]
+                self._bwd_name, self.paths["backward"] = _register(
+                    self._run_backward, _native(self.backward, specs, len(self.specs)))
+        return self._bwd_name
 
     def _flat(self, *leaves):
         jax = _jax()
@@ -190,6 +225,13 @@ def to_jax(fn):
         outs = call(sig, *flat)
         return jax.tree_util.tree_unflatten(sig.out_tree, list(outs))
 
+    def handler_paths() -> list:
+        """Per traced signature, which FFI handler each target got on each platform:
+        ``"native"`` (compiled, no Python per call) or ``"python: <why>"``."""
+        with _lock:
+            return [dict(sig.paths) for sig in signatures.values()]
+
+    wrapped.handler_paths = handler_paths
     wrapped.__wrapped__ = fn
     wrapped.__doc__ = fn.__doc__
     return wrapped

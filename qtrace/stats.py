@@ -35,6 +35,7 @@ COUNTERS = (
     "bytes_host_to_device",
     "bytes_device_to_host",
     "device_syncs",         # the host waited for a GPU (a value read back, qt.sync())
+    "ffi_python_calls",     # XLA custom calls (qt.to_jax) run by the Python FFI handler
     "evaluations",          # pending graphs evaluated (eager code)
     "auto_evaluations",     # of which: automatic cuts of a long pending graph
 )

@@ -159,6 +159,7 @@ class Plan:
             self.steps.append(KernelStep(kernels[t.symbol], extent * segments * phases, row, stack,
                                          scratch, step.slots, step.frees, parallel, phases))
         self.n_tasks = sum(1 for s in self.steps if type(s) is KernelStep)
+        self.unsequenced = self.steps   # one step per kernel (what a native FFI handler runs)
         if self.rt.sequences:
             self.steps = _sequences(self.steps, len(self.slot_meta))
         self.n_launches = sum(1 for s in self.steps if type(s) not in (LibraryCall, ViewStep))

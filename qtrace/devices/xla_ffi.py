@@ -25,6 +25,8 @@ import ctypes
 
 import numpy as np
 
+from ..stats import bump
+
 EXTENSION_METADATA = 1
 STAGE_EXECUTE = 3
 BUFFER = 1
@@ -186,6 +188,7 @@ def handler(run, platform: str = "cpu"):
         try:
             if _metadata_query(frame) or frame.stage != STAGE_EXECUTE:
                 return None
+            bump("ffi_python_calls")
             args, rets = _buffers(frame.args, "argument", view), _buffers(frame.rets, "result", view)
             if gpu:   # on the GPU of the call's buffers, on XLA's stream
                 import cupy

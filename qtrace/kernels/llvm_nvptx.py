@@ -106,7 +106,7 @@ def new_module(name: str, arch: str) -> ir.Module:
     return module
 
 
-def _sreg(b: ir.IRBuilder, name: str) -> ir.Value:
+def sreg(b: ir.IRBuilder, name: str) -> ir.Value:
     fn = b.module.globals.get(f"llvm.nvvm.read.ptx.sreg.{name}")
     if fn is None:
         fn = ir.Function(b.module, ir.FunctionType(I32, []), f"llvm.nvvm.read.ptx.sreg.{name}")
@@ -129,8 +129,8 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int) -
     for i, p in enumerate(ptrs):
         b.store(p, b.gep(block, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
     args = b.bitcast(block, PTR)
-    tid = b.add(b.mul(_sreg(b, "ctaid.x"), _sreg(b, "ntid.x")), _sreg(b, "tid.x"))
-    step = b.mul(_sreg(b, "nctaid.x"), _sreg(b, "ntid.x"))
+    tid = b.add(b.mul(sreg(b, "ctaid.x"), sreg(b, "ntid.x")), sreg(b, "tid.x"))
+    step = b.mul(sreg(b, "nctaid.x"), sreg(b, "ntid.x"))
     mine = b.gep(scratch, [b.mul(tid, stride)], source_etype=ir.IntType(8))
     b.cbranch(b.icmp_signed("<", tid, extent), loop, done)
     b.position_at_end(loop)
@@ -177,15 +177,18 @@ class CudaKernel:
     def __init__(self, module, function, max_blocks: int):
         self.module, self.function, self.max_blocks = module, function, max_blocks  # the module stays loaded
 
+    def grid(self, extent: int, threads: int | None = None) -> int:
+        """Blocks of a launch over ``extent`` elements (at most ``threads`` threads)."""
+        total = min(extent, threads) if threads else extent
+        grid = max(1, min(-(-total // self.BLOCK), self.max_blocks))
+        return max(1, min(grid, threads // self.BLOCK)) if threads else grid
+
     def launch(self, extent: int, pointers: list, status: int, scratch: int, stride: int,
                threads: int | None = None, stream=None) -> None:
         """Run over ``[0, extent)``; ``threads`` caps the grid (each thread owns a scratch
         stride, so adstack memory is ``threads * stride``, independent of ``extent``)."""
         import numpy as np
-        total = min(extent, threads) if threads else extent
-        grid = max(1, min(-(-total // self.BLOCK), self.max_blocks))
-        if threads:
-            grid = max(1, min(grid, threads // self.BLOCK))
+        grid = self.grid(extent, threads)
         params = tuple(np.uint64(p) for p in pointers) + (
             np.uint64(status), np.uint64(scratch), np.int64(stride), np.int64(extent))
         self.function((grid, 1, 1), (self.BLOCK, 1, 1), params, stream=stream)

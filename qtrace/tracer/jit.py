@@ -268,6 +268,20 @@ class Jitted:
         self._finish_trace(entry, out_leaves, out_tree, placeholders, originals)
         return entry
 
+    def entry_for(self, specs: list, device) -> _Entry:
+        """The compiled call for positional array arguments of ``specs`` (``(shape,
+        dtype)`` each) placed on ``device``: traced and compiled on first use, as such a call
+        would be (what a native XLA handler binds to)."""
+        descs = tuple(_signature_id(("tensor", tuple(shape), np.dtype(dt), False, Device(device)))
+                      for shape, dt in specs)
+        tree = pytree.flatten((tuple(range(len(specs))), {}))[1]
+        sig = (tree, descs, ())
+        with self._lock:
+            entry = self._cache.get(sig)
+            if entry is None:
+                entry = self._cache[sig] = self._trace(sig, (), (), {}, tree, descs)
+        return entry
+
     def signature(self, args, kwargs):
         """``(static, tree, descs)`` of a call: what a trace is keyed by."""
         static, dyn_args, dyn_kwargs = self._split(args, kwargs)
