@@ -132,7 +132,7 @@ def test_while_loop_gradient_through_the_native_backward(n, fusion, rng):
     for i in rng.choice(n, 4, replace=False):   # the loss is a sum over elements: element i's term
         v1, a1 = _while_np(x0[i:i + 1] + h, lim[i:i + 1])
         v0, a0 = _while_np(x0[i:i + 1] - h, lim[i:i + 1])
-        fd = float(a1 * v1 - a0 * v0) / (2 * h)
+        fd = float((a1 * v1 - a0 * v0)[0]) / (2 * h)
         assert abs(grads[True][i] - fd) <= 1e-5 * max(1.0, abs(fd)), (i, grads[True][i], fd)
 
 
