@@ -10,6 +10,7 @@ registers, so their number stays bounded by the number of live threads.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 COUNTERS = (
@@ -36,9 +37,14 @@ COUNTERS = (
     "bytes_device_to_host",
     "device_syncs",         # the host waited for a GPU (a value read back, qt.sync())
     "ffi_python_calls",     # XLA custom calls (qt.to_jax) run by the Python FFI handler
+    "ffi_native_calls",     # ... and by a native handler (counted by the handler itself)
     "evaluations",          # pending graphs evaluated (eager code)
     "auto_evaluations",     # of which: automatic cuts of a long pending graph
 )
+
+# Counters that compiled code adds to (a native FFI handler, running with no Python): one
+# 64-bit word per counter, incremented atomically at the address native_address() gives.
+_native = (ctypes.c_int64 * len(COUNTERS))()
 
 _lock = threading.Lock()           # registration, folding, stats and reset (not bump)
 _local = threading.local()
@@ -81,8 +87,15 @@ def bump_many(pairs: tuple) -> None:
         counts[name] += n
 
 
+def native_address(name: str) -> int:
+    """The address of counter ``name``'s word for compiled code (atomic 64-bit adds)."""
+    return ctypes.addressof(_native) + 8 * COUNTERS.index(name)
+
+
 def _sums() -> dict[str, int]:
     total = dict(_retired)
+    for k, v in zip(COUNTERS, _native):
+        total[k] += v
     for _, counts in _tables:
         for k, v in list(counts.items()):
             total[k] += v

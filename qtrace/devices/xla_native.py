@@ -28,6 +28,7 @@ import threading
 
 import numpy as np
 
+from .. import stats
 from ..config import config
 from ..kernels import ffi_entry, ffi_parallel
 from ..kernels.ffi_entry import Copy, Launch, Level, Program
@@ -37,6 +38,7 @@ from .runtime import KernelStep
 _count = itertools.count()
 _lock = threading.Lock()
 _helpers: dict = {}     # GPU index -> (module, max CUfunction, header CUfunction)
+_COUNTED = ("ffi_native_calls", "kernel_launches", "tasks_run")
 _keep: list = []        # callbacks, constant buffers and modules handlers use: kept for the process
 
 
@@ -276,7 +278,8 @@ def _program(entries: list, n_args: int, n_rets: int, gpu: bool) -> tuple:
     cap = config.adstack_max_depth
     program = Program("cuda" if gpu else "cpu", n_args, n_rets, tuple(slots), arena.size, status,
                       len(plan.checks), tuple(launches) + tuple(copies), -1 if cap is None else int(cap),
-                      config.num_threads, tuple(tuple(r) for r in table), natives)
+                      config.num_threads, {n: stats.native_address(n) for n in _COUNTED},
+                      tuple(tuple(r) for r in table), natives)
     keep.append(entries)
     return program, keep
 

@@ -118,6 +118,7 @@ class Program(NamedTuple):
     steps: tuple
     depth_cap: int        # qt.config.adstack_max_depth, -1: none
     threads: int          # CPU: the most parts a parallel launch splits into
+    counters: dict        # addresses of the qt.stats() words a call adds to
     table: tuple
     natives: dict
 
@@ -244,6 +245,11 @@ class _Emitter:
         if p.status >= 0:
             self._check_status()
         self._free_arena()
+        launches = sum(1 for s in p.steps if isinstance(s, Launch))
+        for name, n in (("ffi_native_calls", 1), ("kernel_launches", launches), ("tasks_run", launches)):
+            if n:
+                b.atomic_rmw("add", b.inttoptr(ir.Constant(I64, p.counters[name]), PTR), ir.Constant(I64, n),
+                             "monotonic")
         b.ret(NULL)
         if self._fail is not None:   # the failure path: free the arena, return the error
             b.position_at_end(self._fail)

@@ -204,7 +204,12 @@ def test_to_jax_on_the_gpu_runs_qtrace_kernels_on_xlas_stream(rng):
     qt.reset_stats()
     value = float(jax.jit(f)(xj, lj))
     grad = np.asarray(jax.jit(jax.grad(f))(xj, lj))
-    assert qt.stats()["kernel_launches"] > 0
+    st = qt.stats()
+    assert st["kernel_launches"] > 0
+    # native handlers: no Python per call, forward and backward (adstack sized on the GPU)
+    assert f.handler_paths() == [{"forward": {"cpu": "native", "cuda": "native"},
+                                  "backward": {"cpu": "native", "cuda": "native"}}]
+    assert st["ffi_python_calls"] == 0 and st["ffi_native_calls"] == 2   # (the grad: backward only)
     want_value = loss(qt.asarray(x0), qt.asarray(lim)).item()
     want_grad = qt.grad(loss)(qt.asarray(x0), qt.asarray(lim)).numpy()
     assert abs(value - want_value) <= 1e-4 * abs(want_value)
@@ -212,6 +217,39 @@ def test_to_jax_on_the_gpu_runs_qtrace_kernels_on_xlas_stream(rng):
     np.testing.assert_allclose(grad, want_grad, rtol=1e-4, atol=1e-5 * np.max(np.abs(want_grad)))
     out = jax.jit(lambda a: qt.to_jax(lambda t: qt.exp(t) * 2.0)(a) + 1.0)(xj)
     np.testing.assert_allclose(np.asarray(out), np.exp(x0.astype(np.float64)) * 2 + 1, rtol=1e-6)
+
+
+@gpu
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_to_jax_on_the_gpu_native_and_python_handlers_agree(native, rng):
+    """Long while-loop gradients (grid-strided, capped adstack threads, counts past the first
+    range), an output that is an input, a constant output and an index error, through the
+    native handler and the Python one."""
+    jax = pytest.importorskip("jax")
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        pytest.skip("JAX has no GPU backend here")
+    qt.config.ffi_native = native
+    n = 300_000
+    x0 = rng.uniform(0.5, 1.5, n).astype(np.float32)
+    lim = rng.uniform(2.0, 30.0, n).astype(np.float32)
+    lim[-1] = 400.0   # the largest trip count at the very end
+    xj, lj = jax.device_put(x0, gpus[0]), jax.device_put(lim, gpus[0])
+    f = qt.to_jax(lambda x, limit: (while_loss(x, limit), x, qt.full((3,), 2.5)))
+    qt.reset_stats()
+    value, same, const = jax.jit(f)(xj, lj)
+    grad = np.asarray(jax.jit(jax.grad(lambda a, b: f(a, b)[0]))(xj, lj))
+    assert qt.stats()["ffi_python_calls"] == (0 if native else 2)
+    assert f.handler_paths()[0]["backward"]["cuda"] == ("native" if native else "python: QTRACE_FFI_NATIVE=0")
+    np.testing.assert_array_equal(np.asarray(same), x0)
+    np.testing.assert_array_equal(np.asarray(const), [2.5] * 3)
+    want = qt.grad(while_loss)(qt.asarray(x0), qt.asarray(lim)).numpy()
+    np.testing.assert_allclose(grad, want, rtol=1e-4, atol=1e-5 * np.max(np.abs(want)))
+    want_value = while_loss(qt.asarray(x0), qt.asarray(lim)).item()
+    assert abs(float(value) - want_value) <= 1e-4 * abs(want_value)
+    bad = qt.to_jax(lambda x, i: x[i] * 2.0)
+    with pytest.raises(Exception, match=r"qtrace.*gather.*index 10 is out of bounds"):
+        jax.block_until_ready(jax.jit(bad)(xj[:3], jax.device_put(np.array([0, 10]), gpus[0])))
 
 
 @gpu
