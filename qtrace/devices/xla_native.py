@@ -28,10 +28,10 @@ import threading
 
 import numpy as np
 
-from .. import stats
 from ..config import config
 from ..kernels import ffi_entry, ffi_parallel
 from ..kernels.ffi_entry import Copy, Launch, Level, Program
+from ..stats import native_address
 from . import cpu, xla_ffi
 from .runtime import KernelStep
 
@@ -278,7 +278,7 @@ def _program(entries: list, n_args: int, n_rets: int, gpu: bool) -> tuple:
     cap = config.adstack_max_depth
     program = Program("cuda" if gpu else "cpu", n_args, n_rets, tuple(slots), arena.size, status,
                       len(plan.checks), tuple(launches) + tuple(copies), -1 if cap is None else int(cap),
-                      config.num_threads, {n: stats.native_address(n) for n in _COUNTED},
+                      config.num_threads, {n: native_address(n) for n in _COUNTED},
                       tuple(tuple(r) for r in table), natives)
     keep.append(entries)
     return program, keep

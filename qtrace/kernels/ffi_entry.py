@@ -49,6 +49,7 @@ META_MAJOR, META_MINOR, META_TRAITS = 24, 28, 32
 API_SIZE, API_MAJOR, API_MINOR = 0, 32, 36
 API_STREAM_GET, API_ALLOCATE, API_FREE, API_ORDINAL = 80, 120, 128, 184
 STAGE_EXECUTE, EXTENSION_METADATA = 3, 1
+XLA_ALIGN = 64     # the largest alignment XLA_FFI_DeviceMemory_Allocate accepts (its allocator's)
 
 # the codes the handler passes to the Python error callback
 ERR_CHECK, ERR_FRAME, ERR_ALLOC, ERR_ORDINAL, ERR_CUDA = 1, 2, 3, 4, 5
@@ -336,7 +337,7 @@ class _Emitter:
             return
         size = ir.Constant(I64, (p.arena + 255) // 256 * 256)
         if self.gpu:
-            args = self.struct([ir.Constant(I64, 48), NULL, self.ctx, size, ir.Constant(I64, 256), NULL])
+            args = self.struct([ir.Constant(I64, 48), NULL, self.ctx, size, ir.Constant(I64, XLA_ALIGN), NULL])
             self.check_xla(self.api_call(API_ALLOCATE, args))
             self.arena = b.load(b.gep(args, [ir.Constant(I64, 5)], source_etype=I64), typ=PTR)
         else:
@@ -453,7 +454,7 @@ class _Emitter:
             workers = ir.Constant(I64, step.threads)
         nbytes = b.mul(stride, workers)
         if self.gpu:
-            args = self.struct([ir.Constant(I64, 48), NULL, self.ctx, nbytes, ir.Constant(I64, 256), NULL])
+            args = self.struct([ir.Constant(I64, 48), NULL, self.ctx, nbytes, ir.Constant(I64, XLA_ALIGN), NULL])
             self.check_xla(self.api_call(API_ALLOCATE, args))
             block = b.load(b.gep(args, [ir.Constant(I64, 5)], source_etype=I64), typ=PTR)
             kernel = self.entry(self.p.natives["header_kernel"])
