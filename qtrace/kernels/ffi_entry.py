@@ -49,7 +49,7 @@ META_MAJOR, META_MINOR, META_TRAITS = 24, 28, 32
 API_SIZE, API_MAJOR, API_MINOR = 0, 32, 36
 API_STREAM_GET, API_ALLOCATE, API_FREE, API_ORDINAL = 80, 120, 128, 184
 STAGE_EXECUTE, EXTENSION_METADATA = 3, 1
-XLA_ALIGN = 64     # the largest alignment XLA_FFI_DeviceMemory_Allocate accepts (its allocator's)
+XLA_ALIGN = 16     # the largest alignment XLA_FFI_DeviceMemory_Allocate accepts (its GPU allocator gives more)
 
 # the codes the handler passes to the Python error callback
 ERR_CHECK, ERR_FRAME, ERR_ALLOC, ERR_ORDINAL, ERR_CUDA = 1, 2, 3, 4, 5
