@@ -195,6 +195,8 @@ def handler(run, platform: str = "cpu"):
                 device = (args + rets)[0].device.id if args or rets else 0
                 with cupy.cuda.Device(device), cupy.cuda.ExternalStream(_stream(frame)):
                     run(args, rets)
+                    from .cuda import check_deferred
+                    check_deferred()   # (waits for the stream: a failed check is this call's error)
             else:
                 run(args, rets)
             return None
