@@ -1,5 +1,6 @@
-"""qtrace inside JAX (``qt.to_jax``) on the CPU: what a custom call costs, beside pure JAX
-and qtrace alone, in one run.
+"""qtrace inside JAX (``qt.to_jax``) on JAX's default backend (CPU or GPU): what a custom
+call costs, beside pure JAX and qtrace alone, in one run (``QTRACE_FFI_NATIVE=0``: through
+the Python FFI handler instead of the native one).
 
 (a) overhead: a jitted JAX program calling a tiny qtrace function (N = 64,
     ``sin(x) * 2 + 1``) vs the same function in pure ``jax.jit``, µs per call;
@@ -45,6 +46,9 @@ def main(argv: list) -> int:
 
     import qtrace as qt
     jax.config.update("jax_enable_x64", True)
+    gpu = jax.default_backend() == "gpu"
+    if gpu:   # qtrace alone on the same GPU
+        qt.config.device = "cuda"
     quick = "--quick" in argv
     n1 = 10**6 if quick else 10**7
     rows = []
@@ -72,7 +76,8 @@ def main(argv: list) -> int:
     ref = b1_elementwise.chain(np, x.astype(np.float64), y.astype(np.float64))
     for name, fn in (("qtrace call in jax.jit", lambda: call(xj, yj).block_until_ready()),
                      ("pure jax.jit", lambda: pure_b1(xj, yj).block_until_ready()),
-                     ("qt.jit alone", lambda: alone(xq, yq).numpy())):
+                     ("qt.jit alone", (lambda: (alone(xq, yq), qt.sync())) if gpu
+                      else (lambda: alone(xq, yq).numpy()))):
         rows.append(("B1", name, _median_us(fn, 5 if quick else 10) / 1e3, "ms"))
     assert np.max(np.abs(np.asarray(call(xj, yj)) - ref)) <= 1e-6
 
@@ -108,7 +113,9 @@ def main(argv: list) -> int:
         lambda: grad_fori(x0, lim).block_until_ready(), 5) / 1e3, "ms"))
     rows.append(("while grad", "JAX while_loop", None, "cannot differentiate"))
 
-    print(f"JAX backend {jax.default_backend()}; B1 N = {n1:.0e}, while-loop N = {m:.0e}")
+    handler = "native" if qt.config.ffi_native else "Python (QTRACE_FFI_NATIVE=0)"
+    print(f"JAX backend {jax.default_backend()}; FFI handler {handler}; B1 N = {n1:.0e}, "
+          f"while-loop N = {m:.0e}")
     print(f"{'bench':14} {'system':38} {'time':>10}")
     for bench, system, t, unit in rows:
         shown = f"{t:10.3f} {unit}" if t is not None else f"{'-':>10} {unit}"
