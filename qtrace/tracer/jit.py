@@ -332,7 +332,7 @@ class Jitted:
 
     def _finish_trace(self, entry, out_leaves, out_tree, placeholders, originals):
         entry.out_tree = out_tree
-        entry.flat_tuple = out_tree == ("tuple", tuple, (("leaf",),) * len(out_leaves))
+        entry.flat_tuple = pytree.is_flat_tuple(out_tree, len(out_leaves))
         entry.all_tensors = all(isinstance(leaf, (Tensor, np.ndarray)) for leaf in out_leaves)
         entry.out_kinds, entry.out_meta = [], []
         nodes = []

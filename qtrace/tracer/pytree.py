@@ -1,6 +1,54 @@
-"""Pytrees: nested tuples, lists and dicts (and ``None``) with array leaves."""
+"""Pytrees: nested containers of leaves (tuples, lists, dicts, namedtuples, ``None``, and
+any container registered with the library below), flattened by a well-kept library.
+
+When JAX has been imported in this process, by ``jax.tree_util``: containers a user
+registered with JAX (``jax.tree_util.register_pytree_node``, ``@register_dataclass``, a
+Flax or Equinox module) then flatten the same way in ``qt.jit``, ``qt.grad``, the loops
+and ``qt.to_jax``. Otherwise by ``optree`` (register containers with
+``optree.register_pytree_node(cls, flatten, unflatten, namespace="qtrace")``). Both treat ``None`` as an empty
+container and sort dict keys; a tensor or any unregistered object is a leaf.
+
+A structure (``treedef``) is ``(library, its treedef)``: hashable, equal only to the same
+structure flattened by the same library, and unflattened by the library that made it.
+"""
 
 from __future__ import annotations
+
+import sys
+
+NAMESPACE = "qtrace"   # optree's namespace of containers registered for qtrace
+_libs: dict = {}
+_flat_tuples: dict = {}
+
+
+def _jax_tree():
+    import jax.tree_util as tu
+    return tu.tree_flatten, tu.tree_unflatten
+
+
+def _optree():
+    try:
+        import optree
+    except ImportError:   # qtrace put on a path without its dependencies: JAX's, if present
+        try:
+            return _jax_tree()
+        except ImportError:
+            raise ImportError("qtrace needs optree for pytrees: pip install optree") from None
+
+    def flatten(tree):
+        return optree.tree_flatten(tree, none_is_leaf=False, namespace=NAMESPACE)
+    return flatten, optree.tree_unflatten
+
+
+def _library() -> str:
+    return "jax" if "jax" in sys.modules else "optree"
+
+
+def _functions(name: str) -> tuple:
+    fns = _libs.get(name)
+    if fns is None:
+        fns = _libs[name] = _jax_tree() if name == "jax" else _optree()
+    return fns
 
 
 def flatten(tree) -> tuple[list, tuple]:
@@ -10,40 +58,32 @@ def flatten(tree) -> tuple[list, tuple]:
         >>> flatten({"b": 1, "a": (2, [3])})[0]
         [2, 3, 1]
     """
-    leaves: list = []
-    return leaves, _flatten(tree, leaves)
-
-
-def _flatten(tree, leaves: list) -> tuple:
-    if tree is None:
-        return ("none",)
-    if isinstance(tree, tuple):
-        kind = "namedtuple" if hasattr(tree, "_fields") else "tuple"
-        return (kind, type(tree), tuple(_flatten(t, leaves) for t in tree))
-    if isinstance(tree, list):
-        return ("list", list, tuple(_flatten(t, leaves) for t in tree))
-    if isinstance(tree, dict):
-        keys = tuple(sorted(tree))
-        return ("dict", keys, tuple(_flatten(tree[k], leaves) for k in keys))
-    leaves.append(tree)
-    return ("leaf",)
+    name = _library()
+    leaves, spec = _functions(name)[0](tree)
+    return leaves, (name, spec)
 
 
 def unflatten(treedef: tuple, leaves) -> object:
-    """Inverse of :func:`flatten`."""
-    it = iter(leaves)
-    return _unflatten(treedef, it)
+    """Inverse of :func:`flatten`.
+
+    Example:
+        >>> leaves, tree = flatten({"b": 1, "a": (2, [3])})
+        >>> sorted(unflatten(tree, [x * 10 for x in leaves]).items())
+        [('a', (20, [30])), ('b', 10)]
+    """
+    name, spec = treedef
+    return _functions(name)[1](spec, list(leaves))
 
 
-def _unflatten(td: tuple, it):
-    kind = td[0]
-    if kind == "leaf":
-        return next(it)
-    if kind == "none":
-        return None
-    if kind == "dict":
-        return {k: _unflatten(c, it) for k, c in zip(td[1], td[2])}
-    children = [_unflatten(c, it) for c in td[2]]
-    if kind == "namedtuple":
-        return td[1](*children)
-    return td[1](children)
+def is_flat_tuple(treedef: tuple, n: int) -> bool:
+    """Whether ``treedef`` is a plain tuple of ``n`` leaves.
+
+    Example:
+        >>> is_flat_tuple(flatten((1, 2))[1], 2), is_flat_tuple(flatten([1, 2])[1], 2)
+        (True, False)
+    """
+    key = (treedef[0], n)
+    flat = _flat_tuples.get(key)
+    if flat is None:
+        flat = _flat_tuples[key] = (treedef[0], _functions(treedef[0])[0](tuple(range(n)))[1])
+    return treedef == flat

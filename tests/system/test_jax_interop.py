@@ -183,3 +183,31 @@ def test_dlpack_between_qtrace_and_jax_is_zero_copy(rng):
     back = jax.dlpack.from_dlpack(y)
     assert back.unsafe_buffer_pointer() == y.numpy().ctypes.data
     np.testing.assert_allclose(np.asarray(back), np.sin(np.asarray(x)) * 1.5, rtol=1e-15)
+
+
+class _State:
+    """A container registered with JAX (not a tuple, list or dict)."""
+
+    def __init__(self, pos, vel):
+        self.pos, self.vel = pos, vel
+
+
+jax.tree_util.register_pytree_node(_State, lambda s: ((s.pos, s.vel), None), lambda _, c: _State(*c))
+
+
+def test_containers_registered_with_jax_flatten_the_same_in_qt_jit_and_to_jax(fusion, rng):
+    """Pytrees go through jax.tree_util once JAX is imported: a user's JAX-registered state
+    class is a container (not a leaf) for qt.jit, qt.grad and qt.to_jax alike."""
+    def step(s, dt):
+        return _State(s.pos + dt * s.vel, s.vel * 0.5 - dt * qt.sin(s.pos))
+    p, v = rng.standard_normal(9), rng.standard_normal(9)
+    want_pos, want_vel = p + 0.1 * v, v * 0.5 - 0.1 * np.sin(p)
+    for run in (qt.jit(step), qt.to_jax(step), jax.jit(qt.to_jax(step))):
+        out = run(_State(p, v), 0.1)
+        assert isinstance(out, _State)
+        np.testing.assert_allclose(np.asarray(out.pos), want_pos, rtol=1e-13)
+        np.testing.assert_allclose(np.asarray(out.vel), want_vel, rtol=1e-13)
+    g = qt.grad(lambda s: qt.sum(step(s, 0.1).vel ** 2))(_State(qt.asarray(p), qt.asarray(v)))
+    assert isinstance(g, _State)
+    np.testing.assert_allclose(g.pos.numpy(), 2 * want_vel * (-0.1 * np.cos(p)), rtol=1e-12)
+    np.testing.assert_allclose(g.vel.numpy(), 2 * want_vel * 0.5, rtol=1e-12)

@@ -416,3 +416,23 @@ def test_pending_size_limit_does_not_apply_while_tracing(rng):
     for _ in range(100):
         ref = ref * 1.01 + 0.1
     np.testing.assert_allclose(f(x).numpy(), ref, rtol=1e-12)
+
+
+def test_containers_registered_with_optree_are_pytrees_without_jax():
+    """Without JAX in the process, pytrees go through optree: a container registered there
+    (in the namespace "qtrace") is flattened by qt.jit and comes back as itself."""
+    script = textwrap.dedent("""
+        import sys, numpy as np, optree, qtrace as qt
+        class Pair:
+            def __init__(self, a, b): self.a, self.b = a, b
+        optree.register_pytree_node(Pair, lambda p: ((p.a, p.b), None, None),
+                                    lambda _, c: Pair(*c), namespace="qtrace")
+        out = qt.jit(lambda p: Pair(p.b * 2.0, p.a + 1.0))(Pair(np.arange(3.0), np.ones(3)))
+        assert isinstance(out, Pair), type(out)
+        np.testing.assert_array_equal(out.a.numpy(), [2.0, 2.0, 2.0])
+        np.testing.assert_array_equal(out.b.numpy(), [1.0, 2.0, 3.0])
+        assert "jax" not in sys.modules
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
