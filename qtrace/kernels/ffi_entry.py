@@ -49,7 +49,7 @@ META_MAJOR, META_MINOR, META_TRAITS = 24, 28, 32
 API_SIZE, API_MAJOR, API_MINOR = 0, 32, 36
 API_STREAM_GET, API_ALLOCATE, API_FREE, API_ORDINAL = 80, 120, 128, 184
 STAGE_EXECUTE, EXTENSION_METADATA = 3, 1
-XLA_ALIGN = 16     # the largest alignment XLA_FFI_DeviceMemory_Allocate accepts (its GPU allocator gives more)
+XLA_ALIGN = 16     # the most XLA_FFI_DeviceMemory_Allocate accepts (its GPU allocator gives more)
 
 # the codes the handler passes to the Python error callback
 ERR_CHECK, ERR_FRAME, ERR_ALLOC, ERR_ORDINAL, ERR_CUDA = 1, 2, 3, 4, 5
@@ -337,13 +337,17 @@ class _Emitter:
             return
         size = ir.Constant(I64, (p.arena + 255) // 256 * 256)
         if self.gpu:
-            args = self.struct([ir.Constant(I64, 48), NULL, self.ctx, size, ir.Constant(I64, XLA_ALIGN), NULL])
-            self.check_xla(self.api_call(API_ALLOCATE, args))
-            self.arena = b.load(b.gep(args, [ir.Constant(I64, 5)], source_etype=I64), typ=PTR)
+            self.arena = self.device_alloc(size)
         else:
             self.arena = self.native("aligned_alloc", PTR, [ir.Constant(I64, 64), size])
         self.fail_if(b.icmp_unsigned("==", self.arena, NULL), lambda: self.error(ERR_ALLOC, size))
         self.arena_live = True
+
+    def device_alloc(self, nbytes):
+        """GPU memory from XLA's allocator (``XLA_FFI_DeviceMemory_Allocate``), for this call."""
+        args = self.struct([ir.Constant(I64, 48), NULL, self.ctx, nbytes, ir.Constant(I64, XLA_ALIGN), NULL])
+        self.check_xla(self.api_call(API_ALLOCATE, args))
+        return self.b.load(self.b.gep(args, [ir.Constant(I64, 5)], source_etype=I64), typ=PTR)
 
     def _free_arena(self) -> None:
         if self.p.arena:
@@ -454,9 +458,7 @@ class _Emitter:
             workers = ir.Constant(I64, step.threads)
         nbytes = b.mul(stride, workers)
         if self.gpu:
-            args = self.struct([ir.Constant(I64, 48), NULL, self.ctx, nbytes, ir.Constant(I64, XLA_ALIGN), NULL])
-            self.check_xla(self.api_call(API_ALLOCATE, args))
-            block = b.load(b.gep(args, [ir.Constant(I64, 5)], source_etype=I64), typ=PTR)
+            block = self.device_alloc(nbytes)
             kernel = self.entry(self.p.natives["header_kernel"])
             self.cuda_launch(kernel, max(1, -(-step.threads // CUDA_BLOCK)), CUDA_BLOCK, [
                 b.ptrtoint(block, I64), stride, workers, depths[0], fbytes, ibytes])
