@@ -8,12 +8,15 @@ runs once per batch element) and ``jax.shard_map`` (once per shard).
 
 How a call runs: each input/output signature gets one XLA FFI target (``qtrace_<n>``),
 registered with ``jax.ffi.register_ffi_target`` for the CPU and, when JAX has a GPU, for
-CUDA; its handler (:mod:`qtrace.devices.xla_ffi`) views XLA's input buffers as NumPy arrays
-(CPU) or CuPy arrays (GPU, qtrace's launches then go to XLA's stream) without a copy, runs
-the function through ``qt.jit`` (compiled once per signature and device, cached like any
-jitted function) and copies the results into XLA's result buffers (one copy per output). The
-backward is a second target running ``qt.vjp`` of the function, also jitted. The handler
-is Python (ctypes): each call holds the GIL for the replay (a few microseconds).
+CUDA. Its handler is native where the plan allows (:mod:`qtrace.devices.xla_native`): a
+function qtrace compiles that runs the plan's kernels on XLA's buffers (inputs read in
+place, outputs written in place) with no Python and no GIL; on a GPU the plan is traced and
+loaded on every GPU and the call launches on XLA's stream. Other plans (library steps, an
+adstack depth bounded from the inputs' extremes, writes into arguments) get the Python
+handler (:mod:`qtrace.devices.xla_ffi`), which views XLA's buffers as NumPy or CuPy arrays,
+runs the function through ``qt.jit`` and copies the results out. The backward is a second
+target running ``qt.vjp`` of the function, registered when JAX first differentiates the
+call. ``f.handler_paths()`` tells which handler each target got.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """XLA FFI handlers whose body is Python: the C ABI of ``xla/ffi/api/c_api.h`` in ctypes.
 
+The fallback of ``qt.to_jax`` for plans its native handler
+(:mod:`qtrace.devices.xla_native`) does not cover; each call takes the GIL.
+
 XLA calls a registered handler as ``XLA_FFI_Error* handler(XLA_FFI_CallFrame*)``. The
 handler made here (:func:`handler`):
 

@@ -188,3 +188,25 @@ def test_native_calls_from_several_threads_each_match_their_reference(rng):
         t.join()
     for k, (x, y) in enumerate(inputs):
         np.testing.assert_allclose(results[k], np.cumsum(np.sin(x) * y) + np.sum(y), rtol=1e-9, atol=1e-9)
+
+
+def test_a_gpu_handler_and_its_helper_kernels_compile_without_a_gpu():
+    """The CUDA handler's IR (stream and device lookup, XLA's allocator, cuLaunchKernel, a
+    stack sized by the max kernel, a status read) verifies and compiles for the host, and
+    the helper kernels to PTX, on a machine without a GPU (addresses are placeholders: the
+    handler is never called here)."""
+    from qtrace.kernels import ffi_entry as fe
+    from qtrace.stats import native_address
+    ptx = fe.gpu_helpers("sm_80").decode()
+    assert f".entry {fe.MAX_KERNEL}" in ptx and f".entry {fe.HEADER_KERNEL}" in ptx and "atom" in ptx
+    natives = {name: 4096 + i for i, name in enumerate(
+        ["cuLaunchKernel", "cuMemsetD8Async", "cuMemcpyDtoDAsync", "cuMemcpyDtoHAsync", "cuStreamSynchronize",
+         "cuCtxGetDevice", "error"])}
+    natives.update(max_kernel=2, header_kernel=3)
+    loop = fe.Launch(0, 1000, (0, 1, 2), 0, -1, 0, (fe.Level(-1, 1, 1000, 8, 8, 0),), 256, 4, 1024, False, 1)
+    split = fe.Launch(1, 1000, (2, 3), -1, 512, 64, (), -1, 4, 0, False, 1)
+    program = fe.Program("cuda", 2, 2, (("arg", 0), ("arg", 1), ("temp", 0), ("ret", 0), ("ret", 1)), 1024,
+                         768, 1, (loop, split, fe.Copy(4, 0, 4000)), -1, 1,
+                         {n: native_address(n) for n in ("ffi_native_calls", "kernel_launches", "tasks_run")},
+                         ((11, 12, 13, 14), (21, 22, 23, 24)), natives)
+    assert fe.compile_handler(program, "qt_ffi_test_gpu_handler") != 0
