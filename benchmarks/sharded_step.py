@@ -10,9 +10,10 @@ adstack). The pure-JAX comparison replaces the loop by a masked ``fori_loop`` bo
 largest trip count.
 
 Checks: the all-device result and gradient equal the one-device run to round-off. Weak
-scaling: per-device size fixed; time per step and per gradient step on 1 device and on all,
-throughput ratio (target 1.8x on 2 GPUs). Runs on CPU simulated devices
-(``XLA_FLAGS=--xla_force_host_platform_device_count=8``, small size) and on GPUs.
+scaling: per-device size fixed; time per step and per gradient step on 1 device and on all
+(medians, the configurations sampled in turn), throughput ratio (target 1.8x on 2 GPUs).
+Runs on CPU simulated devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8``,
+4096 elements per device) and on GPUs (16M per GPU).
 
 Run: ``python benchmarks/sharded_step.py [--n-local N] [--steps K] [--check-only]``.
 """
@@ -82,14 +83,18 @@ def make_step(jax, jnp, mesh, reaction, n_dev: int):
     return jax.jit(run), jax.jit(jax.grad(loss))
 
 
-def _median_ms(fn, repeats: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def _interleaved_ms(fns: dict, repeats: int) -> dict:
+    """Median ms per call of each function, sampled in turn (one call of each per round), so
+    a drift of the machine (clocks, other work) weighs on every configuration alike."""
+    for fn in fns.values():
         fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1e3
+    samples: dict = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e3 for k, v in samples.items()}
 
 
 def main(argv: list) -> int:
@@ -100,17 +105,19 @@ def main(argv: list) -> int:
     import qtrace as qt
     p = argparse.ArgumentParser()
     p.add_argument("--n-local", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--check-only", action="store_true")
     args = p.parse_args(argv)
     devices = jax.devices()
     n_dev = len(devices)
-    n_local = args.n_local or (1 << 20 if devices[0].platform == "gpu" else 1 << 12)
+    # on GPUs, 16M elements per device: enough work that a step is not bound by launch and
+    # collective latency (at 1M a step is ~0.2 ms, most of it ppermute and launches)
+    n_local = args.n_local or (1 << 24 if devices[0].platform == "gpu" else 1 << 12)
     rng = np.random.default_rng(0)
     u_all = (rng.standard_normal(n_local * n_dev) * 0.2).astype(np.float32)
     max_trips = int(np.ceil(np.log((0.3 * (1 + 20 * 2.0) + 0.1) / 0.4) / np.log(1.3))) + 1
 
-    rows, results = [], {}
+    rows, results, timed = [], {}, {}
     for label, devs in (("1 device", devices[:1]), (f"{n_dev} devices", devices)):
         mesh = Mesh(np.array(devs), ("x",))
         u = u_all[: n_local * len(devs)]
@@ -120,11 +127,14 @@ def main(argv: list) -> int:
             out = np.asarray(fwd(u))
             g = np.asarray(grad(u))
             results[(label, system)] = (out, g, len(devs))
-            if args.check_only:
-                continue
-            t_fwd = _median_ms(lambda f=fwd, v=u: f(v).block_until_ready(), args.repeats)
-            t_grad = _median_ms(lambda f=grad, v=u: f(v).block_until_ready(), args.repeats)
-            rows.append((label, system, len(devs), t_fwd / STEPS, t_grad / STEPS))
+            timed[(label, system, len(devs), "step")] = lambda f=fwd, v=u: f(v).block_until_ready()
+            timed[(label, system, len(devs), "grad")] = lambda f=grad, v=u: f(v).block_until_ready()
+    if not args.check_only:
+        ms = _interleaved_ms(timed, args.repeats)
+        for label, system, nd, what in timed:
+            if what == "step":
+                rows.append((label, system, nd, ms[(label, system, nd, "step")] / STEPS,
+                             ms[(label, system, nd, "grad")] / STEPS))
 
     # correctness: all devices vs one device (on the common first block), qtrace vs JAX
     one_out, one_g, _ = results[("1 device", "qtrace call")]
@@ -141,10 +151,19 @@ def main(argv: list) -> int:
     jx_out, jx_g, _ = results[(f"{n_dev} devices", "JAX masked fori")]
     err_jax = float(np.max(np.abs(all_g - jx_g)) / np.max(np.abs(jx_g)))
     ok = err_out <= 1e-5 and err_g <= 1e-4 and err_jax <= 1e-3
+    cpu_line = ""
+    if devices[0].platform != "cpu":   # the same program on the host's CPU (one device)
+        cpu = jax.devices("cpu")[:1]
+        fwd_c, grad_c = make_step(jax, jnp, Mesh(np.array(cpu), ("x",)), reaction_qt(qt), 1)
+        u_c = jax.device_put(u_all, cpu[0])
+        err_c = float(np.max(np.abs(np.asarray(fwd_c(u_c)) - all_out)) / np.max(np.abs(all_out)))
+        err_cg = float(np.max(np.abs(np.asarray(grad_c(u_c)) - all_g)) / np.max(np.abs(all_g)))
+        ok = ok and err_c <= 1e-5 and err_cg <= 1e-4
+        cpu_line = f"; {n_dev} devices vs the CPU: result {err_c:.1e}, gradient {err_cg:.1e}"
     print(f"devices: {n_dev} x {devices[0].platform} ({devices[0].device_kind}); n per device "
           f"{n_local}; {STEPS} steps")
     print(f"check: {n_dev} vs 1 device: result {err_out:.1e}, gradient {err_g:.1e}; qtrace vs JAX "
-          f"gradient {err_jax:.1e}: {'PASS' if ok else 'FAIL'}")
+          f"gradient {err_jax:.1e}{cpu_line}: {'PASS' if ok else 'FAIL'}")
     if rows:
         print(f"{'mesh':12} {'system':18} {'ms/step':>9} {'ms/grad step':>13} {'throughput x':>13}")
         base = {r[1]: r for r in rows if r[2] == 1}
