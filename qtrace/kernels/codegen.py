@@ -49,6 +49,7 @@ class KernelEmitter:
         self.lane_acc: list = []
         self.vector_lanes = bool(task.lanes) and lowering.lanes > 0
         self.identity_clamps = frozenset()  # clamps known to be the identity where emitted
+        self.trig_bad = None   # optimistic pass: i1 cell, "an argument left the fast range"
         self._alias_metadata(module, name)
 
     # -- structure --------------------------------------------------------------------
@@ -218,8 +219,46 @@ class KernelEmitter:
                           source_etype=mem_type(self.dt[arg]))
 
     def body(self) -> list:
-        """Emit the task's instructions at the current loop indices; their IR values."""
-        return self.run(self.t.instrs, {})
+        """Emit the task's instructions at the current loop indices; their IR values.
+
+        In the fast pass of :meth:`optimistic`, float32 sin/cos/tan take their fast form and
+        whether each argument was in its range is or-ed into ``trig_bad``."""
+        bad = self.trig_bad
+        if bad is None:
+            return self.run(self.t.instrs, {})
+        b = self.b
+        flags = b.emission.trig_flags = []
+        try:
+            values = self.run(self.t.instrs, {})
+        finally:
+            b.emission.trig_flags = None
+        if flags:
+            ok = flags[0]
+            for f in flags[1:]:
+                ok = b.and_(ok, f)
+            b.store(b.or_(b.load(bad, typ=ir.IntType(1)), b.not_(ok)), bad)
+        return values
+
+    def optimistic(self, region) -> None:
+        """Emit ``region()`` (code that computes its results from scratch and stores them)
+        with float32 sin/cos/tan in their fast form (:mod:`qtrace.kernels.fastmath`), then
+        once more with the exact functions, run only if an argument was outside the fast
+        range; without float32 trigonometry (or under a lowering without the fast form),
+        ``region()`` once."""
+        if not (self.lowering.fast_trig and _uses_f32_trig(self.t)) or self.trig_bad is not None:
+            region()
+            return
+        b = self.b
+        with b.goto_entry_block():
+            bad = b.alloca(ir.IntType(1))
+        b.store(ir.Constant(ir.IntType(1), 0), bad)
+        self.trig_bad = bad
+        try:
+            region()
+        finally:
+            self.trig_bad = None
+        with b.if_then(b.load(bad, typ=ir.IntType(1)), likely=False):
+            region()
 
     def run(self, instrs, env: dict) -> list:
         """Emit ``instrs`` (a task body or a loop body program); their IR values.
@@ -543,28 +582,7 @@ class KernelEmitter:
         if self.vector_lanes:
             lanes.emit_blocked(self)
             return
-        if not (self.lowering.fast_trig and _uses_f32_trig(self.t)):
-            self.nest(self.t.domain, body, (self.start, self.end))
-            return
-        # optimistic pass with fast trigonometry; the exact pass only if an argument was large
-        b = self.b
-        with b.goto_entry_block():
-            bad = b.alloca(ir.IntType(1))
-        b.store(ir.Constant(ir.IntType(1), 0), bad)
-
-        def fast_body():
-            flags = b.emission.trig_flags = []
-            try:
-                body()
-                ok = flags[0]
-                for f in flags[1:]:
-                    ok = b.and_(ok, f)
-            finally:
-                b.emission.trig_flags = None
-            b.store(b.or_(b.load(bad, typ=ir.IntType(1)), b.not_(ok)), bad)
-        self.nest(self.t.domain, fast_body, (self.start, self.end))
-        with b.if_then(b.load(bad, typ=ir.IntType(1)), likely=False):
-            self.nest(self.t.domain, body, (self.start, self.end))
+        self.optimistic(lambda: self.nest(self.t.domain, body, (self.start, self.end)))
 
     def emit_rmw(self) -> None:
         def body():
@@ -676,7 +694,7 @@ class KernelEmitter:
             else:
                 result = scalar.convert(b, acc.load(b), acc_dt, out_dt)
             self.store(arg, out_ix, result, [])
-        self.nest(t.domain, outer, (self.start, self.end))
+        self.optimistic(lambda: self.nest(t.domain, outer, (self.start, self.end)))
 
     def emit_scan(self) -> None:
         t = self.t

@@ -125,8 +125,6 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
         o = b.udiv(f, ir.Constant(I64, s))
         seg = b.urem(f, ir.Constant(I64, s))
         domain_vars = _split(b, o, t.domain)
-        b.store(scalar.const(acc_dt, identity), acc)
-        b.store(seg, best)
 
         def value(k):
             em.vars[:] = domain_vars + _split(b, k, t.inner)
@@ -141,17 +139,21 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
                 b.store(b.select(take, k, b.load(best, typ=I64)), best)
             else:
                 fold(scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt), None, cell)
-        if contiguous:   # segment seg is elements [seg * chunk, (seg + 1) * chunk) of the row
-            lo = b.mul(seg, ir.Constant(I64, chunk))
-            hi = b.add(lo, ir.Constant(I64, chunk))
-            hi = b.select(b.icmp_signed("<", hi, ir.Constant(I64, length)), hi, ir.Constant(I64, length))
-            b.store(lo, best)
-            em.loop(lo, hi, element)
-        elif is_arg:
-            em.loop(seg, ir.Constant(I64, length), element, ir.Constant(I64, s))
-        else:
-            _unrolled_segment(em, seg, length, s, unrolled, element,
-                              scalar.const(acc_dt, identity), lambda x, y: combine(b, x, y), acc)
+        def segment():   # this thread's partial, from scratch (re-run by an exact pass)
+            b.store(scalar.const(acc_dt, identity), acc)
+            b.store(seg, best)
+            if contiguous:   # segment seg is elements [seg * chunk, (seg + 1) * chunk) of the row
+                lo = b.mul(seg, ir.Constant(I64, chunk))
+                hi = b.add(lo, ir.Constant(I64, chunk))
+                hi = b.select(b.icmp_signed("<", hi, ir.Constant(I64, length)), hi, ir.Constant(I64, length))
+                b.store(lo, best)
+                em.loop(lo, hi, element)
+            elif is_arg:
+                em.loop(seg, ir.Constant(I64, length), element, ir.Constant(I64, s))
+            else:
+                _unrolled_segment(em, seg, length, s, unrolled, element,
+                                  scalar.const(acc_dt, identity), lambda x, y: combine(b, x, y), acc)
+        em.optimistic(segment)
         climb(o, seg, layout.levels, domain_vars)
         em.vars[:] = []
     em.loop(em.start, em.end, per_thread)

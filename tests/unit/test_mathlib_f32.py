@@ -237,3 +237,27 @@ def test_float32_kernel_has_no_double_and_full_width_vectors(name):
     opt = str(llvm_cpu.optimize(module))
     assert "double" not in opt
     assert "x float>" in opt, "not vectorized"
+
+
+@pytest.mark.parametrize("n", [1000, 3_000_000])   # one row per thread; a split reduction
+@pytest.mark.parametrize("large", [False, True], ids=["fast range", "with large arguments"])
+@pytest.mark.parametrize("which", FAST)
+def test_reductions_of_float32_trig_run_the_fast_pass_and_fall_back(which, large, n, fusion, rng):
+    """A reduction over float32 sin/cos/tan runs its range with the fast pass and again
+    exactly only if an argument left the fast range (a partial is recomputed from scratch:
+    the sum is not counted twice); sums and maxima against float64."""
+    x = rng.uniform(-3.0, 3.0, n).astype(F32)
+    if which == "tan":
+        x = rng.uniform(-1.4, 1.4, n).astype(F32)
+    if large:
+        x[rng.choice(n, 3, replace=False)] = F32(3.5e6), F32(-1.0e7), F32(2.0 ** 19)
+    t = qt.asarray(x)
+    fn = getattr(qt, which)
+    ref = getattr(np, which)(x.astype(np.float64))
+    got_sum = float(qt.sum(fn(t)).numpy())
+    assert abs(got_sum - ref.sum()) <= 1e-6 * np.abs(ref).sum() + 1e-3
+    got_max = float(qt.max(fn(t) * 0.5).numpy())
+    assert abs(got_max - 0.5 * ref.max()) <= 2e-7 * max(1.0, abs(ref.max()))
+    rows = qt.sum(fn(t).reshape(-1, 10 if n == 1000 else 1000), axis=1).numpy()
+    np.testing.assert_allclose(rows, ref.reshape(len(rows), -1).sum(axis=1), rtol=1e-5,
+                               atol=1e-5 * np.abs(ref).max() * ref.size / len(rows))
