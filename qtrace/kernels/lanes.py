@@ -134,11 +134,11 @@ def emit_blocked(em) -> None:
                     arrays.store(dst, lane, arrays.load(src, lane, _mem(ty)))
             em.loop(ir.Constant(I64, 0), n_lanes, save)
             b.store(ir.Constant(I1, 0), em.trig_bad)
-            b.fast_trig_flags = []
+            b.emission.trig_flags = []
             try:
                 phase2()
             finally:
-                b.fast_trig_flags = None
+                b.emission.trig_flags = None
             with b.if_then(b.load(em.trig_bad, typ=I1), likely=False):
                 def restore(lane):
                     for dst, src, ty in zip(state + cts, saved, types + types):
@@ -188,7 +188,7 @@ def emit_blocked(em) -> None:
 def _check_fast_math(em, active) -> None:
     """Fold this lane's fast-trigonometry range flags into the block's 'redo exactly' flag."""
     b = em.b
-    flags = getattr(b, "fast_trig_flags", None)
+    flags = b.emission.trig_flags
     if not flags:
         return
     ok = flags[0]
