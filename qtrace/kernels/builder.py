@@ -19,6 +19,8 @@ class _Emission:
     """Mutable per-kernel state of an emission (not options)."""
 
     trig_flags: list | None = None   # i1 values: "the fast trigonometry was exact here"
+    rare: bool = False    # emitting the exact re-run of an optimistic pass: float32 sin/cos/tan
+                          # are C library calls there (compiled in no time; run rarely)
 
 
 class KernelBuilder(ir.IRBuilder):

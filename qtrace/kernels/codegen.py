@@ -242,9 +242,9 @@ class KernelEmitter:
     def optimistic(self, region) -> None:
         """Emit ``region()`` (code that computes its results from scratch and stores them)
         with float32 sin/cos/tan in their fast form (:mod:`qtrace.kernels.fastmath`), then
-        once more with the exact functions, run only if an argument was outside the fast
-        range; without float32 trigonometry (or under a lowering without the fast form),
-        ``region()`` once."""
+        once more with the exact functions (the C library's: a rare path, kept quick to
+        compile), run only if an argument was outside the fast range; without float32
+        trigonometry (or under a lowering without the fast form), ``region()`` once."""
         if not (self.lowering.fast_trig and _uses_f32_trig(self.t)) or self.trig_bad is not None:
             region()
             return
@@ -258,7 +258,11 @@ class KernelEmitter:
         finally:
             self.trig_bad = None
         with b.if_then(b.load(bad, typ=ir.IntType(1)), likely=False):
-            region()
+            b.emission.rare = True
+            try:
+                region()
+            finally:
+                b.emission.rare = False
 
     def run(self, instrs, env: dict) -> list:
         """Emit ``instrs`` (a task body or a loop body program); their IR values.

@@ -146,7 +146,11 @@ def emit_blocked(em) -> None:
                     if kind == "while":
                         arrays.store(count, lane, ir.Constant(I64, 0))
                 em.loop(ir.Constant(I64, 0), n_lanes, restore)
-                phase2()
+                b.emission.rare = True   # exact trigonometry by C library calls
+                try:
+                    phase2()
+                finally:
+                    b.emission.rare = False
 
         # phase 3: everything after the loop, per lane, and the stores
         def phase3(lane):

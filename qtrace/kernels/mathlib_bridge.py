@@ -45,11 +45,14 @@ def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
         if name in NOT_FROM_LIBDEVICE:
             return _ir_math.emit_math(b, name, args)
         return libdevice(b, C_NAMES[name], args)
-    flags = b.emission.trig_flags if isinstance(b, KernelBuilder) else None
-    if flags is not None and name in fastmath.FAST and isinstance(args[0].type, ir.FloatType):
-        value, ok = fastmath.sincos_f32(b, args[0], name)
-        flags.append(ok)
-        return value
+    emission = b.emission if isinstance(b, KernelBuilder) else None
+    if emission is not None and name in fastmath.FAST and isinstance(args[0].type, ir.FloatType):
+        if emission.trig_flags is not None:
+            value, ok = fastmath.sincos_f32(b, args[0], name)
+            emission.trig_flags.append(ok)
+            return value
+        if emission.rare:   # the exact re-run of a range with a large argument
+            return libm(b, C_NAMES[name], args)
     if name in IR_FUNCTIONS and not lowering.scalar:
         return _ir_math.emit_math(b, name, args)
     return libm(b, C_NAMES[name], args)
