@@ -419,28 +419,7 @@ class _Emitter:
         fn.linkage = "internal"
         data, n, size = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        loop = fn.append_basic_block("loop")
-        done = fn.append_basic_block("done")
-        start = b.block
-        b.cbranch(b.icmp_signed(">", n, ir.Constant(I64, 0)), loop, done)
-        b.position_at_end(loop)
-        i = b.phi(I64)
-        best = b.phi(I64)
-        i.add_incoming(ir.Constant(I64, 0), start)
-        best.add_incoming(ir.Constant(I64, 0), start)
-        wide = b.load(b.gep(data, [i], source_etype=I64), typ=I64)
-        narrow = b.sext(b.load(b.gep(data, [i], source_etype=I32), typ=I32), I64)
-        v = b.select(b.icmp_signed("==", size, ir.Constant(I64, 8)), wide, narrow)
-        nb = b.select(b.icmp_signed(">", v, best), v, best)
-        i1 = b.add(i, ir.Constant(I64, 1))
-        i.add_incoming(i1, loop)
-        best.add_incoming(nb, loop)
-        b.cbranch(b.icmp_signed("<", i1, n), loop, done)
-        b.position_at_end(done)
-        out = b.phi(I64)
-        out.add_incoming(ir.Constant(I64, 0), start)
-        out.add_incoming(nb, loop)
-        b.ret(out)
+        b.ret(largest(b, fn, data, n, size, ir.Constant(I64, 0), ir.Constant(I64, 1)))
         return fn
 
     def _stack(self, step: Launch, workers):
@@ -547,6 +526,31 @@ class _Emitter:
             self.fail_with(self.error(ERR_CHECK, b.ptrtoint(host, I64)))
 
 
+def largest(b: ir.IRBuilder, fn: ir.Function, data, n, size, first, step):
+    """Emit the largest of elements ``first, first + step, ...`` below ``n`` of ``data``
+    (integers of ``size`` bytes, 4 or 8), at least 0; the builder continues after it."""
+    start = b.block
+    loop, done = fn.append_basic_block("max_loop"), fn.append_basic_block("max_done")
+    b.cbranch(b.icmp_signed("<", first, n), loop, done)
+    b.position_at_end(loop)
+    i, best = b.phi(I64), b.phi(I64)
+    i.add_incoming(first, start)
+    best.add_incoming(ir.Constant(I64, 0), start)
+    wide = b.load(b.gep(data, [i], source_etype=I64), typ=I64)
+    narrow = b.sext(b.load(b.gep(data, [i], source_etype=I32), typ=I32), I64)
+    v = b.select(b.icmp_signed("==", size, ir.Constant(I64, 8)), wide, narrow)
+    nb = b.select(b.icmp_signed(">", v, best), v, best)
+    i1 = b.add(i, step)
+    i.add_incoming(i1, loop)
+    best.add_incoming(nb, loop)
+    b.cbranch(b.icmp_signed("<", i1, n), loop, done)
+    b.position_at_end(done)
+    out = b.phi(I64)
+    out.add_incoming(ir.Constant(I64, 0), start)
+    out.add_incoming(nb, loop)
+    return out
+
+
 def compile_handler(program: Program, name: str) -> int:
     """Emit and compile the handler of ``program`` as the C function ``name``; its address
     (the compiled code stays loaded for the life of the process)."""
@@ -580,26 +584,7 @@ def gpu_helpers(arch: str) -> bytes:
     fn, b, tid = kernel(MAX_KERNEL, 4)
     counts, n, size, out = fn.args
     step = b.mul(llvm_nvptx.sreg(b, "nctaid.x"), llvm_nvptx.sreg(b, "ntid.x"))
-    start = b.block
-    loop, done = fn.append_basic_block("loop"), fn.append_basic_block("done")
-    b.cbranch(b.icmp_signed("<", tid, n), loop, done)
-    b.position_at_end(loop)
-    i, best = b.phi(I64), b.phi(I64)
-    i.add_incoming(tid, start)
-    best.add_incoming(ir.Constant(I64, 0), start)
-    base = b.inttoptr(counts, PTR)
-    wide = b.load(b.gep(base, [i], source_etype=I64), typ=I64)
-    narrow = b.sext(b.load(b.gep(base, [i], source_etype=I32), typ=I32), I64)
-    v = b.select(b.icmp_signed("==", size, ir.Constant(I64, 8)), wide, narrow)
-    nb = b.select(b.icmp_signed(">", v, best), v, best)
-    i1 = b.add(i, step)
-    i.add_incoming(i1, loop)
-    best.add_incoming(nb, loop)
-    b.cbranch(b.icmp_signed("<", i1, n), loop, done)
-    b.position_at_end(done)
-    result = b.phi(I64)
-    result.add_incoming(ir.Constant(I64, 0), start)
-    result.add_incoming(nb, loop)
+    result = largest(b, fn, b.inttoptr(counts, PTR), n, size, tid, step)
     b.atomic_rmw("max", b.inttoptr(out, PTR), result, "monotonic")
     b.ret_void()
 
