@@ -32,7 +32,7 @@ from ..config import config
 from ..kernels import ffi_entry, ffi_parallel
 from ..kernels.ffi_entry import Copy, Launch, Level, Program
 from ..stats import native_address
-from . import cpu, xla_ffi
+from . import adstack, cpu, xla_ffi
 from .runtime import KernelStep
 
 _count = itertools.count()
@@ -87,16 +87,24 @@ def _why_not(entry, n_rets: int) -> str | None:
 
 
 def _levels(step, plan) -> tuple:
+    """The adstack levels of a launch, each counted in ``qt.stats()`` as the Python path
+    counts it: a constant or a 0-d count read on the host, recorded loop counts, other
+    counts reduced on every call (the native path keeps no cache of reductions)."""
     out = []
     for src, fb, ib in step.stack.sources:
         if src.const is not None:
-            out.append(Level(src.const, -1, 0, 0, fb, ib))
+            out.append(Level(src.const, -1, 0, 0, fb, ib, _names("host")))
         else:
             shape, dtype = plan.slot_meta[src.slot]
             if dtype.itemsize not in (4, 8) or dtype.kind not in "iu":
                 raise _Unsupported(f"an adstack count of dtype {dtype}")
-            out.append(Level(-1, src.slot, math.prod(shape), dtype.itemsize, fb, ib))
+            path = "host" if src.scalar else "recorded" if src.recorded else "dispatch"
+            out.append(Level(-1, src.slot, math.prod(shape), dtype.itemsize, fb, ib, _names(path)))
     return tuple(out)
+
+
+def _names(path: str) -> tuple:
+    return tuple(name for name, _ in adstack.PATHS[path])
 
 
 class _Unsupported(Exception):
@@ -278,7 +286,9 @@ def _program(entries: list, n_args: int, n_rets: int, gpu: bool) -> tuple:
     cap = config.adstack_max_depth
     program = Program("cuda" if gpu else "cpu", n_args, n_rets, tuple(slots), arena.size, status,
                       len(plan.checks), tuple(launches) + tuple(copies), -1 if cap is None else int(cap),
-                      config.num_threads, {n: native_address(n) for n in _COUNTED},
+                      config.num_threads,
+                      {n: native_address(n) for n in _COUNTED + tuple(
+                          name for pairs in adstack.PATHS.values() for name, _ in pairs)},
                       tuple(tuple(r) for r in table), natives)
     keep.append(entries)
     return program, keep

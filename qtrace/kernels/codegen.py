@@ -18,6 +18,7 @@ from ..graph.instrs import LOOPS, uses_f32_trig, walk
 from . import complexmath, interrupt, lanes, scalar, split_reduce, split_scan
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
+from .loop_hints import narrow_accumulation, vector_hint
 from .lowering import CPU, Lowering, reduce_segments, scan_segments
 
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
@@ -53,8 +54,11 @@ class KernelEmitter:
         self._alias_metadata(module, name)
 
     # -- structure --------------------------------------------------------------------
-    def loop(self, lo, hi, body, step=None) -> None:
-        """``body(i)`` for ``i = lo, lo + step, ... < hi`` (``step``: an IR value, default 1)."""
+    def loop(self, lo, hi, body, step=None, float32_width: bool = False) -> None:
+        """``body(i)`` for ``i = lo, lo + step, ... < hi`` (``step``: an IR value, default 1).
+
+        ``float32_width``: hint that the loop be vectorized at the float32 width (a float32
+        reduction whose float64 accumulator would make LLVM pick half of it)."""
         b = self.b
         pre = b.block
         loop_bb = self.fn.append_basic_block("loop")
@@ -66,7 +70,9 @@ class KernelEmitter:
         body(i)
         nxt = b.add(i, ir.Constant(I64, 1) if step is None else step)
         i.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, hi), loop_bb, exit_bb)
+        back = b.cbranch(b.icmp_signed("<", nxt, hi), loop_bb, exit_bb)
+        if float32_width and self.lowering.vector_hints:
+            back.set_metadata("llvm.loop", vector_hint(self.fn.module))
         b.position_at_end(exit_bb)
 
     def nest(self, extents: tuple, body, first_range=None) -> None:
@@ -125,7 +131,7 @@ class KernelEmitter:
             del self.vars[-len(extents):]
         self.loop(*first_range, level)
 
-    def _nest(self, extents: tuple, body, first_range=None) -> None:
+    def _nest(self, extents: tuple, body, first_range=None, float32_width: bool = False) -> None:
         last = len(extents) - 1
         split = clamp_free_range(self.t, last, extents[last]) if extents else None
 
@@ -143,7 +149,7 @@ class KernelEmitter:
             if k == last and split is not None:
                 self._split_loop(lo, hi, split, inner)
             else:
-                self.loop(lo, hi, inner)
+                self.loop(lo, hi, inner, float32_width=float32_width and k == last)
         level(0)
 
     def _split_loop(self, lo, hi, split, inner) -> None:
@@ -692,7 +698,7 @@ class KernelEmitter:
                 else:
                     v = scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt)
                     acc.store(b, _combine(b, prim, cur, v, acc_dt))
-            self.nest(t.inner, inner)
+            self._nest(t.inner, inner, float32_width=narrow_accumulation(t))
             if is_arg:
                 result = b.load(best_i, typ=I64)
             else:

@@ -63,7 +63,8 @@ CUDA_BLOCK = 256
 class Level(NamedTuple):
     """One adstack level: its depth is ``const`` (>= 0), or the largest element of slot
     ``counts`` (``count_size`` elements of ``count_bytes`` bytes each); its rows take
-    ``float_bytes`` and ``int_bytes`` per entry."""
+    ``float_bytes`` and ``int_bytes`` per entry; sizing it adds 1 to the ``qt.stats()``
+    counters ``counted`` (its sizing path's)."""
 
     const: int
     counts: int
@@ -71,6 +72,7 @@ class Level(NamedTuple):
     count_bytes: int
     float_bytes: int
     int_bytes: int
+    counted: tuple = ()
 
 
 class Launch(NamedTuple):
@@ -183,6 +185,11 @@ class _Emitter:
         with self.b.if_then(cond, likely=False):
             self.fail_with(make_err())
 
+    def count(self, name: str, n: int) -> None:
+        """Add ``n`` to the ``qt.stats()`` counter ``name`` (an atomic add to its word)."""
+        self.b.atomic_rmw("add", self.b.inttoptr(ir.Constant(I64, self.p.counters[name]), PTR),
+                          ir.Constant(I64, n), "monotonic")
+
     def error(self, code: int, detail):
         return self.native("error", PTR, [self.frame, ir.Constant(I64, code), detail])
 
@@ -249,8 +256,7 @@ class _Emitter:
         launches = sum(1 for s in p.steps if isinstance(s, Launch))
         for name, n in (("ffi_native_calls", 1), ("kernel_launches", launches), ("tasks_run", launches)):
             if n:
-                b.atomic_rmw("add", b.inttoptr(ir.Constant(I64, p.counters[name]), PTR), ir.Constant(I64, n),
-                             "monotonic")
+                self.count(name, n)
         b.ret(NULL)
         if self._fail is not None:   # the failure path: free the arena, return the error
             b.position_at_end(self._fail)
@@ -404,6 +410,8 @@ class _Emitter:
         else:
             d = b.call(self._max_fn(), [self.ptrs[level.counts], ir.Constant(I64, level.count_size),
                                         ir.Constant(I64, level.count_bytes)])
+        for name in level.counted:
+            self.count(name, 1)
         if self.p.depth_cap >= 0:
             cap = ir.Constant(I64, self.p.depth_cap)
             d = b.select(b.icmp_signed("<", d, cap), d, cap)

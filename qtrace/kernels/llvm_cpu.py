@@ -20,7 +20,7 @@ from llvmlite import ir
 
 from ..config import config
 from ..stats import bump
-from . import interrupt
+from . import interrupt, loop_hints
 
 _lock = threading.RLock()
 _state: dict = {}
@@ -77,14 +77,22 @@ def new_module(name: str) -> ir.Module:
     return module
 
 
+def vector_bits() -> int:
+    """The host's vector register width in bits (what the vectorizer is let use)."""
+    features = _init()["features"].split(",")
+    return 512 if "+avx512f" in features else 256 if "+avx" in features else 128
+
+
 def _full_width(text: str) -> str:
-    """Let the vectorizer use the host's full vector width.
+    """Let the vectorizer use the host's full vector width, and resolve the loops' width
+    hints (:mod:`qtrace.kernels.loop_hints`) to it.
 
     On AVX-512 hosts LLVM prefers 256-bit vectors by default (a guard against the clock
     drop of early AVX-512 parts); qtrace's kernels are long arithmetic loops, where 512-bit
     vectors win (B3's loops run about 2x faster). Elsewhere the attribute changes nothing.
     """
-    if "+avx512f" not in _state["features"].split(","):
+    text = loop_hints.resolve(text, vector_bits() // 32)
+    if vector_bits() != 512:
         return text
     return re.sub(r"^(define [^\n]*\))", r'\1 "prefer-vector-width"="512"', text, flags=re.M)
 

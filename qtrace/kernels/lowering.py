@@ -40,6 +40,9 @@ class Lowering:
     Under ``"contiguous"``, scans with few long rows are split in the same chunks
     (:mod:`qtrace.kernels.split_scan`; a GPU scans long rows in blocks built from graph
     operations instead: ``qtrace.tracer.reductions._blocked_cumsum``).
+    ``vector_hints``: loops whose cost model would pick too narrow a vector width carry a
+    hint (a float32 reduction accumulating in float64 is vectorized at the float32 width;
+    the CPU back end turns the hint into LLVM loop metadata for the host).
     """
 
     math: str = "ir"
@@ -49,13 +52,14 @@ class Lowering:
     flat: bool = False
     scalar: bool = False
     split_reductions: str = ""
+    vector_hints: bool = False
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""
         return self if on == self.scalar else replace(self, scalar=on)
 
 
-CPU = Lowering(split_reductions="contiguous")
+CPU = Lowering(split_reductions="contiguous", vector_hints=True)
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
                  split_reductions="interleaved")
 

@@ -29,6 +29,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import scalar
+from .loop_hints import narrow_accumulation
 from .lowering import split_layout
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -147,7 +148,7 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
                 hi = b.add(lo, ir.Constant(I64, chunk))
                 hi = b.select(b.icmp_signed("<", hi, ir.Constant(I64, length)), hi, ir.Constant(I64, length))
                 b.store(lo, best)
-                em.loop(lo, hi, element)
+                em.loop(lo, hi, element, float32_width=narrow_accumulation(t))
             elif is_arg:
                 em.loop(seg, ir.Constant(I64, length), element, ir.Constant(I64, s))
             else:

@@ -130,6 +130,7 @@ def test_while_loop_gradient_through_the_native_backward(n, fusion, rng):
         st = qt.stats()
         # one call: XLA drops the forward call, whose results the gradient does not use
         assert (st["ffi_python_calls"], st["ffi_native_calls"]) == ((0, 1) if native else (1, 0))
+        assert st["adstack_recorded"] == 1 and st["adstack_reducer_dispatches"] == 0   # both paths
     np.testing.assert_array_equal(grads[True], grads[False])
     h = 1e-6
     for i in rng.choice(n, 4, replace=False):   # the loss is a sum over elements: element i's term

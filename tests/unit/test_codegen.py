@@ -141,3 +141,32 @@ def test_split_region_updates_match_numpy(fusion, rng, n, step):
         t, s = qt.asarray(x), qt.asarray(src)
         t[region] = s[region] * 2 + s[strided][..., :k]
         np.testing.assert_array_equal(t.numpy(), want)
+
+
+def test_float32_reductions_vectorize_at_the_float32_width():
+    """A float32 sum accumulates in float64, which would make LLVM vectorize at the float64
+    width; the loop's hint (``qtrace.kernels.loop_hints``) asks for the float32 one, for the
+    split (whole-array) and the per-row reduction alike."""
+    from qtrace.kernels import loop_hints
+    lanes = llvm_cpu.vector_bits() // 32
+    x = qt.asarray(np.ones(1 << 20, np.float32))
+    for out in (qt.sum(qt.exp(x)), qt.sum(qt.exp(x).reshape(64, -1), axis=1)):
+        spec = build_plan((out._node,), True)
+        (task,) = [t for t in spec.tasks if t.kind == "reduce"]
+        assert loop_hints.narrow_accumulation(task)
+        module = llvm_cpu.new_module("qtrace_test")
+        codegen.lower_task(task, module, task.symbol, True)
+        assert loop_hints.HINT in str(module)
+        opt = str(llvm_cpu.optimize(module))
+        assert f"<{lanes} x float>" in opt and loop_hints.HINT not in opt
+
+
+def test_loop_hints_become_distinct_self_referencing_loop_ids():
+    from qtrace.kernels import loop_hints
+    text = ('br i1 %c, label %a, label %b, !llvm.loop !3\n'
+            '!3 = !{ !"qtrace.vectorize.float32", i32 0 }\n!4 = !{!"x"}\n'
+            '!7 = !{!"qtrace.vectorize.float32", i32 5}\n')
+    out = loop_hints.resolve(text, 16)
+    assert "!3 = distinct !{!3, !8}" in out and "!7 = distinct !{!7, !8}" in out
+    assert '!8 = !{!"llvm.loop.vectorize.width", i32 16}' in out
+    assert loop_hints.resolve("no hints", 16) == "no hints"
