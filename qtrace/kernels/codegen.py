@@ -71,7 +71,10 @@ class KernelEmitter:
         nxt = b.add(i, ir.Constant(I64, 1) if step is None else step)
         i.add_incoming(nxt, b.block)
         back = b.cbranch(b.icmp_signed("<", nxt, hi), loop_bb, exit_bb)
-        if float32_width and self.lowering.vector_hints:
+        # (not where the body calls the C library: a scalar call defeats the hint, and LLVM
+        # then prints a remark that the hinted loop was not vectorized)
+        if (float32_width and self.lowering.vector_hints and not b.emission.rare
+                and not self.t.has_loops):
             back.set_metadata("llvm.loop", vector_hint(self.fn.module))
         b.position_at_end(exit_bb)
 
