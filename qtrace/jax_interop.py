@@ -28,7 +28,7 @@ import numpy as np
 
 from .ad import vjp as _vjp
 from .config import config
-from .devices import xla_ffi, xla_native
+from .devices import xla_ffi
 from .tracer.creation import asarray as _as_tensor
 from .tracer.jit import jit as _jit
 from .tracer.tensor import Tensor
@@ -79,6 +79,7 @@ def _native(jitted, specs: list, n_rets: int):
     """``native(platform)`` for :func:`_register`: ``jitted``'s plan for ``specs``, traced on
     the platform's devices (every GPU, in XLA's ordinal order), as a native handler."""
     def native(platform: str):
+        from .devices import xla_native  # (LLVM: loaded when a target is registered)
         if platform == "cpu":
             devices = ["cpu"]
         else:

@@ -211,3 +211,13 @@ def test_a_gpu_handler_and_its_helper_kernels_compile_without_a_gpu():
                          {n: native_address(n) for n in ("ffi_native_calls", "kernel_launches", "tasks_run")},
                          ((11, 12, 13, 14), (21, 22, 23, 24)), natives)
     assert fe.compile_handler(program, "qt_ffi_test_gpu_handler") != 0
+
+
+def test_import_qtrace_loads_no_llvm():
+    """``import qtrace`` stays light: LLVM (and the native FFI handler built on it) loads
+    when something is first compiled, not at import."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import sys, qtrace; print('llvmlite' in sys.modules)"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
