@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from ..graph.primitives import in_range
 from ..tracer import elementwise as ew
 from ..tracer import indexing, linalg, reductions, shape_ops, views
 from ..tracer.array_api import imag, real
@@ -473,33 +474,34 @@ def _concatenate(node, ct, xs, out):
 @vjp_rule("gather")
 def _gather(node, ct, xs, out):
     x, coords = xs[0], xs[1:]
-    return [indexing.scatter_at(zeros_like(x), ct, coords, "add")] + [None] * len(coords)
+    known = in_range(node)
+    return [indexing.scatter_at(zeros_like(x), ct, coords, "add", known)] + [None] * len(coords)
 
 
 @vjp_rule("scatter")
 def _scatter(node, ct, xs, out):
     x, v, coords = xs[0], xs[1], xs[2:]
-    mode = node.params[0]
+    mode, known = node.params[0], in_range(node)
     none = [None] * len(coords)
-    picked = indexing.gather_at(ct, coords)
+    picked = indexing.gather_at(ct, coords, known)
     if mode == "add":
         return [ct, picked] + none
     if mode == "set":
-        return [indexing.scatter_at(ct, 0.0, coords, "set"), picked] + none
+        return [indexing.scatter_at(ct, 0.0, coords, "set", known), picked] + none
     if mode == "multiply":
         # the product of the updates that reached each element (exact, also where x == 0)
-        factor = indexing.scatter_at(ones_like(x), v, coords, "multiply")
-        return [mul(ct, factor), div(indexing.gather_at(mul(ct, out), coords), v)] + none
+        factor = indexing.scatter_at(ones_like(x), v, coords, "multiply", known)
+        return [mul(ct, factor), div(indexing.gather_at(mul(ct, out), coords, known), v)] + none
     # min / max, like JAX: the cotangent of an element is shared equally by the operands
     # that produced it — the k updates equal to the result, and x itself where x equals it
     # (1/(k+1) each); elements no update reached pass it to x unchanged
-    won = astype(ew.equal(v, indexing.gather_at(out, coords)), ct.dtype)
-    k = indexing.scatter_at(zeros_like(out, dtype=ct.dtype), won, coords, "add")
-    reached = indexing.scatter_at(zeros_like(out, dtype=ct.dtype), 1.0, coords, "set")
+    won = astype(ew.equal(v, indexing.gather_at(out, coords, known)), ct.dtype)
+    k = indexing.scatter_at(zeros_like(out, dtype=ct.dtype), won, coords, "add", known)
+    reached = indexing.scatter_at(zeros_like(out, dtype=ct.dtype), 1.0, coords, "set", known)
     kept = astype(ew.equal(x, out), ct.dtype)
     share = div(1.0, ew.maximum(ew.add(k, kept), 1.0))
     gx = mul(ct, ew.where(ew.equal(reached, 0), 1.0, mul(kept, share)))
-    gv = mul(mul(picked, won), indexing.gather_at(share, coords))
+    gv = mul(mul(picked, won), indexing.gather_at(share, coords, known))
     return [gx, gv] + none
 
 

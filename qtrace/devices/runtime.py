@@ -161,7 +161,7 @@ class Plan:
         self.n_tasks = sum(1 for s in self.steps if type(s) is KernelStep)
         self.unsequenced = self.steps   # one step per kernel (what a native FFI handler runs)
         if self.rt.sequences:
-            self.steps = _sequences(self.steps, len(self.slot_meta))
+            self.steps = _sequences(self.steps)
         self.n_launches = sum(1 for s in self.steps if type(s) not in (LibraryCall, ViewStep))
         self._fast = self._fast_path() if self.rt.kind == "cpu" else None
 
@@ -234,8 +234,7 @@ class Plan:
                 if kind is SequenceStep:  # small CPU kernels: one native launch
                     seq = step.run
                     seq.runner(seq.table_address, seq.n_tasks,
-                               seq.pack(*[pointer(b) if b is not None else 0 for b in bufs]),
-                               status_ptr or None)
+                               seq.pack(*[pointer(bufs[s]) for s in step.slots]), status_ptr or None)
                 else:
                     levels = None if step.stack is None else step.stack.levels(bufs)
                     rt.launch(step.kernel, step.extent, [pointer(bufs[s]) for s in step.slots],
@@ -288,21 +287,24 @@ class Plan:
 
 class _Sequence:
     """A run of small CPU kernels launched as one call of the native sequence runner
-    (:mod:`qtrace.kernels.sequence`), given the address of every buffer of the plan."""
+    (:mod:`qtrace.kernels.sequence`), given the addresses of the buffers they use
+    (``slots``, in that order: the table refers to positions in it)."""
 
-    def __init__(self, run: list, n_slots: int):
+    def __init__(self, run: list, slots: list):
         from ..kernels import sequence
+        position = {s: i for i, s in enumerate(slots)}
         table = []
         for step in run:
-            table += [sequence.address(step.kernel), step.extent, len(step.slots), step.row, *step.slots]
+            table += [sequence.address(step.kernel), step.extent, len(step.slots), step.row,
+                      *[position[s] for s in step.slots]]
         self.table = np.array(table, np.int64)
         self.n_tasks = len(run)
-        self.pack = cpu.packer(n_slots)
+        self.pack = cpu.packer(len(slots))
         self.runner = sequence.runner()
         self.table_address = self.table.ctypes.data
 
 
-def _sequences(steps: list, n_slots: int) -> list:
+def _sequences(steps: list) -> list:
     """``steps`` with every run of two or more small kernels (on the calling thread, no
     adstack, at most ``sequence.MAX_ARGS`` arguments) replaced by one sequence step."""
     from ..kernels.sequence import MAX_ARGS
@@ -314,7 +316,7 @@ def _sequences(steps: list, n_slots: int) -> list:
         else:
             slots = list(dict.fromkeys(s for step in run for s in step.slots))
             frees = [f for step in run for f in step.frees]
-            out.append(SequenceStep(_Sequence(run, n_slots), slots, frees))
+            out.append(SequenceStep(_Sequence(run, slots), slots, frees))
         run.clear()
 
     for step in steps:

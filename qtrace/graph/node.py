@@ -193,6 +193,8 @@ def forget_recent() -> None:
     """Let common-subexpression sharing start afresh (at an evaluation: the pending graph
     was cut, and the nodes it held need not stay alive for sharing)."""
     _recent.clear()
+    _leafsets.clear()
+    _merged.clear()
 
 
 _N_IOTA = 64
@@ -203,6 +205,15 @@ _ZERO, _ONE = (0,), (1,)
 def _iota(n: int) -> tuple:
     """``tuple(range(n))``, shared (the leaf positions of an input seen first)."""
     return _IOTA[n] if n < _N_IOTA else tuple(range(n))
+
+
+# Leaf lists merged from several are interned (one tuple object per content), so that the
+# inputs of later nodes share theirs (``la is lb``) and merges of the same two lists are
+# looked up, not redone: a step's operations mostly combine values over the same leaves.
+# Both hold leaves (and their buffers) alive only until the next evaluation.
+_leafsets: dict = {}  # merged leaf tuple -> itself
+_merged: dict = {}    # (id(la), id(lb)) -> (la, lb, leaves, positions in it of la's, of lb's)
+_MERGE_CAP = 1 << 12
 
 
 def _merge(inputs) -> tuple[list, tuple]:
@@ -230,7 +241,29 @@ def _merge(inputs) -> tuple[list, tuple]:
                 pos.append(i)
             pos = tuple(pos)
         positions.append(pos)
-    return acc if type(acc) is tuple else tuple(acc), positions
+    if type(acc) is tuple:
+        return acc, positions
+    acc = tuple(acc)
+    if len(_leafsets) >= _MERGE_CAP:
+        _leafsets.clear()
+    return _leafsets.setdefault(acc, acc), positions
+
+
+def _merge2(la: tuple, lb: tuple, inputs) -> tuple:
+    """``(leaves, positions of la's, of lb's)`` for two inputs with distinct leaf tuples."""
+    if len(lb) == 1 and lb[0] in la:   # an operand over one leaf the other already reads
+        return la, _iota(len(la)), (la.index(lb[0]),)
+    if len(la) == 1 and la[0] in lb:
+        return lb, (lb.index(la[0]),), _iota(len(lb))
+    key = (id(la), id(lb))
+    hit = _merged.get(key)
+    if hit is not None and hit[0] is la and hit[1] is lb:  # (held: the ids are not reused)
+        return hit[2:]
+    leaves, (pa, pb) = _merge(inputs)
+    if len(_merged) >= _MERGE_CAP:
+        _merged.clear()
+    _merged[key] = (la, lb, leaves, pa, pb)
+    return leaves, pa, pb
 
 
 def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: tuple,
@@ -257,7 +290,7 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
             else:
                 leaves, pa, pb = (la[0], lb[0]), _ZERO, _ONE
         else:
-            leaves, (pa, pb) = _merge(inputs)
+            leaves, pa, pb = _merge2(la, lb, inputs)
         parts = (prim, ptoken, shape, dtype, weak, device, a.struct, pa, b.struct, pb)
         ident_tail = (id(a), id(b))
         count = a.count if a.count > b.count else b.count

@@ -135,8 +135,17 @@ define("broadcast", "view")       # params: (new shape,)  NumPy right-aligned br
 define("slice", "view")           # params: (starts, steps) ; output shape is the node's
 
 # --- data-dependent indexing ----------------------------------------------------------
-define("gather", "gather")        # inputs (x, idx...) ; params: (axes,)
-define("scatter", "scatter")      # inputs (x, values, idx...) ; params: (mode, axes)
+define("gather", "gather")        # inputs (x, idx...) ; params: () or (IN_RANGE,)
+define("scatter", "scatter")      # inputs (x, values, idx...) ; params: (mode,) or (mode, IN_RANGE)
+# IN_RANGE: every coordinate is known to lie in its axis (host-made: np.nonzero of a mask,
+# slices, host index arrays checked when recorded): the kernel neither checks nor clamps
+IN_RANGE = "in_range"
+
+
+def in_range(node) -> bool:
+    """Whether a gather's or scatter's coordinates are known to be in range."""
+    return node.params[-1:] == (IN_RANGE,)
+
 # slice_update: inputs (x, values); params (starts, steps); values has x's rank and holds the
 # region: element k of axis a of values replaces x's element starts[a] + k * steps[a]
 define("slice_update", "update")

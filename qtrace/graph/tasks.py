@@ -43,6 +43,7 @@ from .instrs import (
 from .loops import layout, siblings_key
 from .node import Node, c_strides, content_hash
 from .partition import FREE, Schedule, kind
+from .primitives import in_range
 
 
 @dataclass
@@ -206,7 +207,7 @@ class TaskBuilder:
         if k == "gather":
             src = node.inputs[0]
             coords = [self.value(c, ix) for c in node.inputs[1:]]
-            src_ix, ok = self.coordinates(src, coords, "gather (x[idx])")
+            src_ix, ok = self.coordinates(src, coords, "gather (x[idx])", in_range(node))
             if not ok:
                 return self.emit(Const("const", node.dtype.str, 0))
             return self.value(src, src_ix)
@@ -235,8 +236,13 @@ class TaskBuilder:
             ok = test if ok is None else op("logical_and", ok, test)
         return ok if ok is not None else self.emit(Const("const", "|b1", True))
 
-    def coordinates(self, src: Node, coords: list, op: str):
-        """Checked indices into ``src``; ``ok`` is False if an axis is empty (nothing to read)."""
+    def coordinates(self, src: Node, coords: list, op: str, known: bool = False):
+        """Checked indices into ``src``; ``ok`` is False if an axis is empty (nothing to read).
+
+        ``known``: the coordinates are int64 values known to lie in their axes (the node is
+        :func:`~qtrace.graph.primitives.in_range`): used as they are, nothing to check."""
+        if known:
+            return tuple(ix_.ssa(c) for c in coords), all(size > 0 for size in src.shape)
         out, ok = [], True
         for axis, (c, size) in enumerate(zip(coords, src.shape)):
             check = len(self.t.checks)
@@ -429,7 +435,7 @@ def build_tasks(schedule: Schedule, group) -> list:
         b = TaskBuilder(schedule, group, upd, _extents(vals.shape))
         ix = _vars(vals.ndim)
         cs = [b.value(c, ix) for c in coords]
-        dst, ok = b.coordinates(root, cs, f"scatter (x.at[idx].{root.params[0]})")
+        dst, ok = b.coordinates(root, cs, f"scatter (x.at[idx].{root.params[0]})", in_range(root))
         if ok and root.size:
             upd.stores.append((b.arg(root, write=True), b.address(root, dst), b.value(vals, ix)))
         upd.nodes.append(root)

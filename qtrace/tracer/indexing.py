@@ -5,9 +5,12 @@ key holds integer arrays (or boolean masks, in eager code), every indexed axis i
 described by an integer coordinate tensor of the result's shape — slices contribute a
 broadcast ``arange``, integers a constant, arrays themselves placed where NumPy puts
 advanced-index dimensions — and the access becomes one ``gather`` (or ``scatter``)
-over those coordinates. Coordinates are bounds-checked in the kernel: nothing outside
-a buffer is ever read or written, and an out-of-range index raises ``IndexError``
-naming the operation at evaluation. ``qt.config.check_bounds = False`` skips the report:
+over those coordinates. Host index data (NumPy arrays, lists, masks, slices) is
+checked when recorded: an out-of-range index raises ``IndexError`` at that line, as in
+NumPy, and the kernel then reads without checks (so it vectorizes). Tensor indices are
+bounds-checked in the kernel: nothing outside a buffer is ever read or written, and an
+out-of-range index raises ``IndexError`` naming the operation and the recording line at
+evaluation. ``qt.config.check_bounds = False`` skips the report:
 reads then clamp to the nearest element (JAX's default gather mode) and out-of-range
 updates are dropped.
 """
@@ -19,10 +22,11 @@ import weakref
 
 import numpy as np
 
+from ..config import config
 from ..errors import TracerError
 from ..graph import origins
 from ..graph.node import Node
-from ..graph.primitives import PRIMITIVES, broadcast_shapes
+from ..graph.primitives import IN_RANGE, PRIMITIVES, broadcast_shapes
 from . import dtypes, selections, views
 from .context import ad_level, record, tracing
 from .convert import cast, const_node, input_node, operand, wrap
@@ -101,18 +105,39 @@ def _int_index(k, size: int, axis: int, op: str) -> int:
     return i % size
 
 
-def _index_tensor(k, op: str) -> Tensor:
+def _index_tensor(k, size: int, axis: int, op: str) -> tuple[Tensor, bool]:
+    """The index array ``k`` for an axis of ``size`` as a tensor, and whether its values are
+    known to lie in ``[0, size)`` (the kernel then reads without checking or clamping).
+
+    Host data is checked here, at the line that indexes (as NumPy does; with
+    ``qt.config.check_bounds`` off, out-of-range host data is left to the kernel, which
+    clamps), and normalised to non-negative int64 in a copy qtrace owns; a mask's coordinates (``np.nonzero``) are in
+    range by construction. A tensor index is checked in the kernel, at evaluation.
+    """
     if isinstance(k, tuple) and k and k[0] == "mask":
-        k = k[1]
-    t = k if isinstance(k, Tensor) else wrap(input_node(np.asarray(k), op))
-    if t.dtype.kind not in "iu":
+        return wrap(input_node(k[1], op, owned=True)), True
+    a = k if isinstance(k, Tensor) else np.asarray(k)
+    if a.dtype.kind not in "iu":
         raise IndexError(f"{op}: arrays used as indices must be of integer (or boolean) type, "
-                         f"got {t.dtype}")
-    return t
+                         f"got {a.dtype}")
+    if isinstance(a, Tensor):
+        return a, False
+    if a.size:
+        lo, hi = int(a.min()), int(a.max())
+        bad = lo if lo < -size else hi if hi >= size else None
+        if bad is not None:
+            if not config.check_bounds:  # the kernel clamps reads and drops updates
+                return wrap(input_node(a, op)), False
+            raise IndexError(f"{op}: index {bad} is out of bounds for axis {axis} with size {size}")
+    fresh = a.astype(np.int64, copy=True)
+    if a.size and lo < 0:
+        fresh[fresh < 0] += size
+    return wrap(input_node(fresh, op, owned=True)), True
 
 
 def _plan(x: Tensor, key, op: str, coords_always: bool = False):
-    """Decompose ``key``: a basic view, or (result shape, one coordinate tensor per axis of x).
+    """Decompose ``key``: a basic view, or (result shape, one coordinate tensor per axis of
+    x, whether every coordinate is known to be in range).
 
     With ``coords_always`` a basic key is described by coordinates too (for scatters).
     """
@@ -129,7 +154,7 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
            if kind in ("array", "sbool") or (has_arrays and kind == "int")]
     adjacent = not adv or adv == list(range(adv[0], adv[-1] + 1))
     fixed, axis_of = {}, {}
-    axis = 0
+    axis, in_range = 0, True
     for i, k in enumerate(entries):
         if kinds[i] in ("none", "sep"):
             continue
@@ -142,7 +167,8 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
             if _marker(k, "mask") and k[2] not in (size, 0):  # an axis of length 0 matches (NumPy)
                 raise IndexError(f"{op}: boolean index did not match indexed array along axis {axis}; "
                                  f"size of axis is {size} but size of corresponding boolean axis is {k[2]}")
-            fixed[i] = _index_tensor(k, op)
+            fixed[i], known = _index_tensor(k, size, axis, op)
+            in_range = in_range and known
         elif kinds[i] == "int":
             fixed[i] = _int_index(k, size, axis, op)
         else:
@@ -173,15 +199,16 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
         if isinstance(f, range):
             pos = where[i]
             a = np.arange(f.start, f.stop, f.step, dtype=np.int64)
-            a = wrap(input_node(a.reshape((1,) * pos + (len(f),) + (1,) * (len(shape) - pos - 1)), op))
+            a = wrap(input_node(a.reshape((1,) * pos + (len(f),) + (1,) * (len(shape) - pos - 1)), op,
+                                owned=True))
         elif isinstance(f, Tensor):
             lead = where["B"]
             trail = len(shape) - lead - len(bshape)
             a = reshape(broadcast_to(f, bshape), (1,) * lead + bshape + (1,) * trail)
         else:
-            a = wrap(input_node(np.array(f, dtype=np.int64), op))
+            a = wrap(input_node(np.array(f, dtype=np.int64), op, owned=True))
         coords.append(broadcast_to(a, shape))
-    return None, (shape, coords)
+    return None, (shape, coords, in_range)
 
 
 def basic_key(shape: tuple, key):
@@ -327,9 +354,10 @@ def getitem(x, key) -> Tensor:
     view, adv = _plan(t, key, "qt.Tensor.__getitem__")
     if view is not None:
         return view
-    shape, coords = adv
+    shape, coords, known = adv
     nodes = (t._node,) + tuple(c._node for c in coords)
-    out = wrap(origins.remember(record("gather", nodes, (), shape, t.dtype, weak=t._node.weak)))
+    params = (IN_RANGE,) if known else ()
+    out = wrap(origins.remember(record("gather", nodes, params, shape, t.dtype, weak=t._node.weak)))
     mask = _leading_mask_key(t, key)
     if mask is not None:
         _selections[out._node] = (t._node, mask)
@@ -414,13 +442,14 @@ def _unselect(rows: Node, mask: np.ndarray):
     return full(rows)
 
 
-def scatter(x, key, values, mode: str) -> Tensor:
-    """A copy of ``x`` with ``x[key]`` combined with ``values`` by ``mode`` (see ``.at``)."""
+def scatter(x, key, values, mode: str, op: str | None = None) -> Tensor:
+    """A copy of ``x`` with ``x[key]`` combined with ``values`` by ``mode`` (see ``.at``);
+    ``op`` names the operation in errors (default ``qt.Tensor.at[...].<mode>``)."""
     if mode not in SCATTER_MODES:
         raise ValueError(f"qt scatter: unknown mode {mode!r}")
-    op = f"qt.Tensor.at[...].{mode}"
+    op = op or f"qt.Tensor.at[...].{mode}"
     t = as_tensor(x, op)
-    _, (shape, coords) = _plan(t, key, op, coords_always=True)
+    _, (shape, coords, known) = _plan(t, key, op, coords_always=True)
     v = operand(values, op)
     v_node = v.node if v.node is not None else const_node(v.value, t.dtype, t.device)
     v_node = cast(v_node, t.dtype, weak=False)
@@ -432,7 +461,8 @@ def scatter(x, key, values, mode: str) -> Tensor:
     if t.ndim == 0:
         return wrap(v_t._node) if mode == "set" else _scalar_update(t, v_t, mode)
     nodes = (t._node, v_t._node) + tuple(c._node for c in coords)
-    return wrap(origins.remember(record("scatter", nodes, (mode,), t.shape, t.dtype, weak=t._node.weak)))
+    params = (mode, IN_RANGE) if known else (mode,)
+    return wrap(origins.remember(record("scatter", nodes, params, t.shape, t.dtype, weak=t._node.weak)))
 
 
 def _scalar_update(t: Tensor, v: Tensor, mode: str) -> Tensor:
@@ -515,7 +545,7 @@ def setitem(x: Tensor, key, value) -> None:
             return
         views.assign(x, _masked_update(x, mask, value, op))
         return
-    views.assign(x, scatter(x, key, value, "set")._node)
+    views.assign(x, scatter(x, key, value, "set", op)._node)
 
 
 def assigned_values(x: Tensor, value, shape: tuple, op: str) -> Node:
@@ -626,15 +656,20 @@ def _by_rank(x: Tensor, mask: Tensor, rows: Node, op: str) -> Node:
     return views.broadcast_node(picked._node, x.shape)
 
 
-def gather_at(x: Tensor, coords: list) -> Tensor:
-    """``x`` read at integer coordinate tensors (one per axis, all of the result's shape)."""
+def gather_at(x: Tensor, coords: list, known: bool = False) -> Tensor:
+    """``x`` read at integer coordinate tensors (one per axis, all of the result's shape);
+    ``known``: they are known to be in range (the coordinates of an in-range gather or
+    scatter of an array of ``x``'s shape)."""
     nodes = (x._node,) + tuple(c._node for c in coords)
-    return wrap(record("gather", nodes, (), coords[0].shape if coords else (), x.dtype))
+    params = (IN_RANGE,) if known else ()
+    return wrap(record("gather", nodes, params, coords[0].shape if coords else (), x.dtype))
 
 
-def scatter_at(x: Tensor, values: Tensor, coords: list, mode: str) -> Tensor:
-    """A copy of ``x`` updated at coordinate tensors (the primitive behind ``.at``)."""
+def scatter_at(x: Tensor, values: Tensor, coords: list, mode: str, known: bool = False) -> Tensor:
+    """A copy of ``x`` updated at coordinate tensors (the primitive behind ``.at``);
+    ``known`` as for :func:`gather_at`."""
     shape = coords[0].shape
     v = broadcast_to(wrap(cast(as_tensor(values, "scatter")._node, x.dtype, weak=False)), shape)
     nodes = (x._node, v._node) + tuple(c._node for c in coords)
-    return wrap(record("scatter", nodes, (mode,), x.shape, x.dtype))
+    params = (mode, IN_RANGE) if known else (mode,)
+    return wrap(record("scatter", nodes, params, x.shape, x.dtype))

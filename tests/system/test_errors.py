@@ -127,11 +127,30 @@ def _guarded(rng, n=100, pad=64, poison=1e30):
 
 
 @pytest.mark.parametrize("bad", [100, 101, -101, 10**6, -10**6, 2**40])
+def test_out_of_range_host_index_raises_at_the_indexing_line(rng, fusion, bad):
+    """Host index data is checked where it indexes, as in NumPy; nothing is recorded."""
+    _, view, x = _guarded(rng)
+    idx = np.array([0, 5, bad, 99])
+    with pytest.raises(IndexError, match=rf"__getitem__: index {bad} is out of bounds for axis 0 with size 100"):
+        x[idx]
+    with pytest.raises(IndexError, match=rf"__setitem__: index {bad} is out of bounds"):
+        x[idx] = 1.0
+    with pytest.raises(IndexError, match=rf"at\[\.\.\.\]\.add: index {bad} is out of bounds"):
+        x.at[[bad, 1]].add(1.0)
+    np.testing.assert_array_equal(x.numpy(), view)
+    # in range: negative indices wrap; the copy qtrace checked is the one it reads
+    idx = np.array([-1, 3, -100])
+    y = x[idx]
+    idx[:] = 10**6                 # the caller's array changes after recording
+    np.testing.assert_array_equal(y.numpy(), view[[-1, 3, -100]])
+
+
+@pytest.mark.parametrize("bad", [100, 101, -101, 10**6, -10**6, 2**40])
 def test_out_of_range_gather_raises_index_error_at_evaluation(rng, fusion, bad):
     base, view, x = _guarded(rng)
     saved = base.copy()
-    idx = np.array([0, 5, bad, 99])
-    y = x[idx] * 2.0               # recording does not check data-dependent indices
+    idx = qt.asarray(np.array([0, 5, bad, 99]))
+    y = x[idx] * 2.0               # recording does not check a tensor index's data
     with pytest.raises(IndexError) as info:
         y.numpy()
     msg = str(info.value)
@@ -159,7 +178,7 @@ def test_out_of_range_scatter_raises_index_error(rng, fusion, mode, bad):
     base, view, x = _guarded(rng)
     saved = base.copy()
     neighbours = [np.full(100, 7.0) for _ in range(4)]
-    y = getattr(x.at[np.array([1, bad, 3])], mode)(5.0)
+    y = getattr(x.at[qt.asarray(np.array([1, bad, 3]))], mode)(5.0)
     with pytest.raises(IndexError) as info:
         y.numpy()
     msg = str(info.value)
@@ -175,7 +194,7 @@ def test_out_of_range_scatter_raises_index_error(rng, fusion, mode, bad):
 
 def test_index_error_is_raised_again_and_does_not_poison_the_cache(rng):
     _, view, x = _guarded(rng)
-    y = x[np.array([0, 1000])]
+    y = x[qt.asarray(np.array([0, 1000]))]
     for _ in range(2):
         with pytest.raises(IndexError):
             y.numpy()

@@ -170,3 +170,26 @@ def test_loop_hints_become_distinct_self_referencing_loop_ids():
     assert "!3 = distinct !{!3, !8}" in out and "!7 = distinct !{!7, !8}" in out
     assert '!8 = !{!"llvm.loop.vectorize.width", i32 16}' in out
     assert loop_hints.resolve("no hints", 16) == "no hints"
+
+
+def _masked_power(rng, tensor_index: bool):
+    r = rng.uniform(0.1, 2.0, (64, 64))
+    x = qt.asarray(r)
+    if tensor_index:  # a computed index: its values are only known at evaluation
+        return x.reshape(-1)[qt.asarray(np.flatnonzero(r > 0.5)) * 1] ** -1.5, r
+    return x[x > 0.5] ** -1.5, r
+
+
+def test_host_index_gather_has_no_checks_and_vectorizes(rng):
+    """A mask's coordinates (and host index arrays, checked when recorded) are known to be
+    in range: the kernel reads without checks, so its math vectorizes; a tensor index keeps
+    its check (a conditional status store the vectorizer cannot take)."""
+    out, r = _masked_power(rng, tensor_index=False)
+    module, task = _module_for(out)
+    assert not task.checks
+    opt = str(llvm_cpu.optimize(module))
+    assert _vector_widths(opt, "double"), "the gathered power is scalar"
+    np.testing.assert_allclose(out.numpy(), r[r > 0.5] ** -1.5, rtol=1e-14)
+    checked, _ = _masked_power(rng, tensor_index=True)
+    spec = build_plan((checked._node,), True)
+    assert any(t.checks for t in spec.tasks)
