@@ -131,7 +131,8 @@ def test_out_of_range_host_index_raises_at_the_indexing_line(rng, fusion, bad):
     """Host index data is checked where it indexes, as in NumPy; nothing is recorded."""
     _, view, x = _guarded(rng)
     idx = np.array([0, 5, bad, 99])
-    with pytest.raises(IndexError, match=rf"__getitem__: index {bad} is out of bounds for axis 0 with size 100"):
+    with pytest.raises(IndexError,
+                       match=rf"__getitem__: index {bad} is out of bounds for axis 0 with size 100"):
         x[idx]
     with pytest.raises(IndexError, match=rf"__setitem__: index {bad} is out of bounds"):
         x[idx] = 1.0
