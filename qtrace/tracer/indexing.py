@@ -112,7 +112,8 @@ def _index_tensor(k, size: int, axis: int, op: str) -> tuple[Tensor, bool]:
     Host data is checked here, at the line that indexes (as NumPy does; with
     ``qt.config.check_bounds`` off, out-of-range host data is left to the kernel, which
     clamps), and normalised to non-negative int64 in a copy qtrace owns; a mask's
-    coordinates (``np.nonzero``) are in range by construction. A tensor index is checked in the kernel, at evaluation.
+    coordinates (``np.nonzero``) are in range by construction. A tensor index is checked
+    in the kernel, at evaluation.
     """
     if isinstance(k, tuple) and k and k[0] == "mask":
         return wrap(input_node(k[1], op, owned=True)), True
