@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from ..graph import index as ix_
 from ..graph.instrs import LOOPS, uses_f32_trig, walk
-from . import complexmath, interrupt, lanes, scalar, split_reduce, split_scan
+from . import column_reduce, complexmath, interrupt, lanes, scalar, split_reduce, split_scan
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
 from .loop_hints import narrow_accumulation, vector_hint
@@ -671,6 +671,10 @@ class KernelEmitter:
         prim, ssa, acc_str = t.reduce
         acc_dt = np.dtype(acc_str)
         b = self.b
+        if column_reduce.interchanged(t, self.lowering):
+            column_reduce.emit(self, _identity(prim, acc_dt),
+                               lambda b, cur, v: _combine(b, prim, cur, v, acc_dt))
+            return
         segments = reduce_segments(t, self.lowering)
         if segments > 1:
             split_reduce.emit(self, segments, _identity(prim, acc_dt),

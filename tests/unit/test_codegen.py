@@ -12,7 +12,8 @@ import pytest
 
 import qtrace as qt
 from qtrace.graph.plan import build_plan
-from qtrace.kernels import codegen, llvm_cpu
+from qtrace.kernels import codegen, column_reduce, llvm_cpu
+from qtrace.kernels.lowering import CPU
 
 HOST_FEATURES = llvm.get_host_cpu_features().flatten()
 HAS_AVX = "+avx," in HOST_FEATURES + "," or "+avx2" in HOST_FEATURES
@@ -193,3 +194,16 @@ def test_host_index_gather_has_no_checks_and_vectorizes(rng):
     checked, _ = _masked_power(rng, tensor_index=True)
     spec = build_plan((checked._node,), True)
     assert any(t.checks for t in spec.tasks)
+
+
+def test_leading_axis_sum_is_interchanged_and_vectorized():
+    """``x.sum(axis=0)``: outputs in blocks, rows outer, the block's accumulators inner —
+    contiguous vector loads (the plain loop order gives a scalar strided chain)."""
+    out = qt.sum(qt.asarray(np.ones((3000, 100))) * 2.0, axis=0)
+    module, task = _module_for(out)
+    assert task.kind == "reduce" and task.domain == (100,) and task.inner == (3000,)
+    assert column_reduce.interchanged(task, CPU)
+    assert _vector_widths(str(llvm_cpu.optimize(module)), "double")
+    row_sums = qt.sum(qt.asarray(np.ones((100, 3000))) * 2.0, axis=1)
+    _, task = _module_for(row_sums)
+    assert not column_reduce.interchanged(task, CPU)   # contiguous already: plain loops
