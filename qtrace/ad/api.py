@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from ..tracer import pytree
+from ..tracer import pending, pytree
 from ..tracer.context import ad_scope, record
 from ..tracer.convert import wrap
 from ..tracer.creation import asarray, ones_like, zeros_like
@@ -63,6 +63,9 @@ def vjp(fn, *primals, has_aux: bool = False):
         result, aux = result
     out_leaves, out_tree = pytree.flatten(result)
     out_leaves = [_as_tensor_out(o, "qt.vjp") for o in out_leaves]
+    pending.note_results(out_leaves)
+    if has_aux:
+        pending.note_results([a for a in pytree.flatten(aux)[0] if isinstance(a, Tensor)])
     out = pytree.unflatten(out_tree, out_leaves)
     out_nodes = [o._node for o in out_leaves]  # evaluating `out` later must not cut the graph
 

@@ -54,7 +54,6 @@ class LibraryStep:
     """One library step of a plan: runs the implementation and returns each output's buffer."""
 
     def __init__(self, node, outputs: list, rt):
-        self.node = node
         self.rt = rt   # the device runtime holding the buffers
         self.device = node.device.kind
         self.name, self.static, self.components = CALLS.get(node.prim, _lib_call)(node, outputs)

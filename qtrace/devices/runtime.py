@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -65,8 +66,9 @@ class LibraryCall(NamedTuple):
 
 
 class ViewStep(NamedTuple):
-    """Slot ``dst`` becomes a strided view of slot ``src``'s buffer through the view nodes
-    ``chain`` (a transposed operand of a matrix product, read in place)."""
+    """Slot ``dst`` becomes a strided view of slot ``src``'s buffer through ``chain`` (a
+    transposed operand of a matrix product, read in place): ``(prim, params, shape)`` of
+    each view node, innermost first (not the nodes: a cached plan holds no graph)."""
 
     chain: tuple
     src: int
@@ -75,20 +77,26 @@ class ViewStep(NamedTuple):
 
 
 def view_of(buf, chain: tuple, xp):
-    """``buf`` seen through the view nodes ``chain`` (innermost first), as NumPy/CuPy views."""
-    for n in chain:
-        prim = n.prim
+    """``buf`` seen through the views ``chain`` (``(prim, params, shape)``, innermost
+    first), as NumPy/CuPy views."""
+    for prim, params, shape in chain:
         if prim == "transpose":
-            buf = buf.transpose(n.params[0])
+            buf = buf.transpose(params[0])
         elif prim == "reshape":
-            buf = buf.reshape(n.shape)   # (a copy where no view exists, as NumPy's reshape)
+            buf = buf.reshape(shape)   # (a copy where no view exists, as NumPy's reshape)
         elif prim == "broadcast":
-            buf = xp.broadcast_to(buf, n.shape)
+            buf = xp.broadcast_to(buf, shape)
         elif prim == "slice":
             buf = buf[tuple(slice(a, a + s * k if a + s * k >= 0 else None, s) if k else slice(0, 0)
-                            for a, s, k in zip(*n.params, n.shape))]
+                            for a, s, k in zip(*params, shape))]
         # wrt and stop_gradient: the value itself
     return buf
+
+
+class CheckedTask(NamedTuple):
+    """What a plan keeps of a task whose kernel reports checks: its kernel's name."""
+
+    symbol: str
 
 
 class SequenceStep(NamedTuple):
@@ -113,8 +121,11 @@ class Plan:
     """
 
     def __init__(self, spec: PlanSpec, kernels: dict, check_bounds: bool, device):
-        self.spec = spec
+        # A cached plan keeps no graph node, task or schedule (they would keep the first
+        # graph's buffers alive, and make every cyclic garbage collection walk them): the
+        # outputs it was built for only weakly, to name their lines in an error
         self.key = spec.key
+        self._built_for = tuple(weakref.ref(n) for n in spec.schedule.outputs)
         self.device = device
         self.rt = runtime_for(device)
         lowering = target_for(device).lowering
@@ -122,14 +133,15 @@ class Plan:
         self.slot_meta = [(n.shape, n.dtype) for n in spec.slot_nodes]
         self.outputs = spec.outputs
         self.check_bounds = check_bounds
-        self.checks = []  # per reporting step: (task, its check table); status rows follow it
+        self.checks = []  # per reporting step: (CheckedTask, its check table); status rows follow it
         self.steps = []
         slot_of = {id(n): i for i, n in enumerate(spec.slot_nodes)}
         leaf_slots = {id(leaf): i for i, leaf in enumerate(spec.leaves)}
         self.view_slots = set()
         for step in spec.steps:
             if step.kind == "view":
-                self.steps.append(ViewStep(step.chain, step.slots[0], step.slots[1], step.frees))
+                chain = tuple((n.prim, n.params, n.shape) for n in step.chain)
+                self.steps.append(ViewStep(chain, step.slots[0], step.slots[1], step.frees))
                 self.view_slots.add(step.slots[1])
                 continue
             if step.kind == "library":
@@ -147,7 +159,7 @@ class Plan:
             row = -1
             if t.checks and (check_bounds or t.stack is not None):
                 row = len(self.checks)
-                self.checks.append((t, t.checks))
+                self.checks.append((CheckedTask(t.symbol), t.checks))
             stack = None
             if t.stack is not None:
                 loops = [what for kind, what, *_ in t.checks if kind == "adstack"]
@@ -279,7 +291,9 @@ class Plan:
                 f"than the {value} stack entries sized for it (data changed behind qtrace's back, "
                 "qt.config.adstack_max_depth, or a bug); nothing was written out of bounds")
         prims = ("scatter",) if what.startswith("scatter") else ("gather", "loop", "loop_vjp")
-        lines = origins.recorded_at(graph or tuple(self.spec.schedule.outputs), prims)
+        if graph is None:
+            graph = tuple(n for n in (r() for r in self._built_for) if n is not None)
+        lines = origins.recorded_at(graph, prims)
         where = ("\n  recorded at " + "\n  recorded at ".join(lines)) if lines else ""
         raise IndexError(f"qtrace {what}: index {value} is out of bounds for axis {axis} with size "
                          f"{size}{where}")

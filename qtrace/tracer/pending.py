@@ -63,6 +63,22 @@ def note(owner) -> None:
         _consider_cut(s, owner)
 
 
+def note_results(tensors) -> None:
+    """Note the pending ``tensors`` a differentiated function returned (``qt.vjp``):
+    recorded while differentiating, when nothing is noted, they must still be stored by the
+    next evaluation — an eager training loop keeps each step's loss, and an unstored loss
+    would be recomputed from its step's forward pass, which reads the weights of the step
+    before, and so on back to the start. No cut here: the backward pass, recorded next,
+    reads the same forward values and is evaluated with them."""
+    s = state()
+    if s.special:
+        return
+    for t in tensors:
+        if t._node.inputs:
+            s.pending.append(weakref.ref(t))
+            s.count += 1
+
+
 def _site(skip: int = 3):
     """The source location recording the current operation: ``(code, offset)`` of the
     innermost user frames (outside qtrace) and how deep the user's stack is."""

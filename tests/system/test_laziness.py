@@ -272,3 +272,47 @@ def test_large_linspace_is_no_buffer(fusion):
     assert not report.spec.leaves, str(report)
     want = np.sum(np.sin(np.linspace(0.0, 10.0, n)))
     np.testing.assert_allclose(float(qt.sum(qt.sin(qt.linspace(0.0, 10.0, n)))), want, rtol=1e-12)
+
+
+def _train_keeping_losses(rng, steps: int):
+    """An eager training loop as NumPy users write it: ``value_and_grad`` each step, weights
+    updated in place, every loss kept in a list; the losses stacked at the end. (Step 0.02:
+    gradient descent here contracts rounding differences; at 0.05 some draws are chaotic.)"""
+    x = qt.asarray(rng.standard_normal((40, 3)))
+    w = qt.asarray(rng.standard_normal((3, 5)) * 0.1)
+    step = qt.value_and_grad(lambda w: qt.sum(qt.tanh(x @ w) ** 2))
+    losses = []
+    for _ in range(steps):
+        loss, g = step(w)
+        w -= 0.02 * g
+        losses.append(loss)
+    qt.eval(w)   # evaluates every pending value: the losses are stored with it
+    before = qt.stats()["tasks_run"]
+    curve = qt.stack(losses).numpy()
+    work = qt.stats()["tasks_run"] - before
+    stored = [qt.asarray(v) for v in curve]   # what stacking stored values costs
+    before = qt.stats()["tasks_run"]
+    qt.stack(stored).numpy()
+    return curve, work - (qt.stats()["tasks_run"] - before), w.numpy()
+
+
+def test_kept_losses_are_stored_not_recomputed(rng, fusion):
+    """A loss returned by ``qt.value_and_grad`` is a pending value like any other: stored by
+    the evaluations (automatic cuts, ``qt.eval``), so stacking 10 or 40 kept losses at the
+    end computes no step again (before: each loss's graph reached back through every
+    step's weights, and the stack recomputed them all)."""
+    qt.config.max_pending_nodes = 60
+    seed = int(rng.integers(2**31))
+    short, work_short, _ = _train_keeping_losses(np.random.default_rng(seed), 10)
+    long, work_long, w = _train_keeping_losses(np.random.default_rng(seed), 40)
+    assert work_short == work_long == 0, (work_short, work_long)   # tasks beyond the stack's
+    np.testing.assert_allclose(long[:10], short, rtol=1e-12)
+    r = np.random.default_rng(seed)   # the NumPy reference, gradient by hand
+    xn, wn = r.standard_normal((40, 3)), r.standard_normal((3, 5)) * 0.1
+    want = []
+    for _ in range(40):
+        h = np.tanh(xn @ wn)
+        want.append(np.sum(h ** 2))
+        wn = wn - 0.02 * (xn.T @ (2 * h * (1 - h ** 2)))
+    np.testing.assert_allclose(long, want, rtol=1e-10)
+    np.testing.assert_allclose(w, wn, rtol=1e-10)
