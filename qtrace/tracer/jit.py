@@ -244,7 +244,8 @@ class Jitted:
             if isinstance(leaf, Tensor):
                 views.assign(leaf, graph_node.leaf_like(template, buf))
             elif isinstance(leaf, np.ndarray):
-                np.copyto(leaf, buf)  # NumPy's in-place semantics for a NumPy argument
+                # NumPy's in-place semantics for a NumPy argument (from a GPU: copied back)
+                np.copyto(leaf, buf if isinstance(buf, np.ndarray) else graph_evaluate.to_host(buf))
                 buffers.bump(leaf)
         results, it = [], iter(outs[:n_user])
         for kind, meta, alias in zip(entry.out_kinds, entry.out_meta, entry.aliases):

@@ -154,6 +154,8 @@ class _Drawn:
         return keys[-1]  # pragma: no cover
 
     def sample(self, seq, k: int) -> list:
+        if k == 0:   # (as random.sample: nothing to draw, from any sequence, even an empty one)
+            return []
         return self._d.draw(st.lists(st.sampled_from(list(seq)), min_size=k, max_size=k, unique=True))
 
 
