@@ -48,7 +48,7 @@ import numpy as np
 from ..config import config
 from ..graph import buffers
 from ..graph.loops import bound, depth_source, host_bound
-from ..graph.node import Node, toposort
+from ..graph.node import Node, make_input, make_node, toposort
 from ..stats import bump, bump_many
 from . import cpu
 
@@ -109,18 +109,41 @@ def _say(levels: list, caps: list, workers: int, nbytes: int) -> None:
           file=sys.stderr, flush=True)
 
 
+def _detached(root: Node) -> dict:
+    """``{id(node): copy}`` for every node of ``root``'s graph, rebuilt over placeholder
+    leaves that hold no buffer: what a cached plan keeps of a trip-count expression (the
+    graph's own leaves would keep the buffers of the first call alive)."""
+    copies: dict = {}
+
+    def copy(n: Node) -> Node:
+        c = copies.get(id(n))
+        if c is None:   # (toposort lists no leaf: they are made here, when first read)
+            c = copies[id(n)] = make_input(n.shape, n.dtype, n.device, strides=n.params[0],
+                                           weak=n.weak)
+        return c
+    for n in toposort((root,)):
+        copies[id(n)] = make_node(n.prim, n.params, n.shape, n.dtype,
+                                  tuple(copy(i) for i in n.inputs), n.device, n.weak)
+    if root.is_leaf:
+        copy(root)
+    return copies
+
+
 class DepthSource:
-    """How one adstack's depth is found at launch (built once per plan)."""
+    """How one adstack's depth is found at launch (built once per plan; it keeps no node
+    of the plan's graph)."""
 
     def __init__(self, depth: Node, slot_of: dict, leaf_slots: dict):
         base = depth_source(depth)
         self.const = self.bounded = None
         self.slot = slot_of.get(id(base))
         self.scalar = base.size == 1
+        copies: dict = {}
         if base.prim == "const":
             self.const = max(int(base.params[0]), 0)
         elif host_bound(base):  # bounded from its leaves' extremes, not computed by a task
-            self.bounded = base
+            copies = _detached(base)
+            self.bounded = copies[id(base)]
         nodes = toposort((base,))
         self.recorded = any(n.prim in ("loop", "loop_vjp") for n in nodes)
         # counts computed by a task: a function of the leaves' data only (not recorded by a
@@ -128,7 +151,8 @@ class DepthSource:
         self.cacheable = all(id(leaf) in leaf_slots for leaf in base.leaves)
         # in the order of base.leaves: the positions base.key describes them by
         self.leaf_slots = tuple(leaf_slots[id(leaf)] for leaf in base.leaves if id(leaf) in leaf_slots)
-        self.slot_of_leaf = {id(leaf): leaf_slots[id(leaf)] for leaf in base.leaves if id(leaf) in leaf_slots}
+        self.slot_of_leaf = {id(copies.get(id(leaf), leaf)): leaf_slots[id(leaf)]
+                             for leaf in base.leaves if id(leaf) in leaf_slots}
         self.key = base.key
 
     def depth(self, bufs: list) -> tuple:
