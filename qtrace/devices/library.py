@@ -54,6 +54,7 @@ class LibraryStep:
     """One library step of a plan: runs the implementation and returns each output's buffer."""
 
     def __init__(self, node, outputs: list, rt):
+        self.prim = node.prim   # (not the node: a cached plan keeps no graph)
         self.rt = rt   # the device runtime holding the buffers
         self.device = node.device.kind
         self.name, self.static, self.components = CALLS.get(node.prim, _lib_call)(node, outputs)

@@ -348,7 +348,8 @@ class JitCall:
     """A ``call`` step: a jitted function's own plan, compiled once and run on the inputs."""
 
     def __init__(self, step):
-        self.outputs = step.outputs
+        self.prim = step.node.prim
+        self.components = [n.params[-1] for n in step.outputs]   # (not the nodes: no graph kept)
         self.sub, self.n_args = step.node.params[0], step.node.params[1]
         self._plan = None
 
@@ -358,7 +359,7 @@ class JitCall:
             self._plan = plan_for(sub.outputs, sub.graph_key)
             self._bind = [role[1] if role[0] == "arg" else self.n_args + role[1] for role in sub.roles]
         results = self._plan.run([inputs[i] for i in self._bind], self.sub.outputs)
-        return [results[n.params[-1]] for n in self.outputs]
+        return [results[k] for k in self.components]
 
 
 def compile_plan(outputs: tuple) -> Plan:

@@ -76,8 +76,8 @@ def _why_not(entry, n_rets: int) -> str | None:
         return "a result is not an array"
     for step in plan.unsequenced:
         if type(step) is not KernelStep:
-            what = getattr(getattr(step, "runner", None), "node", None)
-            return f"the plan has a {getattr(what, 'prim', type(step).__name__)} step"
+            runner = getattr(step, "runner", None)
+            return f"the plan has a {getattr(runner, 'prim', type(step).__name__)} step"
         if step.stack is not None and any(src.const is None and (src.bounded is not None or src.slot is None)
                                           for src, _, _ in step.stack.sources):
             return "an adstack depth is bounded from the extremes of the inputs"
