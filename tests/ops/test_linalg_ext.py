@@ -282,7 +282,9 @@ COMPLEX_GRADS = ["cholesky", "cholesky_upper", "cross_last", "det", "eigh", "eig
                          + [(name, True) for name in COMPLEX_GRADS])
 def test_gradient_vs_jax(name, cx, fusion, rng):
     """The gradient of the real loss ``real(sum(f(*xs) * w))``: for complex inputs, JAX's
-    convention (``dL/dRe(z) - 1j * dL/dIm(z)``)."""
+    convention (``dL/dRe(z) - 1j * dL/dIm(z)``). Where JAX's gradient is not finite at
+    finite inputs (its complex ``vector_norm(ord=inf)`` gives -inf at the largest element
+    for ~5% of draws) that element is checked against central differences instead."""
     case = BY_NAME[name]
     xs = _inputs(case, rng, cx)
     ws = _weights(case, xs, rng)
@@ -291,7 +293,26 @@ def test_gradient_vs_jax(name, cx, fusion, rng):
     got = qt.grad(_qt_loss(case, ws), argnums=tuple(range(len(xs))))(*[qt.asarray(x) for x in xs])
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.shape == xs[i].shape and g.dtype == xs[i].dtype
-        _close(g.numpy(), w, 1e-7, 1e-9, f"{name}: d/darg{i} vs JAX")
+        g, w = np.array(g.numpy()), np.array(w)   # (copies: elements are blanked below)
+        for index in map(tuple, np.argwhere(~np.isfinite(w))):
+            fd = _central_difference(case, xs, ws, i, index, cx)
+            np.testing.assert_allclose(g[index], fd, rtol=1e-5, atol=1e-7,
+                                       err_msg=f"{name}: d/darg{i}{list(index)} vs central differences")
+            g[index] = w[index] = 0.0
+        _close(g, w, 1e-7, 1e-9, f"{name}: d/darg{i} vs JAX")
+
+
+def _central_difference(case: Case, xs, ws, i: int, index: tuple, cx: bool):
+    """d real(sum(f(*xs) * w)) / d xs[i][index] by central differences of the float64 JAX
+    forward (complex: JAX's convention, ``dL/dRe - 1j dL/dIm``)."""
+    def loss(delta):
+        args = [np.array(x) for x in xs]
+        args[i][index] += delta
+        outs = _leaves(case.fn(jnp, *map(jnp.asarray, args)))
+        return sum(float(np.real(np.sum(np.asarray(o) * w))) for o, w in zip(outs, ws))
+    h = 1e-6 * max(1.0, float(np.abs(xs[i][index])))
+    g = (loss(h) - loss(-h)) / (2 * h)
+    return g - 1j * (loss(1j * h) - loss(-1j * h)) / (2 * h) if cx else g
 
 
 def _qt_loss(case: Case, ws):
