@@ -20,6 +20,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import scalar
+from .lowering import reduce_segments
 
 BLOCK = 64        # outputs per block (their accumulators: 512 bytes of stack in float64)
 MIN_OUTPUTS = 16  # a shorter last output axis keeps the plain loops
@@ -30,8 +31,10 @@ I64 = ir.IntType(64)
 def interchanged(task, lowering) -> bool:
     """Whether reduce ``task`` is emitted with its loops interchanged under ``lowering``."""
     prim, _, acc = task.reduce
-    if (lowering.flat or task.has_loops or task.stack is not None or not task.domain
-            or not task.inner or prim in ("argmax", "argmin") or np.dtype(acc).kind == "c"
+    # (a reduction split into segments is launched over outputs x segments: not this form)
+    if (lowering.flat or reduce_segments(task, lowering) > 1 or task.has_loops
+            or task.stack is not None or not task.domain or not task.inner
+            or prim in ("argmax", "argmin") or np.dtype(acc).kind == "c"
             or task.domain[-1] < MIN_OUTPUTS):
         return False
     last_out = ("v", len(task.domain) - 1)

@@ -12,6 +12,7 @@ import qtrace as qt
 CASES = [  # shape, axis: output blocks of 64 — exact, partial, several, with outer axes
     ((3000, 100), 0), ((40, 64), 0), ((17, 130), 0), ((5, 16), 0), ((50, 40, 30), 0),
     ((50, 40, 30), (0, 1)), ((7, 300, 33), 1), ((9, 8, 200), (0, 1)), ((2, 3, 4, 70), (1, 2)),
+    ((140_000, 16), 0),   # long columns: split over workers and abort-checked blocks
 ]
 
 
