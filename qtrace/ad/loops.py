@@ -8,7 +8,9 @@ element's loop onto the adstack and runs this reverse body once per iteration, p
 
 from __future__ import annotations
 
-from ..graph.loops import depth_source, layout
+import threading
+
+from ..graph.loops import body_outputs, depth_source, layout, nesting
 from ..graph.node import make_input, make_node, substitute, toposort
 from ..graph.primitives import PRIMITIVES
 from ..graph.subgraph import Subgraph
@@ -44,7 +46,8 @@ def _captured_gathers(sub: Subgraph, shape: tuple) -> dict:
 
     Their cotangents are scattered into the table's gradient by atomic adds inside the
     adjoint kernel. A float value read any other way than per element or by a direct
-    gather (e.g. sliced, then gathered) has no rule yet: ``NotImplementedError``.
+    gather (e.g. sliced, then gathered) has no rule yet: ``NotImplementedError`` (not
+    checked when ``shape``, the loop's, is None).
     """
     nodes = toposort(sub.outputs)
     out = {}
@@ -53,7 +56,7 @@ def _captured_gathers(sub: Subgraph, shape: tuple) -> dict:
             continue
         readers = [n for n in nodes if any(i is leaf for i in n.inputs)]
         out[role[1]] = [n for n in readers if PRIMITIVES[n.prim].kind == "gather" and n.inputs[0] is leaf]
-        if leaf.dtype.kind != "f":
+        if leaf.dtype.kind != "f" or shape is None:
             continue
         for n in readers:
             kind = PRIMITIVES[n.prim].kind
@@ -64,6 +67,34 @@ def _captured_gathers(sub: Subgraph, shape: tuple) -> dict:
                     f"(shape {leaf.shape} -> {n.shape}) is not supported; read it per element or "
                     "gather from it directly (table[idx])")
     return out
+
+
+def gathered_tables(kind: str, sub: Subgraph) -> set:
+    """The captured values ``j`` of a loop body that some loop gathers from: the body itself
+    (``table[idx]``), or a loop nested in it at any depth, to which the body passes the
+    table on as a captured value of its own.
+
+    A table's gradient is a loop adjoint component of its own (zeros, then atomic adds of
+    every gathered read's cotangent, however deep the loop that reads it): the nested
+    loops' adjoints add into the same buffer when they run inside this loop's reverse."""
+    out = {j for j, readers in _captured_gathers(sub, None).items() if readers}
+    leaf_j = {id(leaf): role[1] for role, leaf in sub.placeholders.values() if role[0] == "captured"}
+    for n in toposort(body_outputs(kind, sub)):
+        if n.prim != "loop":
+            continue
+        inner = layout(n)
+        deeper = gathered_tables(inner.kind, n.params[2])
+        for jj, c in enumerate(n.inputs[inner.captured]):
+            if jj in deeper and id(c) in leaf_j:
+                out.add(leaf_j[id(c)])
+    return out
+
+
+# Whether this thread is differentiating a loop body (building a reverse body). A loop
+# nested in the body then leaves its gathered tables' gradients to the enclosing loop's
+# table task, whose adjoint runs the nested adjoints and their atomic adds (a table-wide
+# gradient is no per-element value of the body).
+_in_body = threading.local()
 
 
 def reverse_body(sub: Subgraph, kind: str, dts: list, shape: tuple, device) -> tuple:
@@ -95,7 +126,11 @@ def reverse_body(sub: Subgraph, kind: str, dts: list, shape: tuple, device) -> t
     wrt = list(state) + [targets[j] for j in range(n_cap) if targets[j] is not None]
     wrt += [g for j in range(n_cap) for g in gathers[j]]
     ct_tensors = [wrap(c) if dts[k].kind == "f" else None for k, c in enumerate(cts)]
-    grads = reverse.backward(list(outs), ct_tensors, wrt)
+    _in_body.depth = getattr(_in_body, "depth", 0) + 1
+    try:
+        grads = reverse.backward(list(outs), ct_tensors, wrt)
+    finally:
+        _in_body.depth -= 1
     results = []
     for k, dt in enumerate(dts):
         g = grads[k] if dt.kind == "f" else None
@@ -194,12 +229,14 @@ def loop_vjp(node, cts: dict) -> list:
     else:
         depth = record("loop", inputs, (kind, m, sub, m), shape, dtypes.int64)
     rin = tuple(inputs) + tuple(ct_nodes) + (depth,)
-    if any(n.prim == "loop" for n in toposort(sub.outputs)):
-        # loops nested in the body: their reverse stacks above ours, sized by the largest
-        # nested trip count, which the forward loop records (its component m + 1)
-        rin += (record("loop", inputs, (kind, m, sub, m + 1), shape, dtypes.int64),)
+    # loops nested in the body: their reverses stack above ours, one level per depth of
+    # nesting, each sized by the largest trip count at that depth, which the forward loop
+    # records (its components m + 1, m + 2, ...)
+    rin += tuple(record("loop", inputs, (kind, m, sub, m + level), shape, dtypes.int64)
+                 for level in range(1, nesting(kind, sub) + 1))
     captured = inputs[lay.captured]
     targets = _captured_targets(sub, shape)
+    tables = gathered_tables(kind, sub)
     params = (kind, m, sub, rsub, scatters)
     grads = []
     for k, dt in enumerate(dts):
@@ -216,7 +253,7 @@ def loop_vjp(node, cts: dict) -> list:
         if targets[j] is not None:
             per_element = wrap(record("loop_vjp", rin, params + (m + j,), shape, cap.dtype))
             g = unbroadcast(per_element, cap.shape)
-        if any(t == j for t, _ in scatters):
+        if j in tables and not getattr(_in_body, "depth", 0):
             # the table's gradient: zeros, then atomic adds at the gathered indices (its own task)
             table = wrap(record("loop_vjp", rin, params + (-1 - j,), cap.shape, cap.dtype))
             g = table if g is None else ew.add(g, table)

@@ -116,6 +116,12 @@ def uses_f32_trig(instr) -> bool:
     return instr.kind == "op" and instr.prim in ("sin", "cos", "tan") and instr.dt == "<f4"
 
 
+def nesting(prog: Prog) -> int:
+    """How deep per-element loops nest in a loop body's program (0: none; 1: loops with
+    no loop in their bodies; ...). Conditions are not counted: only bodies are reversed."""
+    return max((1 + nesting(i.body) for i in prog.instrs if i.kind == "loop"), default=0)
+
+
 def programs(instr) -> list:
     """The nested programs of an instruction (a loop's condition, body, reverse)."""
     if instr.kind == "loop":

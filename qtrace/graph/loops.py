@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .node import Node
+from .node import Node, toposort
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,28 @@ def siblings_key(node: Node) -> tuple:
     """
     own = (node.params[-1],) if node.prim == "loop_vjp" and node.params[-1] < 0 else ()
     return (node.prim, node.params[:-1], tuple(id(i) for i in node.inputs)) + own
+
+
+def body_outputs(kind: str, sub) -> tuple:
+    """The outputs of a loop's body subgraph that its body computes (a while loop's first
+    output is its condition)."""
+    return sub.outputs[1:] if kind == "while" else sub.outputs
+
+
+def nesting(kind: str, sub) -> int:
+    """How deep loops nest in a loop body ``sub`` (0: none). The forward loop records the
+    largest trip count at each of these depths (components ``n_state + 1 ...``): the
+    reverse stacks one adstack level per depth above its own rows."""
+    memo: dict = {}
+
+    def depth(kind, sub) -> int:
+        d = memo.get(id(sub))
+        if d is None:
+            d = memo[id(sub)] = max((1 + depth(n.params[0], n.params[2])
+                                     for n in toposort(body_outputs(kind, sub)) if n.prim == "loop"),
+                                    default=0)
+        return d
+    return depth(kind, sub)
 
 
 def depth_source(node: Node) -> Node:

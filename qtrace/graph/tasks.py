@@ -63,7 +63,8 @@ class Task:
     has_loops: bool = False
     lanes: int = 0                               # >0: the loop runs in blocks of this many lanes
     stack: tuple | None = None                   # adstack levels: ((depth node, float bytes, int bytes), ...)
-    nested_rows: list = field(default_factory=list)  # (float, int) row bytes of nested loop_vjps (building)
+    # per nested loop_vjp (while building): its (float, int) row bytes, then those below it by depth
+    nested_rows: list = field(default_factory=list)
     key: str = ""
 
     def finalize(self) -> None:
@@ -100,10 +101,13 @@ class TaskBuilder:
     """
 
     def __init__(self, schedule: Schedule, group, task: Task, ext: dict, instrs=None, env=None,
-                 args=None):
+                 args=None, table=None):
         self.s, self.group, self.t, self.ext = schedule, group, task, ext
         self.instrs = task.instrs if instrs is None else instrs
         self.env = env or {}
+        # the gathered table whose gradient this task accumulates: (the table, the gradient
+        # node), seen by the loop adjoints at every depth of nesting (see _scatter_cotangents)
+        self.table = table
         self._ids: dict = {}
         self._memo: dict = {}
         self._args: dict = {} if args is None else args
@@ -258,51 +262,70 @@ class TaskBuilder:
         ``finish(child builder, output ssa ids)`` may emit more (the atomic adds of a
         reverse body) and returns the output ids the loop carries.
         """
-        child = TaskBuilder(self.s, self.group, self.t, self.ext, instrs=[], env=env, args=self._args)
+        child = TaskBuilder(self.s, self.group, self.t, self.ext, instrs=[], env=env, args=self._args,
+                            table=self.table)
         outs = tuple(child.value(o, broadcast_index(ix, o.shape)) for o in outputs)
         if finish is not None:
             outs = finish(child, outs)
         return Prog("prog", tuple(child.instrs), outs)
 
-    def _scatter_cotangents(self, node: Node, table: Node | None):
-        """``finish`` for a reverse body: atomic adds of gathered reads' cotangents into
-        ``table``'s gradient (when building that component), the rest carried."""
+    def _scatter_cotangents(self, node: Node):
+        """``finish`` for a reverse body: atomic adds of gathered reads' cotangents into the
+        gradient of ``self.table`` (in the task building that gradient), the rest carried.
+
+        A loop nested in another's body reads the table as a captured value of the
+        enclosing body; it is the same table when the enclosing body's environment says
+        it reads that node from outside."""
         lay = layout(node)
         carried = lay.n_state + lay.n_captured
+        captured = node.inputs[lay.captured]
+        target = None
+        if self.table is not None:
+            source, grad = self.table
+            target = grad
+
+        def reads_table(j: int) -> bool:
+            c = captured[j]
+            if self.env:
+                role = self.env.get(id(c))
+                return role is not None and role[0] == "node" and role[1] is source
+            return c is source
 
         def finish(child, outs):
             pos = carried
             for j, n_coords in node.params[4]:
                 coords, ct = outs[pos:pos + n_coords], outs[pos + n_coords]
                 pos += n_coords + 1
-                if table is None or -1 - j != table.params[-1]:
+                if target is None or not reads_table(j):
                     continue
-                dst, ok = child.coordinates(table, list(coords), "gather (x[idx]) in a loop body")
+                dst, ok = child.coordinates(target, list(coords), "gather (x[idx]) in a loop body")
                 if ok:
-                    child.emit(Atomic("atomic", table.dtype.str, child.arg(table, write=True),
-                                       child.address(table, dst), ct))
+                    child.emit(Atomic("atomic", target.dtype.str, child.arg(target, write=True),
+                                       child.address(target, dst), ct))
             return outs[:carried]
         return finish
 
     def _stack_levels(self, node: Node, lay, fb: int, ib: int, inner: list) -> None:
         """Adstack sizing of a ``loop_vjp``: a top-level one owns the task's stack (level 0:
-        its trip counts; level 1, above it: the loops nested in its body, sized by the
-        largest nested trip count its forward recorded). A nested one reports its row."""
-        if self.env:
-            if inner:
-                raise NotImplementedError(
-                    "qtrace: reverse mode through loops nested three deep is not supported yet")
-            self.t.nested_rows.append((fb, ib))
-            return
-        levels = [(node.inputs[lay.depth], fb, ib)]
-        if inner:
-            levels.append((node.inputs[lay.depth + 1], max(f for f, _ in inner), max(i for _, i in inner)))
-        self.t.stack = tuple(levels)
+        its trip counts; level k above it: the loops nested k deep in its body, sized by the
+        largest trip count at that depth, which its forward loop recorded). A nested one
+        reports its rows: its own, then those of the loops nested in it, by depth.
 
-    def loop(self, node: Node, ix: tuple, table: Node | None = None) -> int:
-        """The loop instruction of ``node`` and its siblings at ``ix``; ``table``: the
-        gathered table gradient (a ``loop_vjp`` component) this task accumulates."""
-        key = ("loop",) + siblings_key(node) + (ix, id(table))
+        ``inner``: the rows reported by the loop_vjps nested in this one's reverse body."""
+        below = [(max(r[k][0] for r in inner if len(r) > k), max(r[k][1] for r in inner if len(r) > k))
+                 for k in range(max(map(len, inner), default=0))]
+        if self.env:
+            self.t.nested_rows.append(((fb, ib), *below))
+            return
+        depths = node.inputs[lay.depth:]
+        if len(depths) <= len(below):
+            raise AssertionError(f"qtrace: a loop adjoint sized for {len(depths) - 1} nested "
+                                 f"levels holds loops nested {len(below)} deep")
+        self.t.stack = ((depths[0], fb, ib),) + tuple((d, f, i) for d, (f, i) in zip(depths[1:], below))
+
+    def loop(self, node: Node, ix: tuple) -> int:
+        """The loop instruction of ``node`` and its siblings at ``ix``."""
+        key = ("loop",) + siblings_key(node) + (ix,)
         ssa = self._memo.get(key)
         if ssa is not None:
             return ssa
@@ -344,7 +367,7 @@ class TaskBuilder:
         else:
             rsub = node.params[3]
             mark = len(self.t.nested_rows)
-            rprog = self.program(rsub.outputs, env_for(rsub), ix, self._scatter_cotangents(node, table))
+            rprog = self.program(rsub.outputs, env_for(rsub), ix, self._scatter_cotangents(node))
             inner = self.t.nested_rows[mark:]
             del self.t.nested_rows[mark:]
             pushed = sorted({i.index for i in rprog.instrs if i.kind == "state"})
@@ -421,8 +444,9 @@ def build_tasks(schedule: Schedule, group) -> list:
                             b.emit(Const("const", root.dtype.str, 0))))
         domain = root.inputs[0].shape
         run = Task("map", domain)
-        b = TaskBuilder(schedule, group, run, _extents(domain))
-        b.loop(root, _vars(len(domain)), table=root)
+        table = root.inputs[layout(root).captured][-1 - root.params[-1]]
+        b = TaskBuilder(schedule, group, run, _extents(domain), table=(table, root))
+        b.loop(root, _vars(len(domain)))
         run.nodes.append(root)
         return [init, run]
     if k == "scatter":

@@ -14,7 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..graph import index as ix_
-from ..graph.instrs import LOOPS, uses_f32_trig, walk
+from ..graph.instrs import LOOPS, nesting, uses_f32_trig, walk
 from . import column_reduce, complexmath, interrupt, lanes, scalar, split_reduce, split_scan
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
@@ -350,8 +350,9 @@ class KernelEmitter:
     def emit_loop(self, instr, values) -> tuple:
         """A per-element loop: state in phi nodes, the body program emitted once inside.
 
-        Its value: the final state, the trip count, and the largest trip count of the loops
-        nested in its body (what their reverse needs on the adstack).
+        Its value: the final state, the trip count, then for each depth of the loops nested
+        below it (1: in its body, 2: in their bodies, ...) the largest trip count of a loop at
+        that depth (what their reverse needs on the adstack: one level each).
         """
         dts, kind, m, cprog, bprog, ins = (instr.dts, instr.layout, instr.n_state, instr.cond,
                                            instr.body, instr.per_element)
@@ -365,7 +366,8 @@ class KernelEmitter:
         b.branch(head)
         b.position_at_end(head)
         state = self._phis(self._state_types(dts), init, pre)
-        count, nested = self._phis([I64, I64], [ir.Constant(I64, 0)] * 2, pre)
+        depth = nesting(bprog)
+        count, *nested = self._phis([I64] * (1 + depth), [ir.Constant(I64, 0)] * (1 + depth), pre)
         env = {"state": state, "inv": [values[i] for i in ins[m + (2 if kind == "fori" else 0):]]}
         if kind == "fori":
             counter = b.add(lo, count)
@@ -379,19 +381,21 @@ class KernelEmitter:
         bv = self.run(bprog.instrs, env)
         new = [bv[o] for o in bprog.outputs]
         nxt = b.add(count, ir.Constant(I64, 1))
-        most = nested
+        most = list(nested)
         for p, inner in enumerate(bprog.instrs):
-            if inner[0] == "loop":
-                c = bv[p][inner[3]]
-                most = b.select(b.icmp_signed(">", c, most), c, most)
+            if inner.kind == "loop":  # its count is at our depth 1, its own depths at ours + 1
+                below = bv[p][inner.n_state:]
+                for level, c in enumerate(below):
+                    most[level] = b.select(b.icmp_signed(">", c, most[level]), c, most[level])
         latch = b.block
         for p, v in zip(state, new):
             p.add_incoming(v, latch)
         count.add_incoming(nxt, latch)
-        nested.add_incoming(most, latch)
+        for p, v in zip(nested, most):
+            p.add_incoming(v, latch)
         b.branch(head)
         b.position_at_end(done)
-        return tuple(state) + (count, nested)
+        return tuple(state) + (count, *nested)
 
     def emit_loop_vjp(self, instr, values, outer_env) -> tuple:
         """The adjoint of a per-element loop: replay pushing to the adstack, then pop.

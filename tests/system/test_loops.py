@@ -622,6 +622,125 @@ def test_table_sliced_then_gathered_in_a_loop(fusion, rng):
     assert_close(got[1], np.asarray(want[1]), what="d/dtable vs JAX")
 
 
+@pytest.mark.parametrize("size", [13, PARALLEL_MIN_WORK * 4 + 5], ids=["small", "threads"])
+def test_table_gathered_in_nested_loop_bodies(size, fusion, rng):
+    """A table gathered inside loops nested two and three deep (and in the outer body too):
+    its gradient sums every gathered read's cotangent, added by the nested adjoints into
+    the outer loop's table gradient; vs JAX running the same masked loops."""
+    n, m = rng.integers(0, 4, size), rng.integers(0, 3, size)
+    x = rng.uniform(-1, 1, size)
+    t1, t2 = rng.uniform(-1, 1, 7), rng.uniform(-1, 1, (5, 3))
+    k0 = rng.integers(0, 7, size)
+
+    def loss(xp, fori):
+        def f(x, t1, t2):
+            def outer(i, s):
+                v, k = s
+
+                def middle(j, u):
+                    w, kk = u
+
+                    def inner(q, z):
+                        return (z[0] * 0.8 + xp.sin(t2[(z[1] + q) % 5, q % 3]) * 0.2 * z[0], z[1])
+                    w = fori(0, xp.asarray(m) + 1, inner, (w, kk))[0]
+                    return (w * 0.9 + xp.sin(t1[kk]) * 0.1 * w + t2[kk % 5, 1] * 0.05, (kk + 1) % 7)
+                v, k = fori(0, xp.asarray(m) + i, middle, (v, k))
+                return (v + 0.1 * t1[(k + 3) % 7], k)
+            return xp.sum(fori(0, xp.asarray(n), outer, (x, xp.asarray(k0)))[0] ** 2)
+        return f
+
+    def j_fori(lo, hi, body, init):
+        return jax_fori(lo, hi, body, init, 8)
+    want = jax.jit(jax.grad(loss(jnp, j_fori), argnums=(0, 1, 2)))(x, t1, t2)
+    got = grads(loss(qt, qt.fori_loop), (qt.asarray(x), qt.asarray(t1), qt.asarray(t2)), (0, 1, 2))
+    for g, w, name in zip(got, want, ("x", "t1", "t2")):
+        assert np.abs(np.asarray(w)).max() > 1e-3, f"d/d{name}: the reference is ~0"
+        assert_close(g, np.asarray(w), rtol=1e-9, what=f"d/d{name} vs JAX")
+
+
+def test_tensor_read_per_element_and_gathered_by_a_nested_loop(fusion, rng):
+    """``w`` of the loop's shape, read per element in the outer body and gathered in the
+    inner one: both parts of its gradient (the per-element one from the outer reverse,
+    the gathered one from the nested adjoint's atomic adds); vs JAX."""
+    size = 23
+    n, x, w, k0 = rng.integers(0, 4, size), rng.uniform(-1, 1, size), rng.uniform(-1, 1, size), \
+        rng.integers(0, size, size)
+
+    def loss(xp, fori):
+        def f(x, w):
+            def outer(i, s):
+                v = s[0] * w * 0.5 + s[0]
+                return fori(0, 2, lambda j, u: (u[0] * 0.9 + xp.sin(w[u[1]]) * 0.1, (u[1] + 1) % size),
+                            (v, s[1]))
+            return xp.sum(fori(0, xp.asarray(n), outer, (x, xp.asarray(k0)))[0] ** 2)
+        return f
+    want = jax.jit(jax.grad(loss(jnp, lambda lo, hi, b, s: jax_fori(lo, hi, b, s, 4)), argnums=(0, 1)))(x, w)
+    got = grads(loss(qt, qt.fori_loop), (qt.asarray(x), qt.asarray(w)), (0, 1))
+    assert_close(got[0], np.asarray(want[0]), what="d/dx vs JAX")
+    assert_close(got[1], np.asarray(want[1]), what="d/dw vs JAX")
+
+
+def test_table_gathered_in_nested_while_loop_under_jit(fusion, rng):
+    """float32 under ``jit(grad)``: a while loop gathering a 2-D table, nested in a fori."""
+    size = 301
+    x = rng.uniform(0.1, 1.0, size).astype(np.float32)
+    table = rng.uniform(-0.5, 0.5, (6, 4)).astype(np.float32)
+    n, r0 = rng.integers(0, 4, size), rng.integers(0, 6, size)
+
+    def loss(xp, fori, wloop):
+        def f(x, table):
+            def outer(i, s):
+                v, r = s
+
+                def body(z):
+                    u, rr, acc = z
+                    step = xp.cos(table[rr, (rr + i) % 4]) * 0.2 * u + 0.1
+                    return u * 0.7 + step, (rr * 5 + 1) % 6, acc + xp.abs(step) + 0.05
+                u, r, _ = wloop(lambda z: z[2] < 0.5, body, (v, r, xp.zeros(size, xp.float32)))
+                return (u, r)
+            return xp.sum(fori(0, xp.asarray(n), outer, (x, xp.asarray(r0)))[0] ** 2)
+        return f
+
+    def j_fori(lo, hi, body, init):
+        return jax_fori(lo, hi, body, init, 4)
+
+    def j_while(cond, body, init):
+        return jax_while(cond, body, init, 40)
+    want = jax.jit(jax.grad(loss(jnp, j_fori, j_while), argnums=(0, 1)))(x, table)
+    got = qt.jit(qt.grad(loss(qt, qt.fori_loop, qt.while_loop), argnums=(0, 1)))(x, table)
+    for g, w, name in zip(got, want, ("x", "table")):
+        assert g.dtype == np.float32
+        assert_close(g.numpy(), np.asarray(w), rtol=2e-5, atol=2e-6, what=f"d/d{name} vs JAX")
+
+
+@pytest.mark.parametrize("levels", [3, 4])
+def test_loops_nested_three_and_four_deep_gradient(levels, fusion, rng):
+    """Reverse through loops nested ``levels`` deep: one adstack level per depth, each sized
+    by the largest trip count at that depth (recorded by the forward loop); vs JAX."""
+    size = 29
+    n, m = rng.integers(0, 4, size), rng.integers(0, 3, size)
+    x, c = rng.uniform(-1, 1, size), rng.uniform(0.5, 1.5, size)
+
+    def loss(xp, fori):
+        def f(x, c):
+            def nest(depth, i):
+                if depth == levels:
+                    return lambda k, w: (xp.sin(w[0]) * c + 0.1 * w[0] + 0.01 * k,)
+
+                def body(k, w):
+                    return (fori(0, xp.asarray(m) + 1 + (k + i) % 2, nest(depth + 1, k), w)[0] * 0.9,)
+                return body
+            return xp.sum(fori(0, xp.asarray(n), nest(1, 0), (x,))[0] ** 2)
+        return f
+
+    def j_fori(lo, hi, body, init):
+        return jax_fori(lo, hi, body, init, 5)
+    want = jax.jit(jax.grad(loss(jnp, j_fori), argnums=(0, 1)))(x, c)
+    got = grads(loss(qt, qt.fori_loop), (qt.asarray(x), qt.asarray(c)), (0, 1))
+    assert_close(got[0], np.asarray(want[0]), what=f"{levels} deep: d/dx vs JAX")
+    assert_close(got[1], np.asarray(want[1]), what=f"{levels} deep: d/dc vs JAX")
+
+
 # --- adstack sizing --------------------------------------------------------------------
 def _b3_inputs(rng, size, n):
     """B3 tensors; the counts are copied (memory qtrace owns, whose depth is cached: the
