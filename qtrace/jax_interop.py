@@ -123,6 +123,8 @@ class _Signature:
         self.out_specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in outs]
         self.in_specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in specs]
         self.specs = specs
+        # the inputs JAX can differentiate (integer and boolean ones get float0 cotangents)
+        self.inexact = [i for i, (_, dtype) in enumerate(specs) if np.dtype(dtype).kind in "fc"]
         self.fwd_name, fwd_paths = _register(self._run_forward, _native(self.forward, specs, len(outs)))
         self.paths = {"forward": fwd_paths}
         self._bwd_name = None
@@ -134,7 +136,7 @@ class _Signature:
             if self._bwd_name is None:
                 specs = self.specs + [(s.shape, np.dtype(s.dtype)) for s in self.out_specs]
                 self._bwd_name, self.paths["backward"] = _register(
-                    self._run_backward, _native(self.backward, specs, len(self.specs)))
+                    self._run_backward, _native(self.backward, specs, len(self.inexact)))
         return self._bwd_name
 
     def _flat(self, *leaves):
@@ -144,8 +146,14 @@ class _Signature:
         return tuple(flat)
 
     def _flat_vjp(self, *leaves_and_cts):
-        primals, cts = leaves_and_cts[:self.n_in], leaves_and_cts[self.n_in:]
-        _, pullback = _vjp(self._flat, *primals)
+        """The cotangents of the inexact inputs (the others are held fixed)."""
+        primals, cts = list(leaves_and_cts[:self.n_in]), leaves_and_cts[self.n_in:]
+
+        def of_inexact(*xs):
+            for i, x in zip(self.inexact, xs):
+                primals[i] = x
+            return self._flat(*primals)
+        _, pullback = _vjp(of_inexact, *(primals[i] for i in self.inexact))
         return tuple(pullback(tuple(cts)))
 
     def _run_forward(self, args, results):
@@ -191,9 +199,15 @@ def _build_call(jax):
         return forward(sig, *flat), flat
 
     def bwd(sig, flat, cts):
-        cts = [jax.numpy.asarray(c, dtype=s.dtype) for c, s in zip(cts, sig.out_specs)]
-        grads = jax.ffi.ffi_call(sig.bwd_name, sig.in_specs, vmap_method="sequential")(*flat, *cts)
-        return _vary_like(jax, tuple(grads), flat)
+        # integer and boolean inputs have no derivative: float0 zeros, as JAX wants them
+        out = [np.zeros(s.shape, jax.dtypes.float0) for s in sig.in_specs]
+        if sig.inexact:
+            cts = [jax.numpy.asarray(c, dtype=s.dtype) for c, s in zip(cts, sig.out_specs)]
+            grads = jax.ffi.ffi_call(sig.bwd_name, [sig.in_specs[i] for i in sig.inexact],
+                                     vmap_method="sequential")(*flat, *cts)
+            for i, g in zip(sig.inexact, _vary_like(jax, tuple(grads), flat)):
+                out[i] = g
+        return tuple(out)
 
     call.defvjp(fwd, bwd)
     return call

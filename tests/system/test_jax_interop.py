@@ -133,6 +133,36 @@ def test_while_loop_gradient_jax_cannot_take(fusion, rng):
         jax.grad(pure_jax)(x0, lim)
 
 
+def test_grad_with_integer_arguments_through_nested_loops(fusion, rng):
+    """Integer arguments (trip counts) get float0 cotangents, as JAX requires; the float
+    ones get qtrace's reverse through loops nested three deep with a gathered table —
+    the same values as ``qt.grad`` and as JAX running the loops masked to a fixed count."""
+    size = 19
+    n, m = rng.integers(0, 4, size), rng.integers(0, 3, size)
+    x, c, t = rng.uniform(-1, 1, size), rng.uniform(0.5, 1.5, size), rng.uniform(-1, 1, 5)
+
+    def loss(xp, fori):
+        def f(x, c, t, n, m):
+            def l2(j, u):
+                return fori(0, m + 1 + j, lambda k, w: (xp.sin(w[0]) * c + 0.1 * w[0] + 0.1 * t[k % 5],), u)
+            return xp.sum(fori(0, n, lambda i, v: (fori(0, m + i, l2, v)[0] * 0.9,), (x,))[0] ** 2)
+        return f
+
+    def j_fori(lo, hi, body, init):
+        def step(s, state):
+            i = lo + s
+            new = body(i, state)
+            return tuple(jnp.where(i < hi, a, b) for a, b in zip(new, state))
+        return jax.lax.fori_loop(0, 6, step, tuple(init))
+    f = qt.to_jax(loss(qt, qt.fori_loop))
+    got = jax.jit(jax.grad(f, argnums=(0, 1, 2)))(x, c, t, n, m)
+    want = jax.jit(jax.grad(loss(jnp, j_fori), argnums=(0, 1, 2)))(x, c, t, n, m)
+    for g, w, name in zip(got, want, ("x", "c", "t")):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-10, atol=1e-12, err_msg=f"d/d{name}")
+    cts = jax.vjp(f, x, c, t, n, m)[1](1.0)
+    assert cts[3].dtype == jax.dtypes.float0 and cts[4].dtype == jax.dtypes.float0
+
+
 def test_index_error_surfaces_as_a_jax_error_naming_the_op(rng):
     bad = qt.to_jax(lambda x: x[qt.asarray(np.array([0, 10]))])
     with pytest.raises(Exception, match=r"qtrace.*gather.*index 10 is out of bounds") as info:
