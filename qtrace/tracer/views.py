@@ -41,11 +41,22 @@ READ_ONLY_MESSAGE = ("assignment destination is read-only (a qt.broadcast_to vie
 class Storage:
     """The memory that a base tensor and its views share (its current value: ``node``)."""
 
-    __slots__ = ("node", "views", "__weakref__")
+    __slots__ = ("node", "views", "prune_at", "__weakref__")
 
-    def __init__(self, node: Node):
+    def __init__(self, node: Node, first: Tensor):
         self.node = node
-        self.views: list = []   # weak references to every tensor on this storage
+        self.views: list = [weakref.ref(first)]   # weak references to every tensor on this storage
+        self.prune_at = 16
+
+    def add(self, t: Tensor) -> None:
+        """Register view ``t``. References to views that died are dropped whenever the list
+        has doubled since it was last pruned: a loop reading ``x[i]`` of a base it never
+        writes keeps the list as long as its live views, not as long as the loop."""
+        views = self.views
+        views.append(weakref.ref(t))
+        if len(views) >= self.prune_at:
+            self.views = views = [r for r in views if r() is not None]
+            self.prune_at = 2 * len(views) + 16
 
     def __repr__(self) -> str:
         return f"Storage({self.node!r}, {len(self.views)} views)"
@@ -248,9 +259,7 @@ def _storage(t: Tensor) -> tuple:
     """``(storage, steps)`` of ``t``, giving it a storage of its own first if it has none."""
     v = t._view
     if v is None:
-        st = Storage(t._node)
-        st.views.append(weakref.ref(t))
-        v = t._view = (st, ())
+        v = t._view = (Storage(t._node, t), ())
     return v
 
 
@@ -274,10 +283,7 @@ def view_chain(t: Tensor, chain: tuple) -> Tensor:
     """A new tensor viewing ``t`` through the view steps ``chain`` (each valid as a view)."""
     v = t._view
     if v is None:
-        st = Storage(t._node)
-        st.views.append(weakref.ref(t))
-        steps = ()
-        t._view = (st, steps)
+        st, steps = t._view = (Storage(t._node, t), ())
     else:
         st, steps = v
     if len(chain) == 1 and chain[0][0] == "slice":  # the common case, without the layers
@@ -291,7 +297,7 @@ def view_chain(t: Tensor, chain: tuple) -> Tensor:
     else:
         out = Tensor(node)
     out._view = (st, steps + chain)
-    st.views.append(weakref.ref(out))
+    st.add(out)
     return out
 
 
@@ -444,3 +450,4 @@ def set_base(st: Storage, base: Node) -> None:
             t._node = derive(base, t._view[1])
             live.append(ref)
     st.views = live
+    st.prune_at = 2 * len(live) + 16

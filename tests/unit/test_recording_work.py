@@ -122,3 +122,22 @@ def test_a_gradient_step_costs_the_same_after_a_long_pending_history(rng):
             w = step(w)
         work[history] = _work(lambda w=w: step(w))
     assert work[60] == work[3], work
+
+
+def test_reading_views_in_a_loop_keeps_the_view_list_bounded(rng):
+    """A loop reading rows of a written (so shared, viewed) base: the storage keeps weak
+    references to live views only — amortised pruning, not one entry per read ever made —
+    and a write still reaches every live view."""
+    base = rng.standard_normal((100, 8))
+    y = qt.asarray(base) * 2
+    y[0] = 1.0
+    kept = [y[k] for k in range(1, 40)]
+    for k in range(20_000):
+        y[k % 100]
+    storage = y._view[0]
+    assert len(storage.views) <= 2 * (1 + len(kept)) + 16
+    y[5] = 3.0
+    want = base * 2
+    want[0], want[5] = 1.0, 3.0
+    for k, view in enumerate(kept, start=1):
+        np.testing.assert_array_equal(view.numpy(), want[k])
