@@ -31,8 +31,8 @@ COUNTERS = (
     "adstack_device_sized",     # older and coarser: hits + dispatches + recorded
     "max_reducer_dispatches",   # older and coarser: dispatches + recorded
     "adstack_bytes",            # stack bytes each launch needed (workers x depth x row bytes)
-    "adstack_scratch_allocs",   # CPU: blocks the kept adstack memory grew by (doubling)
-    "adstack_scratch_bytes",    # CPU: bytes of those blocks
+    "adstack_scratch_allocs",   # blocks the kept adstack memory grew by (doubling)
+    "adstack_scratch_bytes",    # bytes of those blocks
     "bytes_host_to_device",
     "bytes_device_to_host",
     "device_syncs",         # the host waited for a GPU (a value read back, qt.sync())

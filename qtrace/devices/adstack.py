@@ -75,12 +75,14 @@ class Stack:
         self.sources = levels   # (DepthSource, float row bytes, int row bytes) per level
         self.label = label
 
-    def levels(self, bufs: list) -> Levels:
-        """This launch's levels, sized (each sizing counted in ``qt.stats()``)."""
+    def levels(self, bufs: list, host: list | None = None) -> Levels:
+        """This launch's levels, sized (each sizing counted in ``qt.stats()``). ``host``:
+        the host arrays the plan's leading (leaf) slots were uploaded from, when the plan
+        runs on a device (``None`` per slot that was device memory already)."""
         out = Levels()
         paths = []
         for source, fb, ib in self.sources:
-            d, path = source.depth(bufs)
+            d, path = source.depth(bufs, host)
             bump_many(PATHS[path])
             out.append((d, fb, ib))
             paths.append(path)
@@ -155,23 +157,29 @@ class DepthSource:
                              for leaf in base.leaves if id(leaf) in leaf_slots}
         self.key = base.key
 
-    def depth(self, bufs: list) -> tuple:
+    def depth(self, bufs: list, host: list | None = None) -> tuple:
         """``(depth, path)`` for this launch: read on the host (``"host"``), found in the
-        cache (``"hit"``), reduced now (``"dispatch"``; device buffers are read back), or
-        reduced from counts a forward loop recorded (``"recorded"``). Counted in
-        ``qt.stats()`` (``PATHS``)."""
+        cache (``"hit"``), reduced now (``"dispatch"``; device buffers are reduced on the
+        device and 8 bytes read back), or reduced from counts a forward loop recorded
+        (``"recorded"``). Counted in ``qt.stats()`` (``PATHS``). Leaves that came from the
+        host (``host``: Python scalars and NumPy arguments of a device plan) are read
+        there: sizing from them never copies from the device."""
+        def read(slot: int):
+            if host is not None and slot < len(host) and host[slot] is not None:
+                return host[slot]
+            return bufs[slot]
         if self.const is not None:
             return self.const, "host"
         if self.bounded is not None:
             paths: set = set()
 
             def extreme(leaf: Node, upper: bool) -> int:
-                return _extreme(bufs[self.slot_of_leaf[id(leaf)]], upper, paths)
+                return _extreme(read(self.slot_of_leaf[id(leaf)]), upper, paths)
             d = max(bound(self.bounded, extreme), 0)
             return d, "dispatch" if "dispatch" in paths else "hit" if "hit" in paths else "host"
-        buf = bufs[self.slot]
+        buf = read(self.slot)
         if self.scalar:
-            return (max(int(buf.reshape(-1)[0]) if buf.size else 0, 0)), "host"
+            return (max(int(_scalar(buf)) if buf.size else 0, 0)), "host"
         if self.recorded:
             return _max(buf), "recorded"
         key, by_identity = self._key(bufs) if self.cacheable else (None, ())
@@ -185,9 +193,7 @@ class DepthSource:
         parts, by_identity = [self.key], []
         for s in self.leaf_slots:
             leaf = bufs[s]
-            if not isinstance(leaf, np.ndarray):  # device memory: no versions tracked yet
-                return None, ()
-            if leaf.size <= SMALL_LEAF:
+            if leaf.size <= SMALL_LEAF and isinstance(leaf, np.ndarray):
                 parts.append((leaf.dtype.str, leaf.shape, leaf.tobytes()))
                 continue
             ident = buffers.identity(leaf)
@@ -226,19 +232,26 @@ def _extreme(buf, upper: bool, paths: set) -> int:
     if buf.size == 0:   # the loop has no elements (it broadcasts against this leaf)
         paths.add("host")
         return 0
-    if buf.size <= SMALL_LEAF:   # a Python scalar's buffer: its value read, as a scalar count is
-        paths.add("host")
+    if buf.size <= SMALL_LEAF and isinstance(buf, np.ndarray):
+        paths.add("host")   # a Python scalar's buffer: its value read, as a scalar count is
         return int(buf.max() if upper else buf.min())
-    ident = buffers.identity(buf) if isinstance(buf, np.ndarray) else None
+    ident = buffers.identity(buf)
     key = None if ident is None else ("extreme", ident, upper)
-    value, path = _cached(key, (buf,), lambda: int(buf.max() if upper else buf.min()))
+    value, path = _cached(key, (buf,), lambda: _scalar(buf.max() if upper else buf.min()))
     paths.add(path)
     return value
 
 
+def _scalar(value) -> int:
+    """A one-element array as a Python int (a device value is read back: 8 bytes, a wait)."""
+    if not isinstance(value, (np.ndarray, np.generic)):
+        bump_many((("bytes_device_to_host", value.nbytes), ("device_syncs", 1)))
+    return int(value.reshape(-1)[0]) if value.ndim else int(value)
+
+
 def _max(buf) -> int:
     """The reducer: the largest count, at least 0."""
-    return max(int(buf.max()), 0) if buf.size else 0
+    return max(_scalar(buf.max()), 0) if buf.size else 0
 
 
 class Scratch(threading.local):
@@ -263,27 +276,33 @@ class Scratch(threading.local):
         return block
 
 
-def scratch(workers: int, levels: list, keep: Scratch | None = None):
-    """Per-worker stack blocks; returns (array, stride).
-
-    ``levels``: ``(depth, float row bytes, int row bytes)`` per level — the loop's own
-    rows, then (for loops nested in its body) the rows above them. A block is a header
-    ``[level-0 depth, float bytes, int bytes]`` (64 bytes), the float stack, the int stack.
-    ``keep``: memory kept between launches (the array is then a prefix of its block);
-    without it, a fresh array.
-    """
+def layout(workers: int, levels: list) -> tuple:
+    """``(header, stride)`` of ``workers`` stack blocks for ``levels``: ``(depth, float row
+    bytes, int row bytes)`` per level — the loop's own rows, then (for loops nested in its
+    body) the rows above them. A block is a header ``[level-0 depth, float bytes, int
+    bytes]`` (64 bytes), the float stack, the int stack; ``stride`` bytes apart. Counts
+    ``adstack_bytes`` (and says so under ``QTRACE_DEBUG_ADSTACK``)."""
     caps = [d if config.adstack_max_depth is None else min(d, int(config.adstack_max_depth))
             for d, _, _ in levels]
     fbytes = sum(c * fb for c, (_, fb, _) in zip(caps, levels))
     ibytes = sum(c * ib for c, (_, _, ib) in zip(caps, levels))
     stride = HEADER + (fbytes + 63) // 64 * 64 + (ibytes + 63) // 64 * 64
+    bump("adstack_bytes", workers * (fbytes + ibytes))
+    if getattr(levels, "report", None) is not None:
+        _say(levels, caps, workers, workers * (fbytes + ibytes))
+    return (caps[0], fbytes, ibytes), stride
+
+
+def scratch(workers: int, levels: list, keep: Scratch | None = None):
+    """Per-worker host stack blocks (see :func:`layout`); returns (array, stride).
+
+    ``keep``: memory kept between launches (the array is then a prefix of its block);
+    without it, a fresh array.
+    """
+    header, stride = layout(workers, levels)
     if keep is not None:
         block = keep.take(workers * stride)[:workers * stride]
     else:
         block = cpu.aligned_empty((workers * stride,), np.dtype(np.uint8))
-    header = block.reshape(workers, stride)[:, :24].view(np.int64)
-    header[:] = (caps[0], fbytes, ibytes)
-    bump("adstack_bytes", workers * (fbytes + ibytes))
-    if getattr(levels, "report", None) is not None:
-        _say(levels, caps, workers, workers * (fbytes + ibytes))
+    block.reshape(workers, stride)[:, :24].view(np.int64)[:] = header
     return block, stride

@@ -124,6 +124,26 @@ class CudaRuntime(DeviceRuntime):
         self.cp = self.xp = _cupy()
         self.index = index
         self.device = self.cp.cuda.Device(index)
+        self._kept = threading.local()
+
+    def _stacks(self, nbytes: int):
+        """At least ``nbytes`` of device memory for adstacks, kept between launches per
+        calling thread and stream (a launch on the same stream runs after the previous
+        one is done with it; another stream or thread has its own), replaced by one of at
+        least twice the size when too small (``adstack_scratch_allocs``/``_bytes``); the
+        one replaced returns to CuPy's pool in stream order."""
+        kept = getattr(self._kept, "blocks", None)
+        if kept is None:
+            kept = self._kept.blocks = {}
+        stream = self.cp.cuda.get_current_stream().ptr
+        block = kept.get(stream)
+        if block is None or block.nbytes < nbytes:
+            size = max(nbytes, 2 * block.nbytes if block is not None else 0)
+            kept[stream] = None
+            with self.device:
+                kept[stream] = block = self.cp.empty(size, np.uint8)
+            bump_many((("adstack_scratch_allocs", 1), ("adstack_scratch_bytes", size)))
+        return block
 
     def empty(self, shape: tuple, dtype):
         with self.device:
@@ -154,8 +174,11 @@ class CudaRuntime(DeviceRuntime):
             scratch = block.data.ptr
         elif levels is not None:
             threads = min(-(-extent // kernel.BLOCK) * kernel.BLOCK, THREAD_CAP)
-            host, stride = adstack.scratch(threads, levels)
-            block = self.from_host(host)   # freed in stream order after the launch
+            header, stride = adstack.layout(threads, levels)
+            block = self._stacks(threads * stride)
+            heads = block[:threads * stride].view(np.int64).reshape(threads, stride // 8)
+            for k, v in enumerate(header):   # filled on the device: nothing is uploaded
+                heads[:, k] = v
             scratch = block.data.ptr
         with self.device:
             kernel.launch(extent, pointers, status, scratch, stride, threads)

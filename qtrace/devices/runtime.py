@@ -214,8 +214,10 @@ class Plan:
             bump_many(_ONE_LAUNCH)
             return [bufs[s] for s in outs]
         rt = self.rt
+        host = None
         if rt.kind != "cpu":  # host data (NumPy arguments, Python scalars) goes to the device
-            leaf_buffers = [rt.from_host(b) if isinstance(b, np.ndarray) else b for b in leaf_buffers]
+            host = [b if isinstance(b, np.ndarray) else None for b in leaf_buffers]
+            leaf_buffers = [rt.from_host(b) if h is not None else b for b, h in zip(leaf_buffers, host)]
         bufs = list(leaf_buffers)
         bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
         spare: dict = {}
@@ -248,7 +250,7 @@ class Plan:
                     seq.runner(seq.table_address, seq.n_tasks,
                                seq.pack(*[pointer(bufs[s]) for s in step.slots]), status_ptr or None)
                 else:
-                    levels = None if step.stack is None else step.stack.levels(bufs)
+                    levels = None if step.stack is None else step.stack.levels(bufs, host)
                     rt.launch(step.kernel, step.extent, [pointer(bufs[s]) for s in step.slots],
                               status_ptr + 16 * step.row if step.row >= 0 else 0, levels,
                               step.parallel, step.scratch, step.phases)

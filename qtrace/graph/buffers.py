@@ -35,6 +35,13 @@ asks :func:`identity` for it: ``(id, version)`` while the cached value may be tr
 Versions and volatility belong to the array that owns the memory (the end of NumPy's
 ``.base`` chain), so every view of it — a jitted call's fresh view of a tensor, a
 reshaped operand — sees them.
+
+GPU memory (CuPy arrays) follows the same rules: device buffers qtrace computes are new
+identities; a GPU array taken zero-copy (``qt.asarray`` of a CuPy array or of anything
+with ``__cuda_array_interface__``, ``qt.from_dlpack``) is borrowed; a GPU tensor's
+``__cuda_array_interface__`` hands its memory out with no end the producer can see, so
+that buffer is borrowed from then on, and its DLPack export is volatile while exported.
+An array that cannot be weakly referenced is never trusted (``identity`` is None).
 """
 
 from __future__ import annotations
@@ -62,10 +69,11 @@ class _State:
 _states: dict[int, _State] = {}
 
 
-def _owner(buf: np.ndarray) -> np.ndarray:
-    """The array at the end of ``buf``'s ``.base`` chain (the one viewing the memory first)."""
+def _owner(buf):
+    """The array at the end of ``buf``'s ``.base`` chain (the one viewing the memory first):
+    NumPy's, or a device array's views of its own kind (CuPy)."""
     base = buf.base
-    while isinstance(base, np.ndarray):
+    while base is not None and (isinstance(base, np.ndarray) or type(base) is type(buf)):
         buf, base = base, base.base
     return buf
 
@@ -77,40 +85,56 @@ def _forget(key: int, ref: weakref.ref) -> None:
             del _states[key]
 
 
-def _state(owner: np.ndarray) -> _State:
-    """The state of ``owner`` (created on first use; the caller holds ``_lock``)."""
+def _state(owner) -> _State | None:
+    """The state of ``owner`` (created on first use; the caller holds ``_lock``), or None
+    for an array that cannot be weakly referenced (then never trusted: see ``identity``)."""
     key = id(owner)
     state = _states.get(key)
     if state is None or state.ref() is not owner:
-        ref = weakref.ref(owner, lambda r, key=key: _forget(key, r))
+        try:
+            ref = weakref.ref(owner, lambda r, key=key: _forget(key, r))
+        except TypeError:
+            return None
         state = _states[key] = _State(ref)
     return state
 
 
-def borrow(buf: np.ndarray) -> None:
+def borrow(buf) -> None:
     """Record that ``buf``'s memory belongs to someone else, who may write it at any time."""
     owner = _owner(buf)
     state = _states.get(id(owner))
     if state is not None and state.borrowed and state.ref() is owner:
         return  # the common repeat (a NumPy argument of every jitted call): no lock
     with _lock:
-        _state(owner).borrowed = True
+        state = _state(owner)
+        if state is not None:
+            state.borrowed = True
 
 
-def bump(buf: np.ndarray) -> None:
+def bump(buf) -> None:
     """Record a write into ``buf`` (qtrace writing memory it does not own): a new version."""
     with _lock:
-        _state(_owner(buf)).version += 1
+        state = _state(_owner(buf))
+        if state is not None:
+            state.version += 1
 
 
-def export(buf: np.ndarray) -> np.ndarray:
+def export(buf):
     """A view of ``buf`` to hand to a consumer that may write it: ``buf``'s memory is
-    volatile until that view dies, and gets a new version then."""
+    volatile until that view dies, and gets a new version then (for good, if the view
+    cannot be watched)."""
     view = buf.view()
     with _lock:
         state = _state(_owner(buf))
+        if state is None:
+            return view
         state.exports += 1
-    weakref.finalize(view, _end_export, state)
+    try:
+        weakref.finalize(view, _end_export, state)
+    except TypeError:
+        with _lock:
+            state.exports -= 1
+            state.borrowed = True
     return view
 
 
@@ -120,11 +144,15 @@ def _end_export(state: _State) -> None:
         state.version += 1
 
 
-def identity(buf: np.ndarray) -> tuple | None:
+def identity(buf) -> tuple | None:
     """``(id, version)`` of ``buf``, or None while its data may change unseen (volatile)."""
     owner = _owner(buf)
     state = _states.get(id(owner))
     if state is None or state.ref() is not owner:
+        try:
+            weakref.ref(owner)   # (what a cache entry holds to recognise the buffer)
+        except TypeError:
+            return None
         return (id(buf), 0)
     if state.borrowed or state.exports:
         return None

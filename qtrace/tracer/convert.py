@@ -47,7 +47,7 @@ def input_node(x, op: str = "asarray", dtype=None, copy: bool = False,
     zero-copy unless ``copy``; host data for a GPU ``device`` is copied there.
     """
     if not isinstance(x, np.ndarray) and hasattr(x, "__cuda_array_interface__"):
-        return _gpu_input(x, op, dtype, copy, device)
+        return _gpu_input(x, op, dtype, copy, device, owned)
     arr = np.array(x, dtype=dtype, copy=True) if copy else np.asarray(x, dtype=dtype)
     if arr.dtype not in dtypes.SUPPORTED:
         raise TypeError(f"qt.{op}: dtype {arr.dtype} is not supported "
@@ -76,10 +76,12 @@ def usable_device(device, op: str) -> Device:
     return dev
 
 
-def _gpu_input(x, op: str, dtype, copy: bool, device) -> Node:
-    """A leaf over a GPU array (CuPy's, or anything with ``__cuda_array_interface__``)."""
+def _gpu_input(x, op: str, dtype, copy: bool, device, owned: bool = False) -> Node:
+    """A leaf over a GPU array (CuPy's, or anything with ``__cuda_array_interface__``);
+    kept zero-copy, it is borrowed memory (``qtrace.graph.buffers``)."""
     import cupy
     arr = cupy.asarray(x)   # zero-copy for CUDA array interface exporters
+    zero_copy = True
     dev = Device(f"cuda:{arr.device.id}")
     if device is not None and Device(device) != dev:
         raise ValueError(f"qt.{op}: the array is on {dev}, not on {Device(device)}; move it "
@@ -88,11 +90,13 @@ def _gpu_input(x, op: str, dtype, copy: bool, device) -> Node:
     if arr.dtype not in dtypes.SUPPORTED:
         raise TypeError(f"qt.{op}: dtype {arr.dtype} is not supported")
     if dtype is not None and np.dtype(dtype) != arr.dtype:
-        arr = arr.astype(dtype)
+        arr, zero_copy = arr.astype(dtype), False
     elif copy:
-        arr = arr.copy()
+        arr, zero_copy = arr.copy(), False
     if not arr.flags.c_contiguous:
-        arr = arr.copy()   # (ascontiguousarray would make a 0-d array 1-d)
+        arr, zero_copy = arr.copy(), False   # (ascontiguousarray would make a 0-d array 1-d)
+    if zero_copy and not owned:
+        buffers.borrow(arr)
     return make_input(arr.shape, arr.dtype, dev, buffer=arr)
 
 

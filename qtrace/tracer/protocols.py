@@ -149,7 +149,7 @@ def dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
     not from before the export after that.
     """
     buf = self._materialize()
-    if not copy and isinstance(buf, np.ndarray):
+    if not copy:
         buf = buffers.export(buf)
     kwargs = {}
     if max_version is not None:
@@ -171,7 +171,9 @@ def cuda_array_interface(self) -> dict:
     tensor has none (AttributeError, so ``hasattr`` is False as for NumPy arrays)."""
     if self.device.kind != "cuda":
         raise AttributeError("__cuda_array_interface__: a CPU qt.Tensor has no CUDA memory")
-    return self._materialize().__cuda_array_interface__
+    buf = self._materialize()
+    buffers.borrow(buf)   # written by whoever reads the interface, at any time from now on
+    return buf.__cuda_array_interface__
 
 
 Tensor.__array_ufunc__ = array_ufunc

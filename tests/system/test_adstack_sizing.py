@@ -32,11 +32,6 @@ LINE = re.compile(r"^\[qtrace adstack\] (qt_[0-9a-f]+) (loop_[0-9a-f]+): level 0
                   r"\(([a-z ]+)\); (\d+) stacks, bound (\d+) bytes$")
 
 
-CPU_SIZING = pytest.mark.cpu_only(
-    "the CPU runtime's sizing paths; the GPU still sizes stacks with a device reducer on every "
-    "launch (the GPU half of the adstack issue)")
-
-
 def _b3(rng, counts):
     """B3's gradient with trip counts ``counts``, and its float64 inputs."""
     x, c = rng.uniform(-2, 2, SIZE), rng.uniform(0.5, 1.5, SIZE)
@@ -51,7 +46,6 @@ def _lines(capfd) -> list:
     return [LINE.match(ln) for ln in err.splitlines() if ln.startswith("[qtrace adstack]")]
 
 
-@CPU_SIZING
 def test_host_sized_python_bounds(fusion, rng, capfd):
     """``fori_loop(2, 9, ...)``: the depth 7 is read on the host; no reduction at all."""
     qt.config.debug_adstack = True
@@ -67,7 +61,6 @@ def test_host_sized_python_bounds(fusion, rng, capfd):
     assert line is not None and line[3] == "7" and line[4] == "host", line
 
 
-@CPU_SIZING
 def test_reducer_dispatches_once_then_hits(fusion, rng, capfd):
     """10 gradients on unchanged (owned) counts: 1 dispatch + 9 hits, and the debug output
     says so, launch by launch, with the same kernel, loop and depth."""
@@ -104,6 +97,26 @@ def test_recorded_counts_are_not_reducer_misses(fusion, rng, capfd):
     lines = _lines(capfd)
     assert len(lines) == 3 and all(m is not None and m[4] == "recorded counts" for m in lines), lines
     assert all(int(m[3]) >= 1 for m in lines), lines
+
+
+def test_scalar_trip_counts_are_read_where_they_came_from_and_stacks_are_kept(fusion, rng):
+    """A jitted gradient whose trip count is a Python scalar argument: each call is sized on
+    the host from the scalar itself — on a GPU, nothing is read back from the device (no
+    copy, no wait) before the result is — and the stack memory is kept between calls (on a
+    GPU too: grown by doubling, never uploaded), so a run of calls allocates at most once."""
+    x, c = rng.uniform(-2, 2, SIZE), rng.uniform(0.5, 1.5, SIZE)
+    step = qt.jit(qt.grad(lambda x, c, s: b3_qt(s)(x, c), argnums=(0, 1)))
+    xs, cs = qt.asarray(x), qt.asarray(c)
+    qt.eval(*step(xs, cs, 3))   # compiled, stack memory taken
+    qt.reset_stats()
+    counts = (5, 2, 9, 5)
+    outs = [step(xs, cs, s) for s in counts]
+    st = qt.stats()
+    assert st["bytes_device_to_host"] == 0 and st["device_syncs"] == 0, st
+    assert {key: st[key] for key in COUNTERS} == sized(host=len(counts)), st
+    assert st["adstack_scratch_allocs"] <= 1, st   # (depth 9 may outgrow the first block)
+    for s, (gx, gc) in zip(counts, outs):
+        check_b3([gx.numpy(), gc.numpy()], x, c, np.full(SIZE, s), f"trip count {s}")
 
 
 def test_debug_output_is_off_by_default(fusion, rng, capfd):
@@ -235,7 +248,6 @@ def maximum(a, b):
 DERIVED = ["where", "difference", "scalar", "scaled", "clipped"]
 
 
-@CPU_SIZING
 @pytest.mark.parametrize("kind", DERIVED)
 def test_derived_counts_take_no_extra_launch(kind, fusion, rng):
     """A jitted gradient whose trip counts are computed from leaves and a weak Python

@@ -766,7 +766,6 @@ def test_python_int_bounds_are_sized_on_the_host(fusion, rng):
     assert s["max_reducer_dispatches"] == 0, s
 
 
-@pytest.mark.cpu_only("versions of device memory are not tracked yet: the reducer runs every launch")
 def test_tensor_trip_counts_dispatch_the_reducer_once(fusion, rng):
     size = 40
     n = rng.integers(0, 9, size)
