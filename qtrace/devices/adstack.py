@@ -28,11 +28,15 @@ run: misses of path 2 and path 3) are the older, coarser counters, kept for the
 benchmarks and ``python -m qtrace``.
 
 Stacks belong to workers, not elements: ``workers x depth x entry bytes``, floats and
-integers in separate stacks, carved on the CPU from memory kept per calling thread
-(:class:`Scratch`, grown by doubling). ``QTRACE_DEBUG_ADSTACK=1`` prints, per launch of a
-loop task, each level's sizing path and depth and the bytes bound. Loops nested in a
-differentiated loop's body push above its rows: a second level sized by the largest
-nested trip count, which the forward loop records as it runs (path 3 again).
+integers in separate stacks, carved from memory kept per calling thread and grown by
+doubling — on the CPU (:class:`Scratch`), and on a GPU per thread and stream, where the
+workers are the at most 65,536 threads of a launch and the headers are written by the
+device (nothing is uploaded). On a GPU, leaves that came from the host (Python scalars,
+loop bounds, NumPy arguments) are read where they came from, never copied back.
+``QTRACE_DEBUG_ADSTACK=1`` prints, per launch of a loop task, each level's sizing path
+and depth and the bytes bound. Loops nested in a differentiated loop's body push above
+its rows: one level per depth of nesting, each sized by the largest trip count at that
+depth, which the forward loop records as it runs (path 3 again).
 ``qt.config.adstack_max_depth`` caps the depth (a debug setting that provokes the
 overflow diagnostic).
 """
@@ -167,7 +171,12 @@ class DepthSource:
         def read(slot: int):
             if host is not None and slot < len(host) and host[slot] is not None:
                 return host[slot]
-            return bufs[slot]
+            buf = bufs[slot]
+            if not isinstance(buf, np.ndarray) and buf.size <= SMALL_LEAF:
+                kept = buffers.host_value(buf)
+                if kept is not None:
+                    return kept
+            return buf
         if self.const is not None:
             return self.const, "host"
         if self.bounded is not None:

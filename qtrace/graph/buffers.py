@@ -57,13 +57,14 @@ _lock = threading.Lock()
 class _State:
     """What is known about one memory owner: its version and why it is volatile."""
 
-    __slots__ = ("ref", "version", "borrowed", "exports")
+    __slots__ = ("ref", "version", "borrowed", "exports", "host")
 
     def __init__(self, ref: weakref.ref):
         self.ref = ref
         self.version = 0
         self.borrowed = False
         self.exports = 0
+        self.host = None   # (version, host copy) of a small device buffer uploaded by qtrace
 
 
 _states: dict[int, _State] = {}
@@ -142,6 +143,31 @@ def _end_export(state: _State) -> None:
     with _lock:
         state.exports -= 1
         state.version += 1
+
+
+def mirror(buf, host: np.ndarray) -> None:
+    """Remember ``host``, the data a device buffer qtrace owns was just uploaded from (a
+    small one: a Python scalar, a loop bound), so that reading it on the host needs no copy
+    back (:func:`host_value`)."""
+    with _lock:
+        state = _state(_owner(buf))
+        if state is not None:
+            state.host = (state.version, host)
+
+
+def host_value(buf) -> np.ndarray | None:
+    """The host copy :func:`mirror` kept of ``buf``'s memory, while it still holds that
+    data (no write since, not borrowed or exported), shaped as ``buf`` when ``buf`` views
+    all of it (in whatever order: what reads it takes extremes or a single value); else
+    None."""
+    owner = _owner(buf)
+    state = _states.get(id(owner))
+    if state is None or state.host is None or state.ref() is not owner:
+        return None
+    version, host = state.host
+    if state.borrowed or state.exports or version != state.version or host.size != buf.size:
+        return None
+    return host.reshape(buf.shape)
 
 
 def identity(buf) -> tuple | None:

@@ -306,3 +306,86 @@ def test_host_to_device_bytes_are_counted(rng):
     a = rng.random(1000)
     qt.asarray(a, device="cuda")
     assert qt.stats()["bytes_host_to_device"] >= a.nbytes
+
+
+def _b3_gradient(x, c, n):
+    """B3's gradient (``fori_loop(0, n, sin(v) * c + 0.5 * v)``, summed), and its stats."""
+    qt.reset_stats()
+    g = qt.grad(lambda x, c: qt.sum(qt.fori_loop(0, n, lambda i, v: qt.sin(v) * c + 0.5 * v, x)),
+                argnums=(0, 1))(x, c)
+    qt.eval(*g)
+    stats = {k: qt.stats()[k] for k in ("adstack_reducer_dispatches", "adstack_reducer_hits",
+                                         "adstack_host_sized")}
+    return [t.numpy() for t in g], stats
+
+
+def _b3_reference(x, c, n):
+    """The same gradient on the CPU (float64)."""
+    g = qt.grad(lambda x, c: qt.sum(qt.fori_loop(0, qt.asarray(n), lambda i, v: qt.sin(v) * c + 0.5 * v,
+                                                  x)), argnums=(0, 1))(qt.asarray(x), qt.asarray(c))
+    return [t.numpy() for t in g]
+
+
+@gpu
+def test_device_trip_counts_are_reduced_once_per_version(rng):
+    """Counts in GPU memory: qtrace's own are reduced on the device once and cached (hits
+    after); a CuPy array shared zero-copy is borrowed (reduced every launch, so a write by
+    CuPy is seen); handing a tensor's memory out by ``__cuda_array_interface__`` makes it
+    volatile from then on. Gradients vs the CPU each time."""
+    import cupy
+    size = 500
+    x, c, n = rng.uniform(-2, 2, size), rng.uniform(0.5, 1.5, size), rng.integers(0, 9, size)
+    gx, gc = qt.asarray(x, device="cuda"), qt.asarray(c, device="cuda")
+    owned = qt.asarray(n, device="cuda")
+    got, s = _b3_gradient(gx, gc, owned)
+    assert s == {"adstack_reducer_dispatches": 1, "adstack_reducer_hits": 0, "adstack_host_sized": 0}, s
+    for _ in range(3):
+        got, s = _b3_gradient(gx, gc, owned)
+        assert s == {"adstack_reducer_dispatches": 0, "adstack_reducer_hits": 1, "adstack_host_sized": 0}, s
+    for g, w in zip(got, _b3_reference(x, c, n)):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+    shared = cupy.asarray(n)
+    borrowed = qt.asarray(shared)
+    assert borrowed.__cuda_array_interface__["data"][0] == shared.data.ptr
+    for deeper in (False, True):
+        if deeper:
+            shared[7] = 15          # CuPy writes the shared memory: the next launch must see it
+        got, s = _b3_gradient(gx, gc, borrowed)
+        assert s["adstack_reducer_dispatches"] == 1, s
+        want_n = shared.get()
+        for g, w in zip(got, _b3_reference(x, c, want_n)):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+    exported = qt.asarray(n, device="cuda")
+    _b3_gradient(gx, gc, exported)
+    assert _b3_gradient(gx, gc, exported)[1]["adstack_reducer_hits"] == 1
+    view = cupy.asarray(exported)   # through __cuda_array_interface__: writable, no end in sight
+    view[3] = 13
+    got, s = _b3_gradient(gx, gc, exported)
+    assert s["adstack_reducer_dispatches"] == 1, s
+    for g, w in zip(got, _b3_reference(x, c, view.get())):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+@gpu
+def test_adstack_sizing_from_python_values_reads_nothing_back(rng):
+    """Trip counts from Python ints (loop bounds, a jitted call's scalar): sized on the host
+    from the values themselves, with no copy from the GPU before the result is read; the
+    stack memory is kept between launches, its headers written on the device."""
+    size = 70_000   # more elements than the 65,536 threads that own a stack each
+    x, c = rng.uniform(-2, 2, size), rng.uniform(0.5, 1.5, size)
+    gx, gc = qt.asarray(x, device="cuda"), qt.asarray(c, device="cuda")
+    step = qt.jit(qt.grad(lambda x, c, s: qt.sum(qt.fori_loop(1, s, lambda i, v: qt.sin(v) * c + 0.5 * v, x)),
+                          argnums=(0, 1)))
+    qt.eval(*step(gx, gc, 4))
+    qt.reset_stats()
+    outs = [step(gx, gc, s) for s in (6, 3, 6)]
+    st = qt.stats()
+    assert st["bytes_device_to_host"] == 0 and st["device_syncs"] == 0, st
+    assert st["adstack_host_sized"] == 3 and st["adstack_reducer_dispatches"] == 0, st
+    assert st["adstack_scratch_allocs"] <= 1 and st["bytes_host_to_device"] < 1024, st
+    for s, (ggx, ggc) in zip((6, 3, 6), outs):
+        want = _b3_reference(x, c, np.full(size, s - 1))
+        np.testing.assert_allclose(ggx.numpy(), want[0], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(ggc.numpy(), want[1], rtol=1e-12, atol=1e-14)

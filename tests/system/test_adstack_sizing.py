@@ -165,7 +165,7 @@ def _capture(fn):
         return None, err
 
 
-@pytest.mark.cpu_only("kept adstack memory of the CPU runtime (GPU stacks are per launch)")
+@pytest.mark.cpu_only("kept adstack memory of the CPU runtime (the GPU's: tests/gpu/test_cuda.py)")
 @pytest.mark.parametrize("size", [SIZE, 40_000])
 def test_scratch_is_reused_and_grows_by_doubling(size, fusion, rng):
     """Repeated gradients reuse one block (one allocation, then none); deeper counts grow

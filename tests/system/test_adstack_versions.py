@@ -59,6 +59,11 @@ def b3_grads(x, c, qn):
     return grads(b3_qt(qn), (qt.asarray(x), qt.asarray(c)), (0, 1))
 
 
+# NumPy memory shared zero-copy with a CPU tensor, written behind qtrace's back (a GPU
+# tensor made from a NumPy array is a copy: tests/gpu/test_cuda.py has the GPU's cases)
+HOST_SHARED = pytest.mark.cpu_only("host memory shared zero-copy with a tensor: on a GPU it is copied")
+
+
 # --- unchanged data --------------------------------------------------------------------
 def test_unchanged_owned_counts_hit_the_cache(fusion, rng):
     """Counts in memory qtrace owns: one dispatch, then hits only."""
@@ -73,6 +78,7 @@ def test_unchanged_owned_counts_hit_the_cache(fusion, rng):
     check_b3(got, x, c, n, "cached")
 
 
+@HOST_SHARED
 def test_borrowed_counts_are_reduced_on_every_launch(fusion, rng):
     """``qt.asarray`` shares the NumPy array, whose owner may write it at any time: the
     documented choice is to trust no cached depth for it (never a copy on entry)."""
@@ -86,6 +92,7 @@ def test_borrowed_counts_are_reduced_on_every_launch(fusion, rng):
 
 
 # --- writes qtrace does not see --------------------------------------------------------
+@HOST_SHARED
 def test_numpy_array_shared_by_asarray_written_in_place(fusion, rng):
     x, c, n = b3_inputs(rng)
     qn = qt.asarray(n)
@@ -96,6 +103,7 @@ def test_numpy_array_shared_by_asarray_written_in_place(fusion, rng):
     check_b3(got, x, c, n, "after the write")
 
 
+@HOST_SHARED
 @pytest.mark.parametrize("arg", ["numpy", "tensor"])
 def test_jit_argument_modified_in_place(arg, fusion, rng):
     """A jitted gradient called on a NumPy array (or a tensor sharing one), which the
@@ -117,6 +125,7 @@ def test_jit_argument_modified_in_place(arg, fusion, rng):
         check_b3(got, x, c, n, "after the write")
 
 
+@HOST_SHARED
 def test_dlpack_export_written_by_numpy(fusion, rng):
     """``np.from_dlpack(t)`` is a writable view of ``t``'s memory: volatile while it lives,
     a new version once it is gone (so the depth cached before it is not used again)."""
@@ -147,6 +156,7 @@ def test_dlpack_export_written_by_numpy(fusion, rng):
     check_b3(got, x, c, newer, "after the export")
 
 
+@HOST_SHARED
 @pytest.mark.parametrize("read", ["numpy", "__array__"])
 def test_numpy_views_cannot_be_written(read, fusion, rng):
     """``t.numpy()`` / ``np.asarray(t)`` view the tensor's memory read-only, and the flag
@@ -211,6 +221,7 @@ def test_qtraces_own_writes(write, fusion, rng):
     assert counted(b3_grads, x, c, qn)[1] == sized(hits=1)
 
 
+@HOST_SHARED
 def test_jit_writing_a_numpy_argument_bumps_its_version(fusion, rng):
     """qtrace writing into memory it does not own (a NumPy argument of ``qt.jit``, updated
     in place) records a new version; that array is borrowed anyway, and stays correct."""
@@ -250,6 +261,7 @@ def test_weak_scalar_in_the_trip_count_hits_the_cache(fusion, rng):
         check_b3(got, x, c, np.maximum(n + k, 0), f"k={k}")
 
 
+@HOST_SHARED
 @pytest.mark.parametrize("kind", ["where", "difference"])
 def test_derived_counts(kind, fusion, rng):
     """Counts computed from data inside the differentiated function (``where(mask, K, 0)``,
@@ -305,6 +317,7 @@ def test_recorded_counts_are_counted_apart(fusion, rng):
         assert_close(g, 0.5 / np.sqrt(a), rtol=1e-8, what="d sqrt(a)/da")
 
 
+@HOST_SHARED
 def test_jax_reference_after_a_write(fusion, rng):
     """The same write-then-gradient through ``qt.asarray``'s shared memory, against JAX."""
     x, c, n = b3_inputs(rng)
