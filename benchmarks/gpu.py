@@ -7,7 +7,12 @@
 * B5 (``b5_eager_loop.body``), float32, N = 1e7, ms per iteration, eager: qtrace (one
   evaluation per iteration), CuPy, JAX (eager ops);
 * sum: a full ``sum`` of N = 1e8 float32: qtrace, ``cupy.sum``;
-* cumsum: a ``cumsum`` of the same row: qtrace, ``cupy.cumsum``.
+* cumsum: a ``cumsum`` of the same row: qtrace, ``cupy.cumsum``;
+* B3 (``b3_loop_grad``), float32, N = 1e7: forward and forward+backward through the
+  per-element loop with data-dependent trip counts (0..64): qtrace ``jit`` (no hint),
+  JAX ``jit`` (``fori_loop`` to the largest count with a mask); peak GPU memory (qtrace:
+  the bytes CuPy's pool holds after the runs, inputs included, the pool emptied first;
+  JAX: ``peak_bytes_in_use``); relative error of the gradient vs float64 (≤ 1e-4).
 
 Every timing is a median over repeats, each synchronised (``qt.sync``,
 ``cupy.cuda.Device().synchronize``, ``block_until_ready``) after warm-up; results are
@@ -24,9 +29,10 @@ import time
 import numpy as np
 
 try:
-    from . import b1_elementwise, b5_eager_loop
+    from . import b1_elementwise, b3_loop_grad, b5_eager_loop
 except ImportError:  # run as a script
     import b1_elementwise
+    import b3_loop_grad
     import b5_eager_loop
 
 
@@ -169,6 +175,7 @@ def main(argv: list) -> int:
         err = float(np.max(np.abs(host() - c_np)) / c_np[-1])
         check = "PASS" if err <= 1e-5 else f"FAIL {err:.1e}"
         rows.append(("cumsum", system, ms, f"{8 * n1 / ms / 1e6:.0f} GB/s", check))
+    rows += _b3_rows(qt, cp, sync, reps, 10**6 if quick else 10**7)
     name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"GPU: {name}; N(B1, sum) = {n1:.0e}, N(B5) = {n5:.0e} x {iters} iterations")
     print(f"{'bench':6} {'system':18} {'ms':>9}  {'rate':24} check")
@@ -176,6 +183,64 @@ def main(argv: list) -> int:
         ms_s = f"{ms:9.3f}" if ms is not None else f"{'-':>9}"
         print(f"{bench:6} {system:18} {ms_s}  {rate:24} {check}")
     return 0
+
+
+def _b3_rows(qt, cp, sync, reps: int, n: int) -> list:
+    """B3 forward and forward+backward on the GPU: qtrace and JAX, time, memory, error."""
+    p = b3_loop_grad._Problem(n, 0)
+    _, want_gx, want_gc = b3_loop_grad.reference(p.x, p.c, p.trips)
+    scale = max(np.abs(want_gx).max(), np.abs(want_gc).max())
+
+    def check(gx, gc) -> str:
+        err = max(np.abs(gx - want_gx).max(), np.abs(gc - want_gc).max()) / scale
+        return ("PASS" if err <= 1e-4 else "FAIL") + f" {err:.1e}"
+    rows = _b3_qtrace(qt, cp, reps, p, check)
+    try:
+        rows += _b3_jax(sync, reps, p, check)
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a row saying why
+        rows.append(("B3", "JAX jit", None, f"not run: {str(exc)[:60]}", ""))
+    return rows
+
+
+def _b3_qtrace(qt, cp, reps: int, p, check) -> list:
+    pool = cp.get_default_memory_pool()
+    pool.free_all_blocks()
+
+    def forward(x, c, k):
+        return qt.fori_loop(0, k, lambda i, v: b3_loop_grad.step(qt, v, c), x)
+    fwd = qt.jit(forward)
+    grad = qt.jit(qt.value_and_grad(lambda x, c, k: qt.sum(forward(x, c, k)), argnums=(0, 1)))
+    x, c, k = (qt.asarray(a, device="cuda") for a in (p.x, p.c, p.trips))
+    box = {}
+
+    def run_grad():
+        box["g"] = grad(x, c, k)
+        qt.eval(*box["g"][1])
+    fwd_ms = _median_ms(lambda: qt.eval(fwd(x, c, k)), qt.sync, reps)
+    grad_ms = _median_ms(run_grad, qt.sync, reps)
+    _, (gx, gc) = box["g"]
+    mb = pool.total_bytes() / 2**20
+    return [("B3", "qtrace jit fwd", fwd_ms, f"{mb:.0f} MB pool, no hint", ""),
+            ("B3", "qtrace jit fwd+bwd", grad_ms, f"{mb:.0f} MB pool", check(gx.numpy(), gc.numpy()))]
+
+
+def _b3_jax(sync, reps: int, p, check) -> list:
+    import jax
+    import jax.numpy as jnp
+    top = p.max_trips
+
+    def forward(x, c, k):
+        return jax.lax.fori_loop(0, top, lambda i, v: jnp.where(i < k, b3_loop_grad.step(jnp, v, c), v), x)
+    fwd = jax.jit(forward)
+    grad = jax.jit(jax.value_and_grad(lambda x, c, k: jnp.sum(forward(x, c, k)), argnums=(0, 1)))
+    x, c, k = (jax.device_put(a) for a in (p.x, p.c, p.trips))
+    box = {}
+    fwd_ms = _median_ms(lambda: fwd(x, c, k).block_until_ready(), sync, reps)
+    grad_ms = _median_ms(lambda: box.update(g=jax.block_until_ready(grad(x, c, k))), sync, reps)
+    mb = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use", 0) / 2**20
+    _, (gx, gc) = box["g"]
+    return [("B3", "JAX jit fwd", fwd_ms, f"{mb:.0f} MB peak, masked to {top}", ""),
+            ("B3", "JAX jit fwd+bwd", grad_ms, f"{mb:.0f} MB peak", check(np.asarray(gx), np.asarray(gc)))]
 
 
 if __name__ == "__main__":
