@@ -11,8 +11,8 @@ Example:
     [1.0, 1.0, 1.0, 1.0, 1.0]
 """
 
+from . import cuda, fft, linalg, random
 from . import devices as _devices  # noqa: F401 - installs the runtime
-from . import fft, linalg, random
 from .ad import grad, stop_gradient, value_and_grad, vjp
 from .config import config
 from .errors import AdstackOverflowError, TracerError
@@ -410,6 +410,7 @@ __all__ = [
     "logical_xor",
     "matmul",
     "matrix_transpose",
+    "cuda",
     "fft",
     "linalg",
     "max",

@@ -2,9 +2,10 @@
 
 CuPy is imported when a CUDA device is first used; without it (or without a driver or
 GPU), :func:`devices` is empty and using ``device="cuda"`` raises an error naming what
-is missing. Launches go to CuPy's current stream; :meth:`CudaRuntime.sync` waits for
-the device. Buffers are ``cupy.ndarray``: zero-copy with CuPy, and with JAX/PyTorch
-through DLPack and ``__cuda_array_interface__``.
+is missing. Launches go to CuPy's current stream (``qt.cuda.Stream``); a read waits for
+the streams that computed it, :meth:`CudaRuntime.sync` for the device. Buffers are
+``cupy.ndarray``: zero-copy with CuPy, and with JAX/PyTorch through DLPack and
+``__cuda_array_interface__``.
 
 Example:
     >>> from qtrace.devices import cuda
@@ -68,10 +69,39 @@ def unavailable(device: Device) -> str | None:
 
 
 def to_host(buf) -> np.ndarray:
-    """A host copy of device buffer ``buf`` (waits for the work that writes it); first
-    reports any failed check of the work launched so far."""
+    """A host copy of device buffer ``buf`` (waits for the work that writes it, on whichever
+    stream it ran); first reports any failed check of the work launched so far."""
     check_deferred()
+    order_reads()
     return _read(buf)
+
+
+# Streams other than the legacy default one that ran qtrace work since the host last
+# waited for everything (qt.sync): a read makes the current stream wait for them first
+# (an event per stream: the host does not block for it), so a value computed under
+# ``with qt.cuda.Stream():`` reads correctly outside it, from a non-blocking stream too.
+_streams: dict = {}   # stream pointer -> cupy Stream
+_streams_lock = threading.Lock()
+
+
+def note_stream(stream) -> None:
+    """Record that qtrace work was queued on ``stream`` (a CuPy stream)."""
+    if stream.ptr and stream.ptr not in _streams:
+        with _streams_lock:
+            _streams[stream.ptr] = stream
+
+
+def order_reads() -> None:
+    """Make the current stream wait for the work of every stream noted since the last
+    ``qt.sync()``, so that what it reads next is complete."""
+    if not _streams:
+        return
+    current = _cupy().cuda.get_current_stream()
+    with _streams_lock:
+        streams = list(_streams.values())
+    for stream in streams:
+        if stream.ptr != current.ptr:
+            current.wait_event(stream.record())
 
 
 def _read(buf) -> np.ndarray:
@@ -80,8 +110,10 @@ def _read(buf) -> np.ndarray:
 
 
 def sync() -> None:
-    """Wait for every GPU's work, then report any failed check of it."""
+    """Wait for every GPU's work (on every stream), then report any failed check of it."""
     if _probe and _probe[0][0]:
+        with _streams_lock:
+            _streams.clear()
         for d in _probe[0][0]:
             _cupy().cuda.Device(d.index).synchronize()
         bump("device_syncs")
@@ -108,6 +140,7 @@ def check_deferred() -> None:
     with _deferred_lock:
         pending = _deferred[:]
         _deferred.clear()
+    order_reads()
     for status, check in pending:
         check(_read(status))
 
@@ -186,6 +219,10 @@ class CudaRuntime(DeviceRuntime):
             scratch = block.data.ptr
         with self.device:
             kernel.launch(extent, pointers, status, scratch, stride, threads)
+
+    def queue(self) -> None:
+        with self.device:
+            note_stream(self.cp.cuda.get_current_stream())
 
     def sync(self) -> None:
         self.device.synchronize()

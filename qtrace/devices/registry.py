@@ -55,6 +55,10 @@ class DeviceRuntime:
     def sync(self) -> None:
         """Wait until every launch of this device has finished."""
 
+    def queue(self) -> None:
+        """A run is about to queue work (a GPU runtime notes on which stream, so that reads
+        wait for it: ``qtrace.devices.cuda.order_reads``)."""
+
     def defer_check(self, status, check) -> None:
         """Have ``check`` (raising the first failed check) read the status rows ``status``
         of a finished run: at once here; a GPU runtime reads them when the host next waits

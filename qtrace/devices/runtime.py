@@ -216,6 +216,7 @@ class Plan:
         rt = self.rt
         host = None
         if rt.kind != "cpu":  # host data (NumPy arguments, Python scalars) goes to the device
+            rt.queue()
             host = [b if isinstance(b, np.ndarray) else None for b in leaf_buffers]
             leaf_buffers = [rt.from_host(b) if h is not None else b for b, h in zip(leaf_buffers, host)]
         bufs = list(leaf_buffers)

@@ -74,6 +74,15 @@ def test_without_a_gpu_cuda_is_refused_naming_what_is_missing():
         qt.zeros(3, device="cuda")
     with pytest.raises(ValueError, match="not available"):
         qt.ones(3).to("cuda")
+    with pytest.raises(ValueError, match=r"qt\.cuda\.Stream: device cuda:0 is not available"):
+        qt.cuda.Stream()
+    with pytest.raises(ValueError, match="not available"):
+        qt.cuda.current_stream()
+
+
+def test_a_stream_of_the_cpu_is_refused():
+    with pytest.raises(ValueError, match="cpu is not a CUDA device"):
+        qt.cuda.Stream("cpu")
 
 
 @gpu
@@ -389,3 +398,55 @@ def test_adstack_sizing_from_python_values_reads_nothing_back(rng):
         want = _b3_reference(x, c, np.full(size, s - 1))
         np.testing.assert_allclose(ggx.numpy(), want[0], rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(ggc.numpy(), want[1], rtol=1e-12, atol=1e-14)
+
+
+@gpu
+def test_work_is_queued_on_the_current_stream_and_read_after_it(rng, monkeypatch):
+    """Under ``with qt.cuda.Stream()`` qtrace's launches go to that stream (and to a CuPy
+    stream made current by CuPy); values computed there read correctly outside it — a
+    non-blocking stream too — and a failed index check of that work is reported at the
+    read. ``current_stream`` names the stream in use."""
+    import cupy
+
+    from qtrace.devices import cuda as cuda_runtime
+    seen = []
+    launch = cuda_runtime.CudaRuntime.launch
+
+    def spy(self, *args, **kwargs):
+        seen.append(cupy.cuda.get_current_stream().ptr)
+        return launch(self, *args, **kwargs)
+    monkeypatch.setattr(cuda_runtime.CudaRuntime, "launch", spy)
+
+    @qt.jit
+    def step(x, y):
+        return qt.sin(x) * y + qt.cos(y), qt.sum(x * y)
+
+    n = 4_000_000
+    xs = [rng.uniform(-1, 1, n).astype(np.float32) for _ in range(2)]
+    gx = [qt.asarray(a, device="cuda") for a in xs]
+    s1, s2 = qt.cuda.Stream(), qt.cuda.Stream(non_blocking=True)
+    assert s1 != s2 and s1.ptr and s2.ptr
+    outs = []
+    for k in range(6):   # alternating streams and arguments
+        s = (s1, s2)[k % 2]
+        seen.clear()
+        with s:
+            assert qt.cuda.current_stream() == s
+            outs.append(step(gx[k % 2], gx[(k + 1) % 2]))
+        assert seen and set(seen) == {s.ptr}, (seen, s)
+    assert qt.cuda.current_stream().ptr == 0
+    for k, (a, total) in enumerate(outs):
+        x, y = xs[k % 2].astype(np.float64), xs[(k + 1) % 2].astype(np.float64)
+        np.testing.assert_allclose(a.numpy(), np.sin(x) * y + np.cos(y), rtol=2e-6, atol=2e-6)
+        np.testing.assert_allclose(float(total), np.sum(x * y), rtol=1e-4)
+    with cupy.cuda.Stream() as cs:   # CuPy's own stream, made current by CuPy
+        seen.clear()
+        qt.eval(step(gx[0], gx[1])[0])
+        assert set(seen) == {cs.ptr}
+    bad = qt.asarray(np.array([0, n + 5]), device="cuda")
+    with s2:
+        wrong = gx[0][bad] * 2
+        qt.eval(wrong)
+    with pytest.raises(IndexError, match="out of bounds"):
+        s2.synchronize()
+    qt.sync()
