@@ -145,6 +145,64 @@ def check_deferred() -> None:
         check(_read(status))
 
 
+class Staging:
+    """Pinned host memory through which one stream's uploads go asynchronously.
+
+    A ring: each upload copies its data into the next free region and queues an
+    asynchronous copy from there, recording an event behind it; a region is written again
+    only once the copies that read it are done (their events; the host waits only if the
+    ring has come round to a copy still in flight: counted as a ``device_sync``). Grown by
+    doubling when an upload does not fit in half of it; a replaced ring is kept until its
+    copies are done.
+    """
+
+    START = 1 << 16       # bytes of the first ring
+    LARGEST = 1 << 24     # larger uploads are copied synchronously (no ring grows past 2x this)
+
+    def __init__(self, cp, nbytes: int = 0):
+        self.cp = cp
+        self.size = max(nbytes, self.START)
+        self.host = np.frombuffer(cp.cuda.alloc_pinned_memory(self.size), np.uint8, self.size)
+        self.head = 0
+        self.inflight: list = []    # (start, end, event) of queued copies, oldest first
+        self.retired: list = []     # (ring memory, last event) of replaced rings
+
+    def upload(self, array: np.ndarray, dst, stream) -> None:
+        """Queue the copy of ``array`` into device array ``dst`` on ``stream``."""
+        n = (array.nbytes + 63) // 64 * 64
+        if 2 * n > self.size:
+            self._grow(2 * n)
+        start = self.head if self.head + n <= self.size else 0
+        self._wait_for(start, start + n)
+        region = self.host[start:start + array.nbytes]
+        region[...] = array.reshape(-1).view(np.uint8)
+        dst.set(region.view(array.dtype).reshape(array.shape), stream=stream)
+        event = self.cp.cuda.Event(disable_timing=True)
+        event.record(stream)
+        self.inflight.append((start, start + n, event))
+        self.head = start + n
+
+    def _wait_for(self, start: int, end: int) -> None:
+        """Until no queued copy reads ``[start, end)`` (dropping those that are done)."""
+        self.retired = [r for r in self.retired if not r[1].done]
+        keep = []
+        for s, e, event in self.inflight:
+            if s < end and start < e and not event.done:
+                event.synchronize()
+                bump("device_syncs")
+            elif not event.done:
+                keep.append((s, e, event))
+        self.inflight = keep
+
+    def _grow(self, nbytes: int) -> None:
+        if self.inflight:
+            self.retired.append((self.host, self.inflight[-1][2]))
+        self.size = max(nbytes, 2 * self.size)
+        self.host = np.frombuffer(self.cp.cuda.alloc_pinned_memory(self.size), np.uint8, self.size)
+        self.head = 0
+        self.inflight = []
+
+
 class CudaRuntime(DeviceRuntime):
     """One GPU: CuPy buffers and launches of :class:`qtrace.kernels.llvm_nvptx.CudaKernel`."""
 
@@ -193,12 +251,32 @@ class CudaRuntime(DeviceRuntime):
         defer_check(status, check)
 
     def from_host(self, array):
+        """A device copy of host ``array``, queued on the current stream without waiting:
+        the data goes through pinned staging memory (:class:`Staging`) by an asynchronous
+        copy, so the caller may change ``array`` at once and the host never blocks (above
+        ``Staging.LARGEST`` bytes, a synchronous copy)."""
+        array = np.ascontiguousarray(array)
         bump("bytes_host_to_device", array.nbytes)
         with self.device:
-            buf = self.cp.asarray(array)
+            buf = self.cp.empty(array.shape, array.dtype)
+            if array.nbytes > Staging.LARGEST:   # (no pinned copy of it kept): copied now
+                buf.set(array)
+                bump("device_syncs")
+            elif array.nbytes:
+                stream = self.cp.cuda.get_current_stream()
+                self._staging(stream).upload(array, buf, stream)
         if array.size <= adstack.SMALL_LEAF:   # its value may size an adstack: keep it readable
-            buffers.mirror(buf, np.array(array, copy=True))
+            buffers.mirror(buf, array.copy())
         return buf
+
+    def _staging(self, stream) -> Staging:
+        kept = getattr(self._kept, "staging", None)
+        if kept is None:
+            kept = self._kept.staging = {}
+        staging = kept.get(stream.ptr)
+        if staging is None:
+            staging = kept[stream.ptr] = Staging(self.cp)
+        return staging
 
     def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool,
                scratch: int = 0, phases: int = 1) -> None:
