@@ -26,8 +26,8 @@ HINT = "qtrace.vectorize.float32"
 _count = itertools.count()
 _PLACEHOLDER = re.compile(r'^(!\d+) = !\{\s*!"' + re.escape(HINT) + r'", i32 \d+\s*\}$', re.M)
 PROPERTIES = "qtrace.loop"
-_PROPERTIES = re.compile(r'^(!\d+) = !\{\s*!"' + re.escape(PROPERTIES) + r'", i32 \d+((?:, !"[\w.]+", i32 \d+)*)\s*\}$',
-                         re.M)
+_PROPERTIES = re.compile(
+    r'^(!\d+) = !\{\s*!"' + re.escape(PROPERTIES) + r'", i32 \d+((?:, !"[\w.]+", i32 \d+)*)\s*\}$', re.M)
 _PROPERTY = re.compile(r'!"([\w.]+)", i32 (\d+)')
 
 
@@ -70,10 +70,12 @@ def resolve(text: str, float32_lanes: int) -> str:
         return nodes[name, value]
 
     def hinted(m):
-        return f"{m.group(1)} = distinct !{{{m.group(1)}, {node('llvm.loop.vectorize.width', float32_lanes)}}}"
+        width = node("llvm.loop.vectorize.width", float32_lanes)
+        return f"{m.group(1)} = distinct !{{{m.group(1)}, {width}}}"
 
     def listed(m):
         props = [node(name, int(value)) for name, value in _PROPERTY.findall(m.group(2))]
         return f"{m.group(1)} = distinct !{{{', '.join([m.group(1), *props])}}}"
     text = _PROPERTIES.sub(listed, _PLACEHOLDER.sub(hinted, text))
-    return text + "".join(f'\n{ref} = !{{!"{name}", i32 {value}}}' for (name, value), ref in nodes.items()) + "\n"
+    defined = "".join(f'\n{ref} = !{{!"{name}", i32 {value}}}' for (name, value), ref in nodes.items())
+    return text + defined + "\n"

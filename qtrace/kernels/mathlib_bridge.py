@@ -51,7 +51,8 @@ def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
     if emission is not None and name in fastmath.FAST and isinstance(args[0].type, ir.FloatType):
         if emission.trig_flags is not None:
             if emission.outline:   # (the range check stays inline: it sets the kernel's flag)
-                value = outline.call(b, name + "_fast", args, lambda fb, a: fastmath.fast_value(fb, a[0], name))
+                value = outline.call(b, name + "_fast", args,
+                                     lambda fb, a: fastmath.fast_value(fb, a[0], name))
                 ok = fastmath.in_range(b, args[0])
             else:
                 value, ok = fastmath.sincos_f32(b, args[0], name)

@@ -5,7 +5,7 @@ instructions of straight-line IR) into its loop, and LLVM optimises, vectorizes 
 emits that body once per call site and per copy of the loop (the vector body, the scalar
 remainder, the exact re-run of :mod:`qtrace.kernels.fastmath`): B4's step, 14
 transcendental call sites, spent ~220 ms in LLVM. Outlined, a kernel calls
-``qt_math_<name>_<type>``, an internal ``fastcc`` function defined once per module
+``qt_math_<name>_<type>``, an internal function defined once per module
 (:func:`call`); when the module is compiled, :func:`finish` gives each such function its
 vector variants, which LLVM's loop vectorizer substitutes for the scalar call (the
 ``vector-function-abi-variant`` attribute, LLVM's vector function ABI):
@@ -13,12 +13,14 @@ vector variants, which LLVM's loop vectorizer substitutes for the scalar call (t
 * one real variant at the host's full width for the function's type: a loop over its
   lanes that calls the scalar function inline (an ``alwaysinline`` call site), vectorized
   at that width: the same IR, hence the same results bit for bit, as the inline code;
-* cheap wrappers at the other widths a kernel's loop may be vectorized at (a loop whose
-  widest type is not the function's): a narrower one repeats its lanes up to the full
-  width, a wider one calls the real variant on each part.
+* cheap wrappers at the narrower widths a kernel's loop may be vectorized at (a loop
+  whose widest type is wider than the function's): they repeat their lanes up to the
+  full width. (With wider wrappers, LLVM vectorized B4's loop 64 lanes wide.)
 
 The scalar function is ``noinline`` (it must stay a call for the vectorizer to replace)
-and serves the loops that do not vectorize (scalar remainders, the exact re-run).
+and serves the loops that do not vectorize (scalar remainders, the exact re-run). All use
+the C calling convention: with ``fastcc`` vector variants, a kernel vectorized with masked
+gathers around the calls crashed (a clobbered pointer register; LLVM 22, AVX-512).
 
 When to outline (measured, one thread, float32 and float64): a call costs run time where
 the kernel's transcendentals are independent of each other — inline, the loop's body
@@ -92,7 +94,7 @@ def call(b: KernelBuilder, key: str, args: list, emit) -> ir.Value:
     fn = module.globals.get(name)
     if fn is None:
         fn = ir.Function(module, ir.FunctionType(args[0].type, [a.type for a in args]), name=name)
-        fn.linkage, fn.calling_convention = "internal", "fastcc"
+        fn.linkage = "internal"
         fn.attributes = _Attributes(("nounwind", "readnone"))
         body = KernelBuilder(fn.append_basic_block("entry"), b.lowering.scalar_code(False))
         body.ret(emit(body, list(fn.args)))
@@ -100,7 +102,7 @@ def call(b: KernelBuilder, key: str, args: list, emit) -> ir.Value:
     # the exact re-run of a fast pass (emission.rare) is a scalar loop: an inline copy
     # there costs little, so its calls do not count
     sites[fn] = sites.get(fn, 0) + (not b.emission.rare)
-    return b.call(fn, args, cconv="fastcc")
+    return b.call(fn, args)
 
 
 def finish(module: ir.Module, vector_bits: int) -> None:
@@ -141,7 +143,7 @@ def _variants(module: ir.Module, fn: ir.Function, vector_bits: int) -> list:
 def _vector_function(module: ir.Module, fn: ir.Function, width: int) -> ir.Function:
     ty = ir.VectorType(fn.function_type.return_type, width)
     v = ir.Function(module, ir.FunctionType(ty, [ty] * len(fn.args)), name=f"{fn.name}_v{width}")
-    v.linkage, v.calling_convention = "internal", "fastcc"
+    v.linkage = "internal"
     v.attributes.add("nounwind")
     v.attributes.add("readnone")
     return v
@@ -172,7 +174,7 @@ def _real(module: ir.Module, fn: ir.Function, width: int) -> ir.Function:
 
     args = [b.load(b.gep(a, [i], inbounds=True, source_etype=ty), typ=ty) for a in arrays]
     # alwaysinline at the call site overrides the function's noinline (here only)
-    result = b.call(fn, args, cconv="fastcc", attrs=("alwaysinline",))
+    result = b.call(fn, args, attrs=("alwaysinline",))
     b.store(result, b.gep(out, [ir.Constant(I64, 0), i], inbounds=True))
     nxt = b.add(i, ir.Constant(I64, 1))
     i.add_incoming(nxt, loop)
@@ -189,18 +191,10 @@ def _lanes(b: ir.IRBuilder, x: ir.Value, indices) -> ir.Value:
 
 
 def _wrapper(module: ir.Module, fn: ir.Function, real: ir.Function, full: int, width: int) -> ir.Function:
-    """``fn`` on ``width`` lanes by calls of ``real`` (``full`` lanes)."""
+    """``fn`` on ``width < full`` lanes by a call of ``real`` (``full`` lanes): the lanes
+    repeated up to the full width, the first ``width`` of the result kept."""
     v = _vector_function(module, fn, width)
     b = ir.IRBuilder(v.append_basic_block("entry"))
-    if width < full:   # repeat the lanes up to the full width, keep the first
-        r = b.call(real, [_lanes(b, a, [k % width for k in range(full)]) for a in v.args], cconv="fastcc")
-        b.ret(_lanes(b, r, range(width)))
-        return v
-    parts = [b.call(real, [_lanes(b, a, range(j, j + full)) for a in v.args], cconv="fastcc")
-             for j in range(0, width, full)]
-    while len(parts) > 1:   # concatenate pairwise
-        n = parts[0].type.count
-        parts = [b.shuffle_vector(parts[k], parts[k + 1], ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n))))
-                 for k in range(0, len(parts), 2)]
-    b.ret(parts[0])
+    r = b.call(real, [_lanes(b, a, [k % width for k in range(full)]) for a in v.args])
+    b.ret(_lanes(b, r, range(width)))
     return v
