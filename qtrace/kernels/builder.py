@@ -21,6 +21,8 @@ class _Emission:
     trig_flags: list | None = None   # i1 values: "the fast trigonometry was exact here"
     rare: bool = False    # emitting the exact re-run of an optimistic pass: float32 sin/cos/tan
                           # are C library calls there (compiled in no time; run rarely)
+    outline: bool = False   # transcendentals are calls of functions defined once per module
+                            # (qtrace.kernels.outline)
 
 
 class KernelBuilder(ir.IRBuilder):

@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from ..graph import index as ix_
 from ..graph.instrs import LOOPS, nesting, uses_f32_trig, walk
-from . import column_reduce, complexmath, interrupt, lanes, scalar, split_reduce, split_scan
+from . import column_reduce, complexmath, interrupt, lanes, outline, scalar, split_reduce, split_scan
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
 from .loop_hints import narrow_accumulation, vector_hint
@@ -41,6 +41,7 @@ class KernelEmitter:
         for a in self.fn.args:
             a.name = ""
         self.b = KernelBuilder(self.fn.append_basic_block("entry"), lowering)
+        self.b.emission.outline = lowering.outline_math and outline.chained(task)
         self.ptrs = [self.b.load(self.b.gep(args, [ir.Constant(I64, i)], source_etype=PTR), typ=PTR)
                      for i in range(len(task.args))]
         self.vars: list = []

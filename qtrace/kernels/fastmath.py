@@ -33,11 +33,22 @@ FAST = ("sin", "cos", "tan")
 
 def sincos_f32(b: ir.IRBuilder, x: ir.Value, which: str):
     """``(value, in_range)`` of float32 ``sin``/``cos``/``tan`` of ``x`` (``in_range`` an i1)."""
+    return fast_value(b, x, which), in_range(b, x)
+
+
+def in_range(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """i1: whether :func:`fast_value` of ``x`` is exact, ``|x| < 2**19`` (NaN/Inf arguments
+    take the exact path too: they give NaN there)."""
+    E = E32(b)
+    return E.cmp("<", E.abs(x), LIMIT)
+
+
+def fast_value(b: ir.IRBuilder, x: ir.Value, which: str) -> ir.Value:
+    """Float32 ``sin``/``cos``/``tan`` of ``x`` in the fast range (see the module doc)."""
     E = E32(b)
     if which == "tan":
         ax = E.abs(x)
-        v = E.sel(E.cmp("<", ax, 2.0 ** -12), x, tan_reduced(E, x))  # keeps -0
-        return v, E.cmp("<", ax, LIMIT)
+        return E.sel(E.cmp("<", ax, 2.0 ** -12), x, tan_reduced(E, x))  # keeps -0
     q, s, c = sincos_reduced(E, x)
     if which == "cos":
         q = b.add(q, E.ki(1))
@@ -45,8 +56,6 @@ def sincos_f32(b: ir.IRBuilder, x: ir.Value, which: str):
     negate = b.icmp_unsigned("!=", b.and_(q, E.ki(2)), E.ki(0))
     v = E.sel(use_cos, c, s)
     v = E.sel(negate, E.neg(v), v)
-    ax = E.abs(x)
     if which == "sin":  # sin(x) = x (keeps -0 and avoids underflow in z = r^2)
-        v = E.sel(E.cmp("<", ax, 2.0 ** -12), x, v)
-    # NaN/Inf arguments take the exact path too (they give NaN there)
-    return v, E.cmp("<", ax, LIMIT)
+        v = E.sel(E.cmp("<", E.abs(x), 2.0 ** -12), x, v)
+    return v

@@ -20,7 +20,7 @@ from llvmlite import ir
 
 from ..config import config
 from ..stats import bump
-from . import interrupt, loop_hints
+from . import interrupt, loop_hints, outline
 
 _lock = threading.RLock()
 _state: dict = {}
@@ -94,12 +94,14 @@ def _full_width(text: str) -> str:
     text = loop_hints.resolve(text, vector_bits() // 32)
     if vector_bits() != 512:
         return text
-    return re.sub(r"^(define [^\n]*\))", r'\1 "prefer-vector-width"="512"', text, flags=re.M)
+    # (after the parameter list: string attributes later on the line may hold parentheses)
+    return re.sub(r"^(define [^\n(]*\([^)\n]*\))", r'\1 "prefer-vector-width"="512"', text, flags=re.M)
 
 
 def optimize(module: ir.Module) -> llvm.ModuleRef:
     """Parse, verify and run the O3 pipeline; returns the optimised module."""
     s = _init()
+    outline.finish(module, vector_bits())
     mod = llvm.parse_assembly(_full_width(str(module)))
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)

@@ -8,6 +8,10 @@ speed. The code generator marks such loops with a placeholder ``llvm.loop`` node
 ``llvm.loop.vectorize.width`` of the host's float32 lanes (16 with AVX-512) before the
 module is parsed. Measured: the fused sum of the B1 chain, one thread, 3.0-3.9 -> 2.3 ms per
 1e6 elements (the float64 partial sums are then two vectors each).
+
+Loops whose properties are known when they are emitted (a width, an interleave count)
+take :func:`loop_properties`, a placeholder :func:`resolve` turns into a distinct loop
+ID with those properties.
 """
 
 from __future__ import annotations
@@ -21,12 +25,26 @@ from llvmlite import ir
 HINT = "qtrace.vectorize.float32"
 _count = itertools.count()
 _PLACEHOLDER = re.compile(r'^(!\d+) = !\{\s*!"' + re.escape(HINT) + r'", i32 \d+\s*\}$', re.M)
+PROPERTIES = "qtrace.loop"
+_PROPERTIES = re.compile(
+    r'^(!\d+) = !\{\s*!"' + re.escape(PROPERTIES) + r'", i32 \d+((?:, !"[\w.]+", i32 \d+)*)\s*\}$', re.M)
+_PROPERTY = re.compile(r'!"([\w.]+)", i32 (\d+)')
 
 
 def vector_hint(module: ir.Module):
     """A placeholder for a loop's ``llvm.loop`` metadata: vectorize at the float32 width
     (unique per loop, as loop IDs must be)."""
     return module.add_metadata([ir.MetaDataString(module, HINT), ir.Constant(ir.IntType(32), next(_count))])
+
+
+def loop_properties(module: ir.Module, properties: dict):
+    """A placeholder for a loop's ``llvm.loop`` metadata with ``properties`` (LLVM loop
+    property names, e.g. ``llvm.loop.vectorize.width``, to integers; unique per loop)."""
+    i32 = ir.IntType(32)
+    items = [ir.MetaDataString(module, PROPERTIES), ir.Constant(i32, next(_count))]
+    for name, value in sorted(properties.items()):
+        items += [ir.MetaDataString(module, name), ir.Constant(i32, value)]
+    return module.add_metadata(items)
 
 
 def narrow_accumulation(task) -> bool:
@@ -38,11 +56,26 @@ def narrow_accumulation(task) -> bool:
 
 
 def resolve(text: str, float32_lanes: int) -> str:
-    """Module text with every placeholder made a distinct, self-referencing loop ID that
-    asks for ``float32_lanes``-wide vectors."""
-    if HINT not in text:
+    """Module text with every placeholder made a distinct, self-referencing loop ID: a
+    :func:`vector_hint` asks for ``float32_lanes``-wide vectors, a :func:`loop_properties`
+    for its properties."""
+    if HINT not in text and PROPERTIES not in text:
         return text
     ids = [int(m) for m in re.findall(r"^!(\d+) = ", text, re.M)]
-    width = f"!{max(ids, default=0) + 1}"
-    text = _PLACEHOLDER.sub(lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}, {width}}}", text)
-    return text + (f'\n{width} = !{{!"llvm.loop.vectorize.width", i32 {float32_lanes}}}\n')
+    nodes: dict = {}   # (property, value) -> its metadata node, shared by the loops
+
+    def node(name: str, value: int) -> str:
+        if (name, value) not in nodes:
+            nodes[name, value] = f"!{max(ids, default=0) + 1 + len(nodes)}"
+        return nodes[name, value]
+
+    def hinted(m):
+        width = node("llvm.loop.vectorize.width", float32_lanes)
+        return f"{m.group(1)} = distinct !{{{m.group(1)}, {width}}}"
+
+    def listed(m):
+        props = [node(name, int(value)) for name, value in _PROPERTY.findall(m.group(2))]
+        return f"{m.group(1)} = distinct !{{{', '.join([m.group(1), *props])}}}"
+    text = _PROPERTIES.sub(listed, _PLACEHOLDER.sub(hinted, text))
+    defined = "".join(f'\n{ref} = !{{!"{name}", i32 {value}}}' for (name, value), ref in nodes.items())
+    return text + defined + "\n"

@@ -43,6 +43,9 @@ class Lowering:
     ``vector_hints``: loops whose cost model would pick too narrow a vector width carry a
     hint (a float32 reduction accumulating in float64 is vectorized at the float32 width;
     the CPU back end turns the hint into LLVM loop metadata for the host).
+    ``outline_math``: transcendental functions are emitted once per module as internal
+    functions the kernels call (:mod:`qtrace.kernels.outline`; the back end then adds their
+    vector variants), not inline at every call site.
     """
 
     math: str = "ir"
@@ -53,13 +56,14 @@ class Lowering:
     scalar: bool = False
     split_reductions: str = ""
     vector_hints: bool = False
+    outline_math: bool = False
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""
         return self if on == self.scalar else replace(self, scalar=on)
 
 
-CPU = Lowering(split_reductions="contiguous", vector_hints=True)
+CPU = Lowering(split_reductions="contiguous", vector_hints=True, outline_math=True)
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
                  split_reductions="interleaved")
 

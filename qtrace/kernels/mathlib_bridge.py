@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from . import fastmath
+from . import fastmath, outline
 from .builder import KernelBuilder, lowering_of
 from .intrinsics import libdevice, libm
 
@@ -39,6 +39,8 @@ def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
 
     A per-element loop body runs one element at a time, so there is no vector width to
     win, and the C library's scalar routines are shorter than branch-free IR versions.
+    Kernels that outline (:mod:`qtrace.kernels.outline`) call the IR functions, defined
+    once per module.
     """
     lowering = lowering_of(b)
     if lowering.math == "libdevice":
@@ -48,12 +50,19 @@ def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
     emission = b.emission if isinstance(b, KernelBuilder) else None
     if emission is not None and name in fastmath.FAST and isinstance(args[0].type, ir.FloatType):
         if emission.trig_flags is not None:
-            value, ok = fastmath.sincos_f32(b, args[0], name)
+            if emission.outline:   # (the range check stays inline: it sets the kernel's flag)
+                value = outline.call(b, name + "_fast", args,
+                                     lambda fb, a: fastmath.fast_value(fb, a[0], name))
+                ok = fastmath.in_range(b, args[0])
+            else:
+                value, ok = fastmath.sincos_f32(b, args[0], name)
             emission.trig_flags.append(ok)
             return value
         if emission.rare:   # the exact re-run of a range with a large argument
             return libm(b, C_NAMES[name], args)
     if name in IR_FUNCTIONS and not lowering.scalar:
+        if emission is not None and emission.outline:
+            return outline.call(b, name, args, lambda fb, a: _ir_math.emit_math(fb, name, a))
         return _ir_math.emit_math(b, name, args)
     return libm(b, C_NAMES[name], args)
 
