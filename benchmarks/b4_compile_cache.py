@@ -6,6 +6,10 @@ in odd rounds) and ``y = y*0.99 - tanh(x)*c``, then ``x*y`` — 50 operations. E
 sample runs in a fresh interpreter (``sys.executable -c``), so nothing is shared between
 samples but the disk:
 
+Python's bytecode cache (``__pycache__``) is on for the children, as in any installation
+(``PYTHONDONTWRITEBYTECODE`` is removed; the untimed fill runs write it): modules qtrace
+imports lazily at its first compile then load as they do for a user.
+
 * cold: an empty cache directory (qtrace's ``QTRACE_CACHE_DIR``; JAX's persistent
   compilation cache, ``jax_compilation_cache_dir`` with
   ``jax_persistent_cache_min_compile_time_secs=0`` and
@@ -127,6 +131,9 @@ print("B4-RESULT " + json.dumps(out))
 def _sample(system: str, n: int, cache: str = "") -> dict:
     """Run one fresh interpreter; its report, with times relative to the spawn."""
     env = dict(os.environ)
+    # Python's own bytecode cache is allowed, as in any installation (the untimed fill runs
+    # write it): "cold" empties the systems' compilation caches, not Python's
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if system in ("jax", "import-jax"):
         env.setdefault("JAX_PLATFORMS", "cpu")
     if system == "qtrace":
