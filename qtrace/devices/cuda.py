@@ -255,7 +255,8 @@ class CudaRuntime(DeviceRuntime):
         the data goes through pinned staging memory (:class:`Staging`) by an asynchronous
         copy, so the caller may change ``array`` at once and the host never blocks (above
         ``Staging.LARGEST`` bytes, a synchronous copy)."""
-        array = np.ascontiguousarray(array)
+        if not array.flags.c_contiguous:   # (np.ascontiguousarray would make a 0-d array 1-d)
+            array = np.array(array, order="C")
         bump("bytes_host_to_device", array.nbytes)
         with self.device:
             buf = self.cp.empty(array.shape, array.dtype)

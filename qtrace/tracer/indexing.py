@@ -105,9 +105,10 @@ def _int_index(k, size: int, axis: int, op: str) -> int:
     return i % size
 
 
-def _index_tensor(k, size: int, axis: int, op: str) -> tuple[Tensor, bool]:
-    """The index array ``k`` for an axis of ``size`` as a tensor, and whether its values are
-    known to lie in ``[0, size)`` (the kernel then reads without checking or clamping).
+def _index_tensor(k, size: int, axis: int, op: str, device) -> tuple[Tensor, bool]:
+    """The index array ``k`` for an axis of ``size`` (of a tensor on ``device``, where host
+    data goes) as a tensor, and whether its values are known to lie in ``[0, size)`` (the
+    kernel then reads without checking or clamping).
 
     Host data is checked here, at the line that indexes (as NumPy does; with
     ``qt.config.check_bounds`` off, out-of-range host data is left to the kernel, which
@@ -116,7 +117,7 @@ def _index_tensor(k, size: int, axis: int, op: str) -> tuple[Tensor, bool]:
     in the kernel, at evaluation.
     """
     if isinstance(k, tuple) and k and k[0] == "mask":
-        return wrap(input_node(k[1], op, owned=True)), True
+        return wrap(input_node(k[1], op, owned=True, device=device)), True
     a = k if isinstance(k, Tensor) else np.asarray(k)
     if a.dtype.kind not in "iu":
         raise IndexError(f"{op}: arrays used as indices must be of integer (or boolean) type, "
@@ -128,12 +129,12 @@ def _index_tensor(k, size: int, axis: int, op: str) -> tuple[Tensor, bool]:
         bad = lo if lo < -size else hi if hi >= size else None
         if bad is not None:
             if not config.check_bounds:  # the kernel clamps reads and drops updates
-                return wrap(input_node(a, op)), False
+                return wrap(input_node(a, op, device=device)), False
             raise IndexError(f"{op}: index {bad} is out of bounds for axis {axis} with size {size}")
     fresh = a.astype(np.int64, copy=True)
     if a.size and lo < 0:
         fresh[fresh < 0] += size
-    return wrap(input_node(fresh, op, owned=True)), True
+    return wrap(input_node(fresh, op, owned=True, device=device)), True
 
 
 def _plan(x: Tensor, key, op: str, coords_always: bool = False):
@@ -168,7 +169,7 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
             if _marker(k, "mask") and k[2] not in (size, 0):  # an axis of length 0 matches (NumPy)
                 raise IndexError(f"{op}: boolean index did not match indexed array along axis {axis}; "
                                  f"size of axis is {size} but size of corresponding boolean axis is {k[2]}")
-            fixed[i], known = _index_tensor(k, size, axis, op)
+            fixed[i], known = _index_tensor(k, size, axis, op, x.device)
             in_range = in_range and known
         elif kinds[i] == "int":
             fixed[i] = _int_index(k, size, axis, op)
@@ -201,13 +202,13 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
             pos = where[i]
             a = np.arange(f.start, f.stop, f.step, dtype=np.int64)
             a = wrap(input_node(a.reshape((1,) * pos + (len(f),) + (1,) * (len(shape) - pos - 1)), op,
-                                owned=True))
+                                owned=True, device=x.device))
         elif isinstance(f, Tensor):
             lead = where["B"]
             trail = len(shape) - lead - len(bshape)
             a = reshape(broadcast_to(f, bshape), (1,) * lead + bshape + (1,) * trail)
         else:
-            a = wrap(input_node(np.array(f, dtype=np.int64), op, owned=True))
+            a = wrap(input_node(np.array(f, dtype=np.int64), op, owned=True, device=x.device))
         coords.append(broadcast_to(a, shape))
     return None, (shape, coords, in_range)
 
@@ -586,7 +587,7 @@ def _leading_mask(x: Tensor, key, op: str):
     k = parts[0]
     if not _is_bool_array(k) and not isinstance(k, (bool, np.bool_)):
         return None
-    m = k if isinstance(k, Tensor) else wrap(input_node(np.asarray(k, dtype=bool), op))
+    m = k if isinstance(k, Tensor) else wrap(input_node(np.asarray(k, dtype=bool), op, device=x.device))
     if m.ndim + len(parts) - 1 > x.ndim:
         return None  # too many indices: the general path says so
     check_mask(x.shape, m.shape, op)

@@ -164,7 +164,10 @@ class Jitted:
                     return self._run(entry, args, descs)
                 result = self._call(args, kwargs)
                 tree = pytree.flatten((args, {}))[1]
-                self._flat[descs] = self._cache[(tree, descs, ())]
+                # (missing if the pytree library changed during the call: JAX imported by it)
+                entry = self._cache.get((tree, descs, ()))
+                if entry is not None:
+                    self._flat[descs] = entry
                 return result
         return self._call(args, kwargs)
 
