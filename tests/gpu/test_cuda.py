@@ -488,3 +488,20 @@ def test_uploads_are_asynchronous_and_never_overwrite_data_in_flight(rng, monkey
         np.testing.assert_allclose(out.numpy(), np.sin(a) * s + b, rtol=1e-13, atol=1e-15)
     big = rng.standard_normal(300_000)   # above LARGEST: copied synchronously
     np.testing.assert_array_equal(qt.asarray(big, device="cuda").numpy(), big)
+
+
+@gpu
+def test_zero_d_values_and_host_indices_on_the_gpu(rng):
+    """A 0-d array uploaded stays 0-d (and indexes as a scalar would); NumPy index arrays,
+    lists, slices mixed with arrays and masks index a GPU tensor while the default device
+    is the CPU (their coordinates go to the tensor's device)."""
+    s = qt.asarray(np.array(3), device="cuda")
+    assert s.shape == () and s.item() == 3 and s.numpy().shape == ()
+    x = rng.random((4, 2))
+    xg = qt.asarray(x, device="cuda")
+    assert qt.config.device == "cpu"
+    np.testing.assert_array_equal(xg[s - 2].numpy(), x[1])
+    np.testing.assert_array_equal(xg[np.array([3, -1])].numpy(), x[[3, -1]])
+    np.testing.assert_array_equal(xg[None, [1], ::3].numpy(), x[None, [1], ::3])
+    np.testing.assert_array_equal(xg[x[:, 0] > 0.5].numpy(), x[x[:, 0] > 0.5])
+    np.testing.assert_array_equal(xg[qt.asarray(np.array([[1]]), device="cuda"), 1:].numpy(), x[[[1]], 1:])
