@@ -70,6 +70,8 @@ class Stream:
         """Wait for this stream's work, then report any failed check of qtrace's work."""
         from .devices import cuda
         self.cupy.synchronize()
+        with cuda._cupy().cuda.Device(self.device.index):
+            cuda.forget_stream(self.cupy)
         cuda.check_deferred()
 
     def __enter__(self) -> Stream:

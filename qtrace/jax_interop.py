@@ -201,8 +201,9 @@ def _build_call(jax):
     def bwd(sig, flat, cts):
         # integer and boolean inputs have no derivative: float0 zeros, as JAX wants them
         out = [np.zeros(s.shape, jax.dtypes.float0) for s in sig.in_specs]
-        if sig.inexact:
-            cts = [jax.numpy.asarray(c, dtype=s.dtype) for c, s in zip(cts, sig.out_specs)]
+        if sig.inexact:   # (integer/boolean outputs' cotangents are float0: zeros of their dtype)
+            cts = [jax.numpy.asarray(c, dtype=s.dtype) if np.dtype(s.dtype).kind in "fc"
+                   else jax.numpy.zeros(s.shape, s.dtype) for c, s in zip(cts, sig.out_specs)]
             grads = jax.ffi.ffi_call(sig.bwd_name, [sig.in_specs[i] for i in sig.inexact],
                                      vmap_method="sequential")(*flat, *cts)
             for i, g in zip(sig.inexact, _vary_like(jax, tuple(grads), flat)):

@@ -202,6 +202,9 @@ class DepthSource:
         parts, by_identity = [self.key], []
         for s in self.leaf_slots:
             leaf = bufs[s]
+            if leaf.size <= SMALL_LEAF and not isinstance(leaf, np.ndarray):
+                kept = buffers.host_value(leaf)   # a small upload: keyed by its value too
+                leaf = leaf if kept is None else kept
             if leaf.size <= SMALL_LEAF and isinstance(leaf, np.ndarray):
                 parts.append((leaf.dtype.str, leaf.shape, leaf.tobytes()))
                 continue

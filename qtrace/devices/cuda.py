@@ -72,36 +72,51 @@ def to_host(buf) -> np.ndarray:
     """A host copy of device buffer ``buf`` (waits for the work that writes it, on whichever
     stream it ran); first reports any failed check of the work launched so far."""
     check_deferred()
-    order_reads()
-    return _read(buf)
+    with buf.device:
+        order_reads()
+        return _read(buf)
 
 
-# Streams other than the legacy default one that ran qtrace work since the host last
-# waited for everything (qt.sync): a read makes the current stream wait for them first
-# (an event per stream: the host does not block for it), so a value computed under
-# ``with qt.cuda.Stream():`` reads correctly outside it, from a non-blocking stream too.
-_streams: dict = {}   # stream pointer -> cupy Stream
+# Streams that ran qtrace work since the host last waited for everything (qt.sync), per
+# device: a read (or a run, or an export) makes the current stream of that device wait for
+# them first — an event per stream, the host does not block for it — so a value computed
+# under ``with qt.cuda.Stream():`` reads correctly outside it, and work on the legacy
+# default stream is waited for by a non-blocking stream. Streams whose work is done are
+# dropped at each such point.
+_streams: dict = {}   # (device id, stream pointer) -> cupy Stream
 _streams_lock = threading.Lock()
 
 
 def note_stream(stream) -> None:
-    """Record that qtrace work was queued on ``stream`` (a CuPy stream)."""
-    if stream.ptr and stream.ptr not in _streams:
+    """Record that qtrace work was queued on ``stream`` (a CuPy stream of the current device)."""
+    key = (_cupy().cuda.Device().id, stream.ptr)
+    if key not in _streams:
         with _streams_lock:
-            _streams[stream.ptr] = stream
+            _streams[key] = stream
 
 
 def order_reads() -> None:
-    """Make the current stream wait for the work of every stream noted since the last
-    ``qt.sync()``, so that what it reads next is complete."""
+    """Make the current stream of the current device wait for the work of every stream of
+    that device noted since the last ``qt.sync()``, so that what it reads next is complete."""
     if not _streams:
         return
-    current = _cupy().cuda.get_current_stream()
+    cuda = _cupy().cuda
+    device = cuda.Device().id
+    current = cuda.get_current_stream()
     with _streams_lock:
-        streams = list(_streams.values())
-    for stream in streams:
-        if stream.ptr != current.ptr:
+        noted = [(k, st) for k, st in _streams.items() if k[0] == device]
+    for key, stream in noted:
+        if stream.done:   # nothing of it left to wait for
+            with _streams_lock:
+                _streams.pop(key, None)
+        elif stream.ptr != current.ptr:
             current.wait_event(stream.record())
+
+
+def forget_stream(stream) -> None:
+    """``stream`` was synchronised: nothing queued on it before is left to wait for."""
+    with _streams_lock:
+        _streams.pop((_cupy().cuda.Device().id, stream.ptr), None)
 
 
 def _read(buf) -> np.ndarray:
@@ -140,9 +155,33 @@ def check_deferred() -> None:
     with _deferred_lock:
         pending = _deferred[:]
         _deferred.clear()
-    order_reads()
     for status, check in pending:
-        check(_read(status))
+        with status.device:
+            order_reads()
+            host = _read(status)
+        check(host)
+
+
+KEPT_STREAMS = 16   # per thread: memory kept for at most this many streams
+
+
+def _per_stream(kept, name: str) -> dict:
+    """This thread's ``{stream pointer: kept memory}`` named ``name``; emptied when it holds
+    more streams than ``KEPT_STREAMS`` (streams that were dropped; what an entry still queues
+    stays valid: device blocks return to CuPy's pool in stream order, staging rings park)."""
+    table = getattr(kept, name, None)
+    if table is None:
+        table = {}
+        setattr(kept, name, table)
+    elif len(table) > KEPT_STREAMS:
+        table.clear()
+    return table
+
+
+# Staging rings dropped (by their thread's end, or the table above) while copies from them
+# may still be queued: kept here until those copies are done.
+_parked: list = []
+_parked_lock = threading.Lock()
 
 
 class Staging:
@@ -181,6 +220,17 @@ class Staging:
         event.record(stream)
         self.inflight.append((start, start + n, event))
         self.head = start + n
+
+    def __del__(self):
+        last = self.inflight[-1][2] if self.inflight else None
+        try:
+            with _parked_lock:
+                _parked[:] = [p for p in _parked if not p[1].done]
+                if last is not None and not last.done:
+                    _parked.append((self.host, last))
+                _parked.extend(self.retired)
+        except Exception:  # noqa: BLE001 - (interpreter shutdown: nothing to protect)
+            pass
 
     def _wait_for(self, start: int, end: int) -> None:
         """Until no queued copy reads ``[start, end)`` (dropping those that are done)."""
@@ -224,16 +274,13 @@ class CudaRuntime(DeviceRuntime):
         one is done with it; another stream or thread has its own), replaced by one of at
         least twice the size when too small (``adstack_scratch_allocs``/``_bytes``); the
         one replaced returns to CuPy's pool in stream order."""
-        kept = getattr(self._kept, "blocks", None)
-        if kept is None:
-            kept = self._kept.blocks = {}
+        kept = _per_stream(self._kept, "blocks")
         stream = self.cp.cuda.get_current_stream().ptr
         block = kept.get(stream)
         if block is None or block.nbytes < nbytes:
             size = max(nbytes, 2 * block.nbytes if block is not None else 0)
             kept[stream] = None
-            with self.device:
-                kept[stream] = block = self.cp.empty(size, np.uint8)
+            kept[stream] = block = self.cp.empty(size, np.uint8)
             bump_many((("adstack_scratch_allocs", 1), ("adstack_scratch_bytes", size)))
         return block
 
@@ -266,14 +313,13 @@ class CudaRuntime(DeviceRuntime):
             elif array.nbytes:
                 stream = self.cp.cuda.get_current_stream()
                 self._staging(stream).upload(array, buf, stream)
+                note_stream(stream)
         if array.size <= adstack.SMALL_LEAF:   # its value may size an adstack: keep it readable
             buffers.mirror(buf, array.copy())
         return buf
 
     def _staging(self, stream) -> Staging:
-        kept = getattr(self._kept, "staging", None)
-        if kept is None:
-            kept = self._kept.staging = {}
+        kept = _per_stream(self._kept, "staging")
         staging = kept.get(stream.ptr)
         if staging is None:
             staging = kept[stream.ptr] = Staging(self.cp)
@@ -288,19 +334,20 @@ class CudaRuntime(DeviceRuntime):
             with self.device:
                 block = self.cp.zeros(scratch, np.uint8)
             scratch = block.data.ptr
-        elif levels is not None:
-            threads = min(-(-extent // kernel.BLOCK) * kernel.BLOCK, THREAD_CAP)
-            header, stride = adstack.layout(threads, levels)
-            block = self._stacks(threads * stride)
-            heads = block[:threads * stride].view(np.int64).reshape(threads, stride // 8)
-            for k, v in enumerate(header):   # filled on the device: nothing is uploaded
-                heads[:, k] = v
-            scratch = block.data.ptr
-        with self.device:
+        with self.device:   # (current stream, stack block and fills: this device's)
+            if levels is not None and not scratch:
+                threads = min(-(-extent // kernel.BLOCK) * kernel.BLOCK, THREAD_CAP)
+                header, stride = adstack.layout(threads, levels)
+                block = self._stacks(threads * stride)
+                heads = block[:threads * stride].view(np.int64).reshape(threads, stride // 8)
+                for k, v in enumerate(header):   # filled on the device: nothing is uploaded
+                    heads[:, k] = v
+                scratch = block.data.ptr
             kernel.launch(extent, pointers, status, scratch, stride, threads)
 
     def queue(self) -> None:
-        with self.device:
+        with self.device:   # reads data other streams computed: wait for them, then note
+            order_reads()
             note_stream(self.cp.cuda.get_current_stream())
 
     def sync(self) -> None:

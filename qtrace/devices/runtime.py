@@ -455,6 +455,13 @@ def to_host(buf):
     return cuda.to_host(buf)
 
 
+def order_reads(buf) -> None:
+    """The current stream of ``buf``'s GPU waits for qtrace's work on its other streams."""
+    from . import cuda
+    with buf.device:
+        cuda.order_reads()
+
+
 def available_devices() -> list:
     """The CUDA devices present."""
     from . import cuda

@@ -60,3 +60,9 @@ def unavailable(device) -> str | None:
 def sync() -> None:
     """Wait for all device work."""
     _get().sync()
+
+
+def order_reads(buf) -> None:
+    """Make the current stream of device buffer ``buf``'s device wait for the work qtrace
+    queued on its other streams (before ``buf`` is handed to a consumer reading it there)."""
+    _get().order_reads(buf)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import buffers
+from ..graph import evaluate as graph_evaluate
 from ..graph.primitives import ELEMENTWISE_UFUNCS
 from . import (
     array_api,
@@ -148,7 +149,7 @@ def dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
     its data (adstack depths) are not trusted until the consumer's arrays are gone, and
     not from before the export after that.
     """
-    buf = self._materialize()
+    buf = _exported(self)
     if not copy:
         buf = buffers.export(buf)
     kwargs = {}
@@ -171,9 +172,18 @@ def cuda_array_interface(self) -> dict:
     tensor has none (AttributeError, so ``hasattr`` is False as for NumPy arrays)."""
     if self.device.kind != "cuda":
         raise AttributeError("__cuda_array_interface__: a CPU qt.Tensor has no CUDA memory")
-    buf = self._materialize()
+    buf = _exported(self)
     buffers.borrow(buf)   # written by whoever reads the interface, at any time from now on
     return buf.__cuda_array_interface__
+
+
+def _exported(t):
+    """``t``'s computed memory, for a consumer that reads it on the current stream: on a
+    GPU, that stream first waits for the qtrace work of other streams."""
+    buf = t._materialize()
+    if t.device.kind != "cpu":
+        graph_evaluate.order_reads(buf)
+    return buf
 
 
 Tensor.__array_ufunc__ = array_ufunc

@@ -25,6 +25,7 @@ Tensors that nobody viewed have no storage: a write rebinds them to the updated 
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import numpy as np
@@ -36,6 +37,9 @@ from .tensor import Tensor
 READ_ONLY = "broadcast"
 READ_ONLY_MESSAGE = ("assignment destination is read-only (a qt.broadcast_to view, or the "
                      ".real/.imag of a complex tensor: write the whole tensor instead)")
+
+
+_views_lock = threading.RLock()   # guards every Storage's list of views
 
 
 class Storage:
@@ -51,12 +55,14 @@ class Storage:
     def add(self, t: Tensor) -> None:
         """Register view ``t``. References to views that died are dropped whenever the list
         has doubled since it was last pruned: a loop reading ``x[i]`` of a base it never
-        writes keeps the list as long as its live views, not as long as the loop."""
-        views = self.views
-        views.append(weakref.ref(t))
-        if len(views) >= self.prune_at:
-            self.views = views = [r for r in views if r() is not None]
-            self.prune_at = 2 * len(views) + 16
+        writes keeps the list as long as its live views, not as long as the loop. (Under a
+        lock: a view another thread adds meanwhile is not lost.)"""
+        with _views_lock:
+            views = self.views
+            views.append(weakref.ref(t))
+            if len(views) >= self.prune_at:
+                self.views = views = [r for r in views if r() is not None]
+                self.prune_at = 2 * len(views) + 16
 
     def __repr__(self) -> str:
         return f"Storage({self.node!r}, {len(self.views)} views)"
@@ -443,11 +449,12 @@ def assign(t: Tensor, new: Node) -> None:
 def set_base(st: Storage, base: Node) -> None:
     """Give storage ``st`` the value ``base`` and every live view of it its new value."""
     st.node = base
-    live = []
-    for ref in st.views:
-        t = ref()
-        if t is not None:
-            t._node = derive(base, t._view[1])
-            live.append(ref)
-    st.views = live
-    st.prune_at = 2 * len(live) + 16
+    with _views_lock:
+        live = []
+        for ref in st.views:
+            t = ref()
+            if t is not None:
+                t._node = derive(base, t._view[1])
+                live.append(ref)
+        st.views = live
+        st.prune_at = 2 * len(live) + 16

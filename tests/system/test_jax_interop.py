@@ -161,6 +161,8 @@ def test_grad_with_integer_arguments_through_nested_loops(fusion, rng):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-10, atol=1e-12, err_msg=f"d/d{name}")
     cts = jax.vjp(f, x, c, t, n, m)[1](1.0)
     assert cts[3].dtype == jax.dtypes.float0 and cts[4].dtype == jax.dtypes.float0
+    both = qt.to_jax(lambda x: (qt.sum(x * x), qt.argmax(x)))   # an integer output too
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(lambda x: both(x)[0]))(x)), 2 * x, rtol=1e-15)
 
 
 def test_index_error_surfaces_as_a_jax_error_naming_the_op(rng):
