@@ -122,25 +122,39 @@ def bound(node: Node, extreme) -> int:
     ``extreme(leaf, upper)`` gives the largest (``upper``) or smallest element of an input.
     Exact in Python integers; where the kernel's arithmetic could wrap (a result outside
     its dtype's range) the bound is the dtype's own limit."""
-    memo: dict = {}
+    return _Bounds(extreme).side(node, True)
 
-    def side(n: Node, up: bool) -> int:
+
+class _Bounds:
+    """The interval arithmetic of :func:`bound`, memoized per ``(node, side)``.
+
+    An object rather than two mutually recursive closures: those would form a reference
+    cycle holding ``extreme`` — and through it every buffer of the launch being sized —
+    until the cyclic garbage collector happened to run (on a GPU, a gigabyte after a
+    few calls)."""
+
+    __slots__ = ("extreme", "memo")
+
+    def __init__(self, extreme):
+        self.extreme, self.memo = extreme, {}
+
+    def side(self, n: Node, up: bool) -> int:
         key = (id(n), up)
-        v = memo.get(key)
+        v = self.memo.get(key)
         if v is None:
             if n.prim in _WRAPS:
-                lo, hi = exact(n, False), exact(n, True)
+                lo, hi = self.exact(n, False), self.exact(n, True)
                 lim = _limits(n.dtype)
                 v = (hi if up else lo) if lim[0] <= lo and hi <= lim[1] else lim[up]
             else:
-                v = exact(n, up)
-            memo[key] = v
+                v = self.exact(n, up)
+            self.memo[key] = v
         return v
 
-    def exact(n: Node, up: bool) -> int:
-        p, ins = n.prim, n.inputs
+    def exact(self, n: Node, up: bool) -> int:
+        p, ins, side = n.prim, n.inputs, self.side
         if p == "input":
-            return int(extreme(n, up))
+            return int(self.extreme(n, up))
         if p == "const":
             return int(n.params[0])
         if p in _SAME or p == "convert":
@@ -159,8 +173,6 @@ def bound(node: Node, extreme) -> int:
         if p == "select":
             return pick(side(ins[1], up), side(ins[2], up))
         return (max if p == "maximum" else min)(side(ins[0], up), side(ins[1], up))
-
-    return side(node, True)
 
 
 def _limits(dtype) -> tuple:

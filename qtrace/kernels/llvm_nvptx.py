@@ -113,8 +113,23 @@ def sreg(b: ir.IRBuilder, name: str) -> ir.Value:
     return b.zext(b.call(fn, []), I64)
 
 
-def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int) -> ir.Function:
-    """The kernel ``symbol``: a grid-strided loop calling ``body`` per flat element."""
+UNROLL = 4          # elements per thread per trip of a plain task's grid loop (loads in flight)
+BLOCKS_PER_SM = 32  # a grid-strided launch's blocks at most, per multiprocessor
+SM_THREADS = 2048   # resident threads per multiprocessor (sm_50 and later)
+
+
+def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
+               unroll: int = 1, full_occupancy: bool = False) -> ir.Function:
+    """The kernel ``symbol``: a grid-strided loop calling ``body`` per flat element.
+
+    ``unroll > 1``: while ``unroll`` elements of the thread remain, one trip calls the body
+    on all of them (``i, i + step, ...``: still coalesced across the warp), so their loads
+    can be in flight together (the body's alias scopes let them pass the other copies'
+    stores); the rest go one per trip.
+
+    ``full_occupancy``: launch bounds asking ptxas for a whole multiprocessor of resident
+    threads (at most 32 registers each), for split reductions: their grid is sized to fill
+    the GPU once, and a block that does not fit would run in a second wave, alone."""
     body.linkage = "internal"
     body.attributes.add("alwaysinline")
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * (n_args + 2) + [I64, I64]),
@@ -132,16 +147,43 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int) -
     tid = b.add(b.mul(sreg(b, "ctaid.x"), sreg(b, "ntid.x")), sreg(b, "tid.x"))
     step = b.mul(sreg(b, "nctaid.x"), sreg(b, "ntid.x"))
     mine = b.gep(scratch, [b.mul(tid, stride)], source_etype=ir.IntType(8))
-    b.cbranch(b.icmp_signed("<", tid, extent), loop, done)
+
+    def call(at):
+        b.call(body, [at, b.add(at, ir.Constant(I64, 1)), args, status, mine])
+    first, came_from = tid, entry
+    if unroll > 1:
+        head = fn.append_basic_block("head")
+        trip = fn.append_basic_block("unrolled")
+        rest = fn.append_basic_block("rest")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(tid, entry)
+        last = b.add(i, b.mul(step, ir.Constant(I64, unroll - 1)))
+        b.cbranch(b.icmp_signed("<", last, extent), trip, rest)
+        b.position_at_end(trip)
+        at = i
+        for _ in range(unroll):
+            call(at)
+            at = b.add(at, step)
+        i.add_incoming(at, trip)
+        b.branch(head)
+        b.position_at_end(rest)
+        first, came_from = i, rest
+    b.cbranch(b.icmp_signed("<", first, extent), loop, done)
     b.position_at_end(loop)
-    i = b.phi(I64)
-    i.add_incoming(tid, entry)
-    b.call(body, [i, b.add(i, ir.Constant(I64, 1)), args, status, mine])
-    nxt = b.add(i, step)
-    i.add_incoming(nxt, loop)
+    j = b.phi(I64)
+    j.add_incoming(first, came_from)
+    call(j)
+    nxt = b.add(j, step)
+    j.add_incoming(nxt, loop)
     b.cbranch(b.icmp_signed("<", nxt, extent), loop, done)
     b.position_at_end(done)
     b.ret_void()
+    if full_occupancy:
+        for key, value in (("maxntidx", CudaKernel.BLOCK), ("minctasm", SM_THREADS // CudaKernel.BLOCK)):
+            module.add_named_metadata("nvvm.annotations", [
+                fn, ir.MetaDataString(module, key), ir.Constant(I32, value)])
     return fn
 
 
@@ -201,4 +243,4 @@ def load(payload: bytes, symbols: list, device_index: int) -> dict:
         module = cupy.cuda.function.Module()
         module.load(payload)
         sms = dev.attributes["MultiProcessorCount"]
-        return {s: CudaKernel(module, module.get_function(s), sms * 32) for s in symbols}
+        return {s: CudaKernel(module, module.get_function(s), sms * BLOCKS_PER_SM) for s in symbols}

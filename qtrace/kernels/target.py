@@ -124,7 +124,11 @@ class CudaTarget(Target):
         from . import codegen, llvm_nvptx
         body = codegen.lower_task(task, module, symbol + llvm_nvptx.BODY_SUFFIX, check_bounds,
                                   self.lowering)
-        llvm_nvptx.grid_entry(module, body, symbol, len(task.args))
+        plain = task.kind == "map" and task.stack is None and not any(
+            i.kind in ("loop", "loop_vjp") for i in task.instrs)
+        llvm_nvptx.grid_entry(module, body, symbol, len(task.args),
+                              llvm_nvptx.UNROLL if plain else 1,
+                              full_occupancy=_lowering.reduce_segments(task, self.lowering) > 1)
 
     def compile(self, module, symbols: list) -> tuple[dict, bytes]:
         from . import llvm_nvptx

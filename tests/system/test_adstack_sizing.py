@@ -432,3 +432,41 @@ def test_cached_plans_keep_no_input_alive(kind, fusion, rng):
     gc.collect()
     alive = [i for i, r in enumerate(refs) if r() is not None]
     assert not alive, f"inputs {alive} are still held (by a cached plan?)"
+
+
+@pytest.mark.parametrize("kind", ["where", "difference"])
+def test_launch_buffers_die_with_their_last_reference(kind, fusion, rng):
+    """Sizing a launch's stacks holds none of its buffers once the call returns: a jitted
+    gradient's results (and what the launch read) are freed by reference counting alone,
+    with the cyclic collector off — a reference cycle there kept every buffer of every
+    call alive until a collection (on a GPU, B3 grew by two results per call)."""
+    import gc
+    x, c = rng.uniform(-2, 2, SIZE), rng.uniform(0.5, 1.5, SIZE)
+    k, lo, mask = rng.integers(0, 9, SIZE), rng.integers(0, 5, SIZE), rng.random(SIZE) < 0.5
+    first, last = _derived(kind, k, lo, mask, 2)
+
+    @qt.jit
+    def grad(x, c, k, lo, mask):
+        def loss(x, c):
+            a, b = _derived(kind, k, lo, mask, 2)
+            return qt.sum(qt.fori_loop(a, b, lambda i, v: qt.sin(v) * c + 0.5 * v, x))
+        return qt.grad(loss, argnums=(0, 1))(x, c)
+    args = [qt.asarray(a, copy=True) for a in (x, c, k, lo, mask)]
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        refs = []
+        for _ in range(3):
+            got = grad(*args)
+            qt.eval(*got)
+            refs.append([_buffer_ref(t) for t in got])
+            out = [t.numpy() for t in got]
+            del got
+        check_b3(out, x, c, np.maximum(np.broadcast_to(last - first, (SIZE,)), 0), kind)
+        del out   # (the last call's values, viewing its results' memory)
+        alive = [i for i, rs in enumerate(refs) if any(r() is not None for r in rs)]
+    finally:
+        if enabled:
+            gc.enable()
+    assert not alive, f"the results of calls {alive} are still held after their last reference went"
