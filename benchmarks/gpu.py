@@ -167,7 +167,7 @@ def main(argv: list) -> int:
         val = float(fn())
         rows.append(("sum", system, ms, f"{4 * n1 / ms / 1e6:.0f} GB/s",
                      "PASS" if abs(val - s_np) <= 1e-4 * max(1.0, abs(s_np)) * 10 else f"FAIL {val}"))
-    # a cumsum of one long row (a blocked scan on the GPU)
+    # a cumsum of one long row (the library's parallel scan on the GPU)
     c_np = np.cumsum(x_np.astype(np.float64))
     for system, fn, host in (("qtrace", lambda: qt.eval(box.update(c=qt.cumsum(xq)) or box["c"]),
                               lambda: box["c"].numpy()),

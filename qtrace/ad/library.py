@@ -34,6 +34,19 @@ def lib_vjp(node, cts: dict) -> list:
     return rule(node, cts, [wrap(i) for i in node.inputs], outs)
 
 
+@lib_rule("cumsum")
+def _cumsum(node, cts, xs, outs):
+    """Every input element adds to the running sums from its position on: its cotangent
+    is the sum of theirs, the reversed cumsum of the cotangent."""
+    from ..tracer.reductions import cumsum
+    from ..tracer.shape_ops import flip
+    ct = cts.get(0)
+    if ct is None:
+        return [None]
+    axis = node.params[1][0]
+    return [flip(cumsum(flip(ct, axis), axis), axis)]
+
+
 # --- sorting ---------------------------------------------------------------------------
 NONDIFFERENTIABLE.update({"searchsorted", "isin", "nextafter"})
 

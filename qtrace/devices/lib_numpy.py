@@ -1,4 +1,4 @@
-"""Sorting, searching and set functions: NumPy's on the CPU, CuPy's on a GPU.
+"""Sorting, searching, set functions and long scans: NumPy's on the CPU, CuPy's on a GPU.
 
 Each takes the call's static arguments and its input arrays and returns one array per
 output (see :mod:`qtrace.devices.library`).
@@ -43,3 +43,20 @@ def _isin(xp, static, a, b):
 @register("nextafter", DEVICES)
 def _nextafter(xp, static, a, b):
     return [xp.nextafter(a, b)]
+
+
+@register("cumsum", DEVICES)
+def _cumsum(xp, static, x):
+    """Running sums along an axis (the input arrives in the result's dtype: int64, a float or
+    complex type, summed in it as a scan task does); on a GPU CuPy's parallel scan (CUB),
+    used for a few long rows (``qtrace.tracer.reductions``). CuPy takes its CUB path only
+    for a flat scan (no ``axis``, no ``dtype``): each row is scanned flat."""
+    (axis,) = static
+    if xp is np:
+        return [np.cumsum(x, axis=axis)]
+    rows = xp.ascontiguousarray(xp.moveaxis(x, axis, -1))
+    flat = rows.reshape(-1, rows.shape[-1])
+    out = xp.empty_like(flat)
+    for r in range(flat.shape[0]):
+        xp.cumsum(flat[r], out=out[r])
+    return [xp.moveaxis(out.reshape(rows.shape), -1, axis)]

@@ -38,8 +38,8 @@ class Lowering:
     ``"interleaved"`` segments (a GPU: neighbouring threads read neighbouring elements) or
     ``"contiguous"`` ones (a CPU: each worker streams through its own chunk); ``""``: not.
     Under ``"contiguous"``, scans with few long rows are split in the same chunks
-    (:mod:`qtrace.kernels.split_scan`; a GPU scans long rows in blocks built from graph
-    operations instead: ``qtrace.tracer.reductions._blocked_cumsum``).
+    (:mod:`qtrace.kernels.split_scan`; a GPU hands a few long rows to its library's
+    parallel scan instead: ``qtrace.tracer.reductions._library_scan``).
     ``vector_hints``: loops whose cost model would pick too narrow a vector width carry a
     hint (a float32 reduction accumulating in float64 is vectorized at the float32 width;
     the CPU back end turns the hint into LLVM loop metadata for the host).

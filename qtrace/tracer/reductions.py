@@ -151,46 +151,25 @@ def cumsum(x, axis=None, dtype=None):
     else:
         out_dtype = dtypes.canonical(dtype, "qt.cumsum")
     node = cast(t._node, out_dtype, weak=False)
-    if _blocked_scan(t, ax):
-        return _blocked_cumsum(wrap(node), ax)
+    if _library_scan(t, ax):
+        from .library import call
+        return call("cumsum", [wrap(node)], (ax,), [(t.shape, out_dtype)])[0]
     return wrap(record("cumsum", (node,), (ax,), t.shape, out_dtype))
 
 
-SCAN_BLOCK = 1 << 14        # elements per block of a blocked scan
-SCAN_SPLIT = 1 << 17        # rows at least this long are scanned in blocks ...
+SCAN_SPLIT = 1 << 17        # rows at least this long are scanned by the device library ...
 SCAN_FEW_ROWS = 8           # ... when there are fewer rows than this
 
 
-def _blocked_scan(t, ax: int) -> bool:
-    """Whether ``cumsum`` along ``ax`` runs as blocks: a scan is one thread per row, so a few
-    long rows would run serially (fatal on a GPU, one core of many on a CPU)."""
+def _library_scan(t, ax: int) -> bool:
+    """Whether ``cumsum`` along ``ax`` runs as the device library's parallel scan (on a GPU,
+    CuPy's: CUB's single-pass decoupled look-back) rather than a scan task: a scan task is
+    one thread per row, so a few long rows would run serially (fatal on a GPU; a CPU
+    splits long rows itself, ``qtrace.kernels.split_scan``). A library step reads its
+    input materialized and is a fusion boundary; its gradient is the reversed cumsum of
+    the cotangent (``qtrace.ad.library``)."""
     rows = t.size // builtins.max(t.shape[ax], 1)
     return t.shape[ax] >= SCAN_SPLIT and rows < SCAN_FEW_ROWS and t.device.kind != "cpu"
-
-
-def _blocked_cumsum(t, ax: int):
-    """``cumsum`` of long rows as a blocked scan: each block of ``SCAN_BLOCK`` elements is
-    scanned in parallel, the blocks' totals are scanned (exclusive), and each block adds
-    its offset (fused with the last step). Differentiable like its parts; NaN and inf
-    propagate as in a serial scan."""
-    from .creation import zeros
-    from .shape_ops import concatenate, moveaxis
-    n = t.shape[ax]
-    blocks = -(-n // SCAN_BLOCK)
-    x = moveaxis(t, ax, -1)
-    lead = x.shape[:-1]
-    if blocks * SCAN_BLOCK != n:
-        pad = zeros(lead + (blocks * SCAN_BLOCK - n,), dtype=x.dtype, device=x.device)
-        x = concatenate([x, pad], axis=-1)
-    x = reshape(x, lead + (blocks, SCAN_BLOCK))
-    local = wrap(record("cumsum", (x._node,), (x.ndim - 1,), x.shape, x.dtype))
-    totals = local[..., -1]
-    running = wrap(record("cumsum", (totals._node,), (totals.ndim - 1,), totals.shape, x.dtype))
-    # exclusive: shifted by one block (running - totals would turn inf - inf into NaN and
-    # cancel digits of large totals)
-    offsets = concatenate([zeros(lead + (1,), dtype=x.dtype, device=x.device), running[..., :-1]], axis=-1)
-    out = reshape(local + offsets[..., None], lead + (blocks * SCAN_BLOCK,))[..., :n]
-    return moveaxis(out, -1, ax)
 
 
 def cumulative_sum(x, /, *, axis: int | None = None, dtype=None, include_initial: bool = False):

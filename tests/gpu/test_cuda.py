@@ -263,9 +263,9 @@ def test_to_jax_on_the_gpu_native_and_python_handlers_agree(native, rng):
 
 @gpu
 @pytest.mark.parametrize("n", [1 << 17, (1 << 17) + 1, 3_000_001])
-def test_long_cumsum_on_the_gpu_is_a_blocked_scan(n, rng):
-    """One long row is scanned in parallel blocks (not one serial GPU thread), exactly for
-    integers and to round-off for floats; its gradient is the reversed cumsum."""
+def test_long_cumsum_on_the_gpu_is_a_library_scan(n, rng):
+    """One long row is scanned by CuPy's parallel scan (not one serial GPU thread), exactly
+    for integers and to round-off for floats; its gradient is the reversed cumsum."""
     x = rng.random(n)
     got = qt.cumsum(qt.asarray(x, device="cuda")).numpy()
     want = np.cumsum(x)

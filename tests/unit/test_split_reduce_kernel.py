@@ -129,11 +129,16 @@ def test_split_reduction_gradient(split_cpu, rng):
 
 
 @pytest.mark.parametrize("n", [1 << 17, (1 << 17) + 1, 1_000_003])
-def test_blocked_scan_matches_numpy(n, monkeypatch, fusion, rng):
-    """The blocked scan GPUs use for long rows (forced on the CPU here): values and gradient."""
+def test_library_scan_matches_numpy(n, monkeypatch, fusion, rng):
+    """The library scan GPUs use for a few long rows (forced on the CPU here, where the
+    library is NumPy's): values, integers exactly, the gradient (its VJP rule), and a
+    scan fed by fused elementwise work and feeding more."""
     from qtrace.tracer import reductions
-    monkeypatch.setattr(reductions, "_blocked_scan",
+    monkeypatch.setattr(reductions, "_library_scan",
                         lambda t, ax: t.shape[ax] >= reductions.SCAN_SPLIT)
+    qt.reset_stats()
+    assert qt.cumsum(qt.asarray(rng.random(n))).numpy().shape == (n,)
+    assert qt.stats()["tasks_run"] == 0   # a library step, no scan task
     x = rng.random(n)
     got = qt.cumsum(qt.asarray(x)).numpy()
     want = np.cumsum(x)
@@ -143,3 +148,6 @@ def test_blocked_scan_matches_numpy(n, monkeypatch, fusion, rng):
     w = rng.random(n)
     g = qt.grad(lambda v: qt.sum(qt.cumsum(v) * qt.asarray(w)))(qt.asarray(x)).numpy()
     np.testing.assert_allclose(g, np.cumsum(w[::-1])[::-1], rtol=1e-10)
+    g2 = qt.grad(lambda v: qt.sum(qt.sin(qt.cumsum(v * 2.0)) * qt.asarray(w)))(qt.asarray(x)).numpy()
+    want2 = 2.0 * np.cumsum((np.cos(np.cumsum(2.0 * x)) * w)[::-1])[::-1]
+    np.testing.assert_allclose(g2, want2, rtol=1e-8, atol=1e-10 * np.max(np.abs(want2)))
