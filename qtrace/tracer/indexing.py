@@ -418,30 +418,32 @@ def _unselect(rows: Node, mask: np.ndarray):
     """``rows`` (a function of selections ``x[mask]``) computed on the whole of each ``x``:
     the node whose elements where ``mask`` is True are ``rows``'s, in order; None if
     ``rows`` is not elementwise in selections by this very mask."""
-    memo: dict = {}
+    return _unselected(rows, mask, {})
 
-    def full(n: Node):
-        got = memo.get(id(n))
-        if got is not None:
-            return got
-        tag = _selections.get(n)
-        if tag is not None:
-            src, m = tag
-            out = src if (m is mask or np.array_equal(m, mask)) else None
-        elif n.ndim == 0:
-            out = n
-        elif PRIMITIVES[n.prim].kind == "elementwise":
-            inputs = [full(i) for i in n.inputs]
-            if any(i is None for i in inputs):
-                return None
-            shape = broadcast_shapes(f"qt.{n.prim}", *(i.shape for i in inputs))
-            out = record(n.prim, tuple(inputs), n.params, shape, n.dtype, weak=n.weak)
-        else:
-            out = None
-        memo[id(n)] = out
-        return out
 
-    return full(rows)
+def _unselected(n: Node, mask: np.ndarray, memo: dict):
+    """:func:`_unselect` of ``n``, memoized in ``memo`` (a module function, not a recursive
+    closure: that would be a reference cycle keeping the nodes in ``memo``, and the buffers
+    of their leaves, alive until a collection)."""
+    got = memo.get(id(n))
+    if got is not None:
+        return got
+    tag = _selections.get(n)
+    if tag is not None:
+        src, m = tag
+        out = src if (m is mask or np.array_equal(m, mask)) else None
+    elif n.ndim == 0:
+        out = n
+    elif PRIMITIVES[n.prim].kind == "elementwise":
+        inputs = [_unselected(i, mask, memo) for i in n.inputs]
+        if any(i is None for i in inputs):
+            return None
+        shape = broadcast_shapes(f"qt.{n.prim}", *(i.shape for i in inputs))
+        out = record(n.prim, tuple(inputs), n.params, shape, n.dtype, weak=n.weak)
+    else:
+        out = None
+    memo[id(n)] = out
+    return out
 
 
 def scatter(x, key, values, mode: str, op: str | None = None) -> Tensor:
