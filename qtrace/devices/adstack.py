@@ -51,12 +51,12 @@ import numpy as np
 
 from ..config import config
 from ..graph import buffers
+from ..graph.instrs import STACK_HEADER as HEADER
 from ..graph.loops import bound, depth_source, host_bound
 from ..graph.node import Node, make_input, make_node, toposort
 from ..stats import bump, bump_many
 from . import cpu
 
-HEADER = 64
 SMALL_LEAF = 8      # leaves of at most this many elements are keyed by their values
 _cache: dict = {}
 _lock = threading.Lock()
@@ -75,15 +75,17 @@ class Stack:
     """The adstack of one loop task: a :class:`DepthSource` and the float and int row bytes
     of each level, and the task's name for ``QTRACE_DEBUG_ADSTACK``."""
 
-    def __init__(self, levels: list, label: str):
+    def __init__(self, levels: list, label: str, interleaved: bool = False):
         self.sources = levels   # (DepthSource, float row bytes, int row bytes) per level
         self.label = label
+        self.interleaved = interleaved   # on a GPU, the threads' stacks word by word
 
     def levels(self, bufs: list, host: list | None = None) -> Levels:
         """This launch's levels, sized (each sizing counted in ``qt.stats()``). ``host``:
         the host arrays the plan's leading (leaf) slots were uploaded from, when the plan
         runs on a device (``None`` per slot that was device memory already)."""
         out = Levels()
+        out.interleaved = self.interleaved
         paths = []
         for source, fb, ib in self.sources:
             d, path = source.depth(bufs, host)
@@ -96,14 +98,16 @@ class Stack:
 
 
 class Levels(list):
-    """``(depth, float row bytes, int row bytes)`` per level of one launch, and (under
-    ``QTRACE_DEBUG_ADSTACK``) ``report``: the task's name and each level's sizing path."""
+    """``(depth, float row bytes, int row bytes)`` per level of one launch, ``interleaved``
+    (a GPU interleaves the threads' stacks: :func:`qtrace.graph.instrs.word_stacks`) and
+    (under ``QTRACE_DEBUG_ADSTACK``) ``report``: the task's name and each level's sizing path."""
 
-    __slots__ = ("report",)
+    __slots__ = ("report", "interleaved")
 
     def __init__(self):
         super().__init__()
         self.report = None
+        self.interleaved = False
 
 
 def _say(levels: list, caps: list, workers: int, nbytes: int) -> None:

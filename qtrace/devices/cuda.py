@@ -336,9 +336,13 @@ class CudaRuntime(DeviceRuntime):
             scratch = block.data.ptr
         with self.device:   # (current stream, stack block and fills: this device's)
             if levels is not None and not scratch:
+                # interleaved (``Levels.interleaved``): the threads' headers, then their
+                # stacks word by word, each thread's header HEADER bytes from the previous
+                # one's; else a block of ``size`` bytes per thread
                 threads = min(-(-extent // kernel.BLOCK) * kernel.BLOCK, THREAD_CAP)
-                header, stride = adstack.layout(threads, levels)
-                block = self._stacks(threads * stride)
+                header, size = adstack.layout(threads, levels)
+                block = self._stacks(threads * size)
+                stride = adstack.HEADER if levels.interleaved else size
                 heads = block[:threads * stride].view(np.int64).reshape(threads, stride // 8)
                 for k, v in enumerate(header):   # filled on the device: nothing is uploaded
                     heads[:, k] = v

@@ -25,6 +25,7 @@ import numpy as np
 from ..config import config
 from ..errors import AdstackOverflowError
 from ..graph import origins
+from ..graph.instrs import word_stacks
 from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
 from ..kernels.lowering import split_phases, split_scratch_bytes, task_segments
@@ -164,7 +165,8 @@ class Plan:
             if t.stack is not None:
                 loops = [what for kind, what, *_ in t.checks if kind == "adstack"]
                 stack = adstack.Stack([(adstack.DepthSource(depth, slot_of, leaf_slots), fb, ib)
-                                       for depth, fb, ib in t.stack], " ".join([t.symbol, *loops]))
+                                       for depth, fb, ib in t.stack], " ".join([t.symbol, *loops]),
+                                      lowering.interleaved_stacks and word_stacks(t.instrs))
             extent = math.prod(t.domain) if lowering.flat or segments > 1 else t.domain[0]
             scratch = split_scratch_bytes(t, segments)
             phases = split_phases(t, segments)

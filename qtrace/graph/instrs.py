@@ -109,6 +109,39 @@ class LoopVjp(NamedTuple):
 
 
 LOOPS = ("loop", "loop_vjp")
+STACK_WORD = 4     # bytes: every pushed value takes whole words of the adstack
+STACK_HEADER = 64  # bytes of a stack's header: [level-0 depth, float bytes, int bytes], padded
+
+
+def stack_rows(dts: tuple, pushed: tuple) -> tuple[dict, int, int]:
+    """The adstack row of a ``loop_vjp`` pushing states ``pushed`` (of dtypes ``dts``,
+    dtype strings): ``({state: ("f" | "i", byte offset)}, float row bytes, int row
+    bytes)``. Floats go to the float stack, integers and bools to the int stack, each value
+    padded to whole :data:`STACK_WORD` words (a bool takes one) — so a GPU can interleave
+    its threads' stacks word by word, every push and pop coalesced across a warp
+    (``qtrace.kernels.codegen``), and the task's sizing and every lowering agree on the
+    rows. Wider values come first and a row is a multiple of its widest value, so every
+    value is aligned (a GPU faults on a misaligned 8-byte store)."""
+    offsets, rows = {}, {"f": 0, "i": 0}
+    widest = {"f": STACK_WORD, "i": STACK_WORD}
+    size = {k: -(-int(dts[k][2:]) // STACK_WORD) * STACK_WORD for k in pushed}
+    for k in sorted(pushed, key=lambda k: -size[k]):
+        where = "f" if dts[k][1] == "f" else "i"
+        offsets[k] = (where, rows[where])
+        rows[where] += size[k]
+        widest[where] = max(widest[where], size[k])
+    fb, ib = (-(-rows[w] // widest[w]) * widest[w] for w in ("f", "i"))
+    return offsets, fb, ib
+
+
+def word_stacks(instrs) -> bool:
+    """Whether every value the loop adjoints in ``instrs`` push is one :data:`STACK_WORD`
+    (float32, int32, a bool, a small integer): a GPU then interleaves its threads' stacks
+    word by word (``qtrace.kernels.codegen``); a task pushing wider values keeps a block per
+    thread (see the issue notes: a float64 state beside an integer one popped slightly
+    wrong gradients interleaved, a cause not found)."""
+    return all(int(i.dts[k][2:]) <= STACK_WORD for i in walk(instrs) if i.kind == "loop_vjp"
+               for k in i.pushed)
 
 
 def uses_f32_trig(instr) -> bool:

@@ -38,6 +38,7 @@ from .instrs import (
     Placeholder,
     Prog,
     rewrite,
+    stack_rows,
     walk,
 )
 from .loops import layout, siblings_key
@@ -371,8 +372,7 @@ class TaskBuilder:
             inner = self.t.nested_rows[mark:]
             del self.t.nested_rows[mark:]
             pushed = sorted({i.index for i in rprog.instrs if i.kind == "state"})
-            fb = sum(int(dts[k][2:]) for k in pushed if dts[k][1] == "f")
-            ib = sum(int(dts[k][2:]) for k in pushed if dts[k][1] != "f")
+            _, fb, ib = stack_rows(dts, tuple(pushed))
             check = len(self.t.checks)
             self.t.checks.append(("adstack", f"loop_{sub.key[:12]}", 0, 0))
             self._stack_levels(node, lay, fb, ib, inner)

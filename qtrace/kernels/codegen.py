@@ -14,14 +14,33 @@ import numpy as np
 from llvmlite import ir
 
 from ..graph import index as ix_
-from ..graph.instrs import LOOPS, nesting, uses_f32_trig, walk
-from . import column_reduce, complexmath, interrupt, lanes, outline, scalar, split_reduce, split_scan
+from ..graph.instrs import (
+    LOOPS,
+    STACK_HEADER,
+    STACK_WORD,
+    nesting,
+    stack_rows,
+    uses_f32_trig,
+    walk,
+    word_stacks,
+)
+from . import (
+    column_reduce,
+    complexmath,
+    interrupt,
+    intrinsics,
+    lanes,
+    outline,
+    scalar,
+    split_reduce,
+    split_scan,
+)
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
 from .loop_hints import narrow_accumulation, vector_hint
 from .lowering import CPU, Lowering, reduce_segments, scan_segments
 
-I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 
 
@@ -419,25 +438,24 @@ class KernelEmitter:
         cts_in = [values[i] for i in ins[m + nb: m + nb + m]]
         inv = [values[i] for i in ins[m + nb + m:]]
         fbase, ibase = outer_env.get("stack", (ir.Constant(I64, 0), ir.Constant(I64, 0)))
-        offsets, fb, ib = {}, 0, 0
-        for k in pushed:
-            if sdt[k].kind == "f":
-                offsets[k] = ("f", fb)
-                fb += sdt[k].itemsize
-            else:
-                offsets[k] = ("i", ib)
-                ib += sdt[k].itemsize
+        offsets, fb, ib = stack_rows(dts, pushed)
         fcap = b.load(b.gep(self.scratch, [ir.Constant(I64, 8)], source_etype=I8), typ=I64)
         icap = b.load(b.gep(self.scratch, [ir.Constant(I64, 16)], source_etype=I8), typ=I64)
-        fstack = b.gep(self.scratch, [ir.Constant(I64, 64)], source_etype=I8)
-        fbytes = b.and_(b.add(fcap, ir.Constant(I64, 63)), ir.Constant(I64, -64))
-        istack = b.gep(fstack, [fbytes], source_etype=I8)
+        word_at = self._stack_words(b.and_(b.add(fcap, ir.Constant(I64, 63)), ir.Constant(I64, -64)))
 
         def slot(depth, k):
+            """Logical byte offset of state ``k`` in row ``depth`` of its stack, and the stack."""
             where, off = offsets[k]
-            stack, start, size = (fstack, fbase, fb) if where == "f" else (istack, ibase, ib)
-            pos = b.add(b.add(start, b.mul(depth, ir.Constant(I64, size))), ir.Constant(I64, off))
-            return b.gep(stack, [pos], source_etype=I8)
+            start, size = (fbase, fb) if where == "f" else (ibase, ib)
+            return where, b.add(b.add(start, b.mul(depth, ir.Constant(I64, size))), ir.Constant(I64, off))
+
+        def store(v, depth, k):
+            where, pos = slot(depth, k)
+            self._stack_store(v, sdt[k], where, pos, word_at)
+
+        def pop(depth, k, ty):
+            where, pos = slot(depth, k)
+            return self._stack_load(ty, sdt[k], where, pos, word_at)
 
         def room_for(depth):
             """Whether row ``depth`` fits in both stacks."""
@@ -478,8 +496,7 @@ class KernelEmitter:
         b.branch(fdone)
         b.position_at_end(push)
         for k in pushed:
-            v = state[k]
-            b.store(b.zext(v, I8) if sdt[k].kind == "b" else v, slot(depth, k))
+            store(state[k], depth, k)
         bv = self.run(bprog.instrs, env)
         latch = b.block
         for p, o in zip(state, bprog.outputs):
@@ -505,8 +522,7 @@ class KernelEmitter:
         popped = []
         for k, ty in enumerate(types):
             if k in offsets:
-                v = b.load(slot(j1, k), typ=I8 if sdt[k].kind == "b" else ty)
-                popped.append(b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if sdt[k].kind == "b" else v)
+                popped.append(pop(j1, k, ty))
             else:
                 popped.append(ir.Constant(ty, ir.Undefined))
         renv = {"state": popped, "ct": cts, "counter": b.add(lo, j1) if kind == "fori" else j1, "inv": inv,
@@ -519,6 +535,58 @@ class KernelEmitter:
         rlatch = b.block
         # value: the cotangents, then the final state of the replay (the forward's result)
         return self._finish_reverse(rhead, rpre, rlatch, rdone, cts, outs[:m], j, j1, cap_vals) + tuple(state)
+
+    def _interleaved(self) -> bool:
+        """Whether this task's adstacks are interleaved across threads (see :meth:`_stack_words`)."""
+        return self.lowering.interleaved_stacks and word_stacks(self.t.instrs)
+
+    def _stack_words(self, fbytes: ir.Value):
+        """``word_at(where, pos)``: the address of logical byte ``pos`` (whole words) of this
+        thread's float (``"f"``) or int stack, whose float stack holds ``fbytes``.
+
+        Per-worker blocks (the CPU; a GPU task pushing values wider than a word):
+        ``scratch`` is the worker's block — header, float stack, int stack, each
+        contiguous. Interleaved (``lowering.interleaved_stacks``, a GPU, every pushed value
+        one word: :func:`qtrace.graph.instrs.word_stacks`): the launch's ``T`` threads'
+        headers come first (``scratch`` is this thread's, :data:`STACK_HEADER` bytes
+        apart), then the float stacks, word ``w`` of thread ``t`` at word ``w*T + t``, then
+        the int stacks alike: the threads of a warp pushing or popping the same row touch
+        neighbouring words (coalesced), where per-thread blocks put each a block apart."""
+        b = self.b
+        if not self._interleaved():
+            fstack = b.gep(self.scratch, [ir.Constant(I64, STACK_HEADER)], source_etype=I8)
+            istack = b.gep(fstack, [fbytes], source_etype=I8)
+            return lambda where, pos: b.gep(fstack if where == "f" else istack, [pos], source_etype=I8)
+        t, threads = intrinsics.gpu_thread(b)
+        fstack = b.gep(self.scratch, [b.mul(b.sub(threads, t), ir.Constant(I64, STACK_HEADER))],
+                       source_etype=I8)
+        istack = b.gep(fstack, [b.mul(threads, fbytes)], source_etype=I8)
+        word = ir.Constant(I64, STACK_WORD)
+
+        def word_at(where, pos):
+            at = b.mul(b.add(b.mul(b.udiv(pos, word), threads), t), word)
+            return b.gep(fstack if where == "f" else istack, [at], source_etype=I8)
+        return word_at
+
+    def _stack_store(self, v: ir.Value, dt: np.dtype, where: str, pos: ir.Value, word_at) -> None:
+        """Push ``v`` (of ``dt``) at logical byte ``pos`` of a stack (see :meth:`_stack_words`;
+        interleaved, a value narrower than a word is widened to one)."""
+        b = self.b
+        if dt.kind == "b":
+            v = b.zext(v, I8)
+        if self._interleaved() and dt.itemsize < STACK_WORD:
+            v = b.zext(v, I32)
+        b.store(v, word_at(where, pos))
+
+    def _stack_load(self, ty: ir.Type, dt: np.dtype, where: str, pos: ir.Value, word_at) -> ir.Value:
+        """Pop a value of ``dt`` (register type ``ty``) from logical byte ``pos`` of a stack."""
+        b = self.b
+        mem = I8 if dt.kind == "b" else ty
+        if self._interleaved() and dt.itemsize < STACK_WORD:
+            v = b.trunc(b.load(word_at(where, pos), typ=I32), mem)
+        else:
+            v = b.load(word_at(where, pos), typ=mem)
+        return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if dt.kind == "b" else v
 
     def _finish_reverse(self, rhead, rpre, rlatch, rdone, cts, new_cts, j, j1, cap_vals) -> tuple:
         b = self.b

@@ -35,7 +35,9 @@ from typing import NamedTuple
 
 from llvmlite import ir
 
+from ..graph.instrs import STACK_HEADER
 from . import llvm_cpu
+from .intrinsics import gpu_thread
 
 I8, I32, I64, PTR = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.PointerType()
 NULL = ir.Constant(PTR, None)
@@ -91,6 +93,7 @@ class Launch(NamedTuple):
     threads: int
     parallel: bool        # CPU: split over XLA's thread pool (qtrace.kernels.ffi_parallel)
     phases: int           # CPU: [0, extent) runs as this many equal ranges in order
+    interleaved: bool     # GPU: the threads' adstacks interleaved (qtrace.kernels.codegen)
 
 
 class Copy(NamedTuple):
@@ -444,8 +447,11 @@ class _Emitter:
         if self.gpu:
             workers = ir.Constant(I64, step.threads)
         nbytes = b.mul(stride, workers)
-        if self.gpu:
+        if self.gpu:   # interleaved: the threads' headers first, then their stacks word by
+            # word; each thread finds its header STACK_HEADER bytes apart (qtrace.kernels.codegen)
             block = self.device_alloc(nbytes)
+            if step.interleaved:
+                stride = ir.Constant(I64, STACK_HEADER)
             kernel = self.entry(self.p.natives["header_kernel"])
             self.cuda_launch(kernel, max(1, -(-step.threads // CUDA_BLOCK)), CUDA_BLOCK, [
                 b.ptrtoint(block, I64), stride, workers, depths[0], fbytes, ibytes])
@@ -585,18 +591,15 @@ def gpu_helpers(arch: str) -> bytes:
         fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64] * n), name=name)
         fn.calling_convention = "ptx_kernel"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        tid = b.add(b.mul(llvm_nvptx.sreg(b, "ctaid.x"), llvm_nvptx.sreg(b, "ntid.x")),
-                    llvm_nvptx.sreg(b, "tid.x"))
-        return fn, b, tid
+        return fn, b, *gpu_thread(b)
 
-    fn, b, tid = kernel(MAX_KERNEL, 4)
+    fn, b, tid, step = kernel(MAX_KERNEL, 4)
     counts, n, size, out = fn.args
-    step = b.mul(llvm_nvptx.sreg(b, "nctaid.x"), llvm_nvptx.sreg(b, "ntid.x"))
     result = largest(b, fn, b.inttoptr(counts, PTR), n, size, tid, step)
     b.atomic_rmw("max", b.inttoptr(out, PTR), result, "monotonic")
     b.ret_void()
 
-    fn, b, tid = kernel(HEADER_KERNEL, 6)
+    fn, b, tid, _ = kernel(HEADER_KERNEL, 6)
     base, stride, workers, *header = fn.args
     with b.if_then(b.icmp_signed("<", tid, workers)):
         at = b.gep(b.inttoptr(base, PTR), [b.mul(tid, stride)], source_etype=I8)

@@ -58,3 +58,13 @@ def aborted(b: ir.IRBuilder) -> ir.Value:
     # atomic: another thread sets it while the loop runs (a plain load could be hoisted)
     value = b.load_atomic(flag, "monotonic", 4, typ=ir.IntType(32))
     return b.icmp_signed("!=", value, ir.Constant(ir.IntType(32), 0))
+
+
+def gpu_thread(b: ir.IRBuilder) -> tuple[ir.Value, ir.Value]:
+    """IR (NVPTX): ``(this thread's index in the 1-D grid, the grid's thread count)``, i64."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+
+    def sreg(name):
+        return b.zext(b.call(declare(b.module, f"llvm.nvvm.read.ptx.sreg.{name}", i32, []), []), i64)
+    return (b.add(b.mul(sreg("ctaid.x"), sreg("ntid.x")), sreg("tid.x")),
+            b.mul(sreg("nctaid.x"), sreg("ntid.x")))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..graph.instrs import LOOPS, uses_f32_trig, walk
+from ..graph.instrs import LOOPS, stack_rows, uses_f32_trig, walk
 from . import scalar
 from .intrinsics import aborted
 
@@ -288,14 +288,7 @@ def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, ty
     _, dts_s, kind, m, cprog, bprog, rprog, ins, pushed, check = instr
     lanes = em.t.lanes
     sdt = [np.dtype(d) for d in dts_s]
-    offsets, fb, ib = {}, 0, 0
-    for k in pushed:
-        if sdt[k].kind == "f":
-            offsets[k] = ("f", fb)
-            fb += sdt[k].itemsize
-        else:
-            offsets[k] = ("i", ib)
-            ib += sdt[k].itemsize
+    offsets, fb, ib = stack_rows(dts_s, pushed)
     cap = b.load(em.scratch, typ=I64)  # rows of `lanes` entries each
     fstack = b.gep(em.scratch, [ir.Constant(I64, 64)], source_etype=I8)
     fbytes = b.and_(b.add(b.mul(cap, ir.Constant(I64, fb * lanes)), ir.Constant(I64, 63)),

@@ -29,6 +29,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..stats import bump
+from .intrinsics import gpu_thread
 
 TRIPLE = "nvptx64-nvidia-cuda"
 I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
@@ -106,13 +107,6 @@ def new_module(name: str, arch: str) -> ir.Module:
     return module
 
 
-def sreg(b: ir.IRBuilder, name: str) -> ir.Value:
-    fn = b.module.globals.get(f"llvm.nvvm.read.ptx.sreg.{name}")
-    if fn is None:
-        fn = ir.Function(b.module, ir.FunctionType(I32, []), f"llvm.nvvm.read.ptx.sreg.{name}")
-    return b.zext(b.call(fn, []), I64)
-
-
 UNROLL = 4          # elements per thread per trip of a plain task's grid loop (loads in flight)
 BLOCKS_PER_SM = 32  # a grid-strided launch's blocks at most, per multiprocessor
 SM_THREADS = 2048   # resident threads per multiprocessor (sm_50 and later)
@@ -144,8 +138,7 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
     for i, p in enumerate(ptrs):
         b.store(p, b.gep(block, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
     args = b.bitcast(block, PTR)
-    tid = b.add(b.mul(sreg(b, "ctaid.x"), sreg(b, "ntid.x")), sreg(b, "tid.x"))
-    step = b.mul(sreg(b, "nctaid.x"), sreg(b, "ntid.x"))
+    tid, step = gpu_thread(b)
     mine = b.gep(scratch, [b.mul(tid, stride)], source_etype=ir.IntType(8))
 
     def call(at):

@@ -45,7 +45,9 @@ class Lowering:
     the CPU back end turns the hint into LLVM loop metadata for the host).
     ``outline_math``: transcendental functions are emitted once per module as internal
     functions the kernels call (:mod:`qtrace.kernels.outline`; the back end then adds their
-    vector variants), not inline at every call site.
+    vector variants), not inline at every call site. ``interleaved_stacks``: the adstack
+    rows of a launch's threads are interleaved word by word (a GPU: a warp's pushes
+    coalesce; see ``qtrace.kernels.codegen``), not a block per worker.
     """
 
     math: str = "ir"
@@ -57,6 +59,7 @@ class Lowering:
     split_reductions: str = ""
     vector_hints: bool = False
     outline_math: bool = False
+    interleaved_stacks: bool = False
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""
@@ -65,7 +68,7 @@ class Lowering:
 
 CPU = Lowering(split_reductions="contiguous", vector_hints=True, outline_math=True)
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
-                 split_reductions="interleaved")
+                 split_reductions="interleaved", interleaved_stacks=True)
 
 THREADS = 1 << 18          # an interleaved split aims at outputs x segments threads in flight
 MIN_SEGMENT = 32           # elements per interleaved segment at least

@@ -204,8 +204,9 @@ def test_a_gpu_handler_and_its_helper_kernels_compile_without_a_gpu():
         ["cuLaunchKernel", "cuMemsetD8Async", "cuMemcpyDtoDAsync", "cuMemcpyDtoHAsync", "cuStreamSynchronize",
          "cuCtxGetDevice", "error"])}
     natives.update(max_kernel=2, header_kernel=3)
-    loop = fe.Launch(0, 1000, (0, 1, 2), 0, -1, 0, (fe.Level(-1, 1, 1000, 8, 8, 0),), 256, 4, 1024, False, 1)
-    split = fe.Launch(1, 1000, (2, 3), -1, 512, 64, (), -1, 4, 0, False, 1)
+    loop = fe.Launch(0, 1000, (0, 1, 2), 0, -1, 0, (fe.Level(-1, 1, 1000, 8, 8, 0),), 256, 4, 1024,
+                     False, 1, False)
+    split = fe.Launch(1, 1000, (2, 3), -1, 512, 64, (), -1, 4, 0, False, 1, False)
     program = fe.Program("cuda", 2, 2, (("arg", 0), ("arg", 1), ("temp", 0), ("ret", 0), ("ret", 1)), 1024,
                          768, 1, (loop, split, fe.Copy(4, 0, 4000)), -1, 1,
                          {n: native_address(n) for n in ("ffi_native_calls", "kernel_launches", "tasks_run")},

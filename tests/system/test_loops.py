@@ -904,3 +904,31 @@ def test_element_mixing_condition_is_a_tracer_error(fusion, rng):
     x = qt.asarray(rng.uniform(-1, 1, 6))
     with pytest.raises(qt.TracerError, match="sum"):
         qt.while_loop(lambda v: v + qt.sum(v) < 1.0, lambda v: v + 1.0, x)
+
+
+def test_mixed_dtype_state_gradient(fusion, rng):
+    """Reverse through a loop whose pushed state mixes float32, bool, float64 and int32 —
+    rows of one, one padded, two and one stack words (a GPU interleaves its threads'
+    stacks word by word, splitting wider values; a bool takes a word) — vs JAX, on more
+    elements than a GPU launch's 65,536 stack threads (so threads stride)."""
+    size = 70_001
+    n = rng.integers(0, 6, size)
+    x = rng.uniform(-1, 1, size).astype(np.float32)
+    c = rng.uniform(0.5, 1.5, size)
+
+    def loss(xp, fori):
+        def f(x, c):
+            def body(i, s):
+                v, flag, w, k = s
+                v = xp.where(flag, xp.sin(v) * xp.astype(c, v.dtype), v * 0.9)
+                return (v, xp.logical_not(flag), w * c + 0.1 * xp.astype(v, w.dtype), k + 1)
+            init = (x, x > 0, c * 0.5, xp.zeros(size, xp.int32))
+            v, flag, w, k = fori(0, xp.asarray(n), body, init)
+            return xp.sum(xp.astype(v, w.dtype) * w) + xp.sum(xp.where(flag, w, 0.0))
+        return f
+    want = jax.jit(jax.grad(loss(jnp, lambda lo, hi, body, init: jax_fori(lo, hi, body, init, 6)),
+                            argnums=(0, 1)))(x, c)
+    got = grads(loss(qt, qt.fori_loop), (qt.asarray(x), qt.asarray(c)), (0, 1))
+    assert_close(got[0], np.asarray(want[0]), rtol=2e-5, atol=1e-6, what="d/dx (float32) vs JAX")
+    # (float32 rounding: v feeds w; a wrong stack layout is off by far more)
+    assert_close(got[1], np.asarray(want[1]), rtol=2e-5, atol=1e-6, what="d/dc (float64) vs JAX")
