@@ -147,8 +147,11 @@ class Tensor:
         return int(self.item())
 
     def __index__(self) -> int:
-        if self.dtype.kind not in "iub":
-            raise TypeError(f"only integer tensors can be used as an index, got {self.dtype}")
+        """``operator.index(x)`` (``range(x)``, ``seq[x]``): a 0-d integer tensor as a Python
+        int; as in NumPy, any other shape, a bool or a float raises ``TypeError``."""
+        if self.ndim != 0 or self.dtype.kind not in "iu":
+            raise TypeError(f"only integer scalar tensors can be converted to a scalar index, got "
+                            f"shape {self.shape} dtype {self.dtype}")
         return int(self.item())
 
     def __bool__(self) -> bool:

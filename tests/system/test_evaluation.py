@@ -68,6 +68,22 @@ def test_scalar_conversions_give_values(rng):
     assert f"{qt.full((), 2.5) * 2:.2f}" == "5.00"
 
 
+def test_index_follows_numpy(rng):
+    """``operator.index`` (``range(t)``, ``seq[t]``) takes exactly what NumPy takes: a 0-d
+    integer tensor; one-element arrays, bools and floats raise ``TypeError`` in both."""
+    import operator
+    k = int(rng.integers(1, 9))
+    for dt in ("int32", "int64", "uint8"):
+        t = qt.asarray(np.array(k, dtype=dt)) * 1
+        assert operator.index(t) == operator.index(np.array(k, dtype=dt)) == k
+        assert list(range(t)) == list(range(k)) and "abcdefghij"[t] == "abcdefghij"[k]
+    for bad in (np.array([k]), np.array(True), np.array(float(k)), np.array([[k]])):
+        with pytest.raises(TypeError):
+            operator.index(bad)
+        with pytest.raises(TypeError, match="integer scalar"):
+            operator.index(qt.asarray(bad))
+
+
 def test_ambiguous_truth_value_raises(rng):
     t = qt.asarray(rng.standard_normal(3))
     with pytest.raises(ValueError, match="ambiguous"):
