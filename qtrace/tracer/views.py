@@ -31,6 +31,7 @@ import weakref
 import numpy as np
 
 from ..graph.node import Node, c_strides, make_input, make_node
+from . import tensor as tensor_module
 from .context import record, special
 from .tensor import Tensor
 
@@ -428,11 +429,11 @@ def is_read_only(t: Tensor) -> bool:
 
 def assign(t: Tensor, new: Node) -> None:
     """Make ``new`` (``t``'s shape and dtype) the value of ``t`` and of all that shares its memory."""
-    from . import pending
+    note = tensor_module._note   # qtrace.tracer.pending.note (installed there: it imports this module)
     v = t._view
     if v is None:
         t._node = new
-        pending.note(t)
+        note(t)
         return
     st, steps = v
     if any(step[0] == READ_ONLY for step in steps):
@@ -443,7 +444,7 @@ def assign(t: Tensor, new: Node) -> None:
     for step, parent in zip(reversed(steps), reversed(parents)):
         new = undo_step(parent, step, new)
     set_base(st, new)
-    pending.note(st)
+    note(st)
 
 
 def set_base(st: Storage, base: Node) -> None:
