@@ -113,17 +113,20 @@ STACK_WORD = 4     # bytes: every pushed value takes whole words of the adstack
 STACK_HEADER = 64  # bytes of a stack's header: [level-0 depth, float bytes, int bytes], padded
 
 
-def stack_rows(dts: tuple, pushed: tuple) -> tuple[dict, int, int]:
+def stack_rows(dts: tuple, pushed: tuple, reverse: Prog) -> tuple[dict, int, int]:
     """The adstack row of a ``loop_vjp`` pushing states ``pushed`` (of dtypes ``dts``,
-    dtype strings): ``({state: ("f" | "i", byte offset)}, float row bytes, int row
-    bytes)``. Floats go to the float stack, integers and bools to the int stack, each value
-    padded to whole :data:`STACK_WORD` words (a bool takes one) — so a GPU can interleave
-    its threads' stacks word by word, every push and pop coalesced across a warp
-    (``qtrace.kernels.codegen``), and the task's sizing and every lowering agree on the
-    rows. Wider values come first and a row is a multiple of its widest value, so every
-    value is aligned (a GPU faults on a misaligned 8-byte store)."""
+    dtype strings) whose reverse body is ``reverse``: ``({state: ("f" | "i", byte
+    offset)}, float row bytes, int row bytes)``. Floats go to the float stack, integers and
+    bools to the int stack, each value padded to whole :data:`STACK_WORD` words (a bool
+    takes one) — so a GPU can interleave its threads' stacks word by word, every push and
+    pop coalesced across a warp (``qtrace.kernels.codegen``), and the task's sizing and
+    every lowering agree on the rows. Every value is aligned (a GPU faults on a misaligned
+    8-byte access): wider values come first, a row is a multiple of its widest value, and a
+    loop whose reverse body holds loop adjoints (they push above its rows) keeps its rows
+    a multiple of 8 bytes."""
     offsets, rows = {}, {"f": 0, "i": 0}
-    widest = {"f": STACK_WORD, "i": STACK_WORD}
+    align = 8 if any(i.kind == "loop_vjp" for i in walk(reverse.instrs)) else STACK_WORD
+    widest = {"f": align, "i": align}
     size = {k: -(-int(dts[k][2:]) // STACK_WORD) * STACK_WORD for k in pushed}
     for k in sorted(pushed, key=lambda k: -size[k]):
         where = "f" if dts[k][1] == "f" else "i"

@@ -372,7 +372,7 @@ class TaskBuilder:
             inner = self.t.nested_rows[mark:]
             del self.t.nested_rows[mark:]
             pushed = sorted({i.index for i in rprog.instrs if i.kind == "state"})
-            _, fb, ib = stack_rows(dts, tuple(pushed))
+            _, fb, ib = stack_rows(dts, tuple(pushed), rprog)
             check = len(self.t.checks)
             self.t.checks.append(("adstack", f"loop_{sub.key[:12]}", 0, 0))
             self._stack_levels(node, lay, fb, ib, inner)

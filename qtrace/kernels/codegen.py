@@ -438,7 +438,7 @@ class KernelEmitter:
         cts_in = [values[i] for i in ins[m + nb: m + nb + m]]
         inv = [values[i] for i in ins[m + nb + m:]]
         fbase, ibase = outer_env.get("stack", (ir.Constant(I64, 0), ir.Constant(I64, 0)))
-        offsets, fb, ib = stack_rows(dts, pushed)
+        offsets, fb, ib = stack_rows(dts, pushed, rprog)
         fcap = b.load(b.gep(self.scratch, [ir.Constant(I64, 8)], source_etype=I8), typ=I64)
         icap = b.load(b.gep(self.scratch, [ir.Constant(I64, 16)], source_etype=I8), typ=I64)
         word_at = self._stack_words(b.and_(b.add(fcap, ir.Constant(I64, 63)), ir.Constant(I64, -64)))

@@ -288,7 +288,7 @@ def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, ty
     _, dts_s, kind, m, cprog, bprog, rprog, ins, pushed, check = instr
     lanes = em.t.lanes
     sdt = [np.dtype(d) for d in dts_s]
-    offsets, fb, ib = stack_rows(dts_s, pushed)
+    offsets, fb, ib = stack_rows(dts_s, pushed, rprog)
     cap = b.load(em.scratch, typ=I64)  # rows of `lanes` entries each
     fstack = b.gep(em.scratch, [ir.Constant(I64, 64)], source_etype=I8)
     fbytes = b.and_(b.add(b.mul(cap, ir.Constant(I64, fb * lanes)), ir.Constant(I64, 63)),

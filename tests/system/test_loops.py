@@ -932,3 +932,30 @@ def test_mixed_dtype_state_gradient(fusion, rng):
     assert_close(got[0], np.asarray(want[0]), rtol=2e-5, atol=1e-6, what="d/dx (float32) vs JAX")
     # (float32 rounding: v feeds w; a wrong stack layout is off by far more)
     assert_close(got[1], np.asarray(want[1]), rtol=2e-5, atol=1e-6, what="d/dc (float64) vs JAX")
+
+
+def test_nested_loop_rows_stay_aligned(fusion, rng):
+    """A float64 loop nested in a loop whose state is float32 pushes its 8-byte rows above
+    the outer loop's 4-byte ones: they must stay 8-byte aligned (a GPU faults on a
+    misaligned 8-byte access); gradients vs JAX."""
+    size = 300
+    n, m = rng.integers(0, 4, size), rng.integers(0, 3, size)
+    x = rng.uniform(-1, 1, size).astype(np.float32)
+    c = rng.uniform(0.5, 1.5, size)
+
+    def loss(xp, fori):
+        def f(x, c):
+            def outer(i, s):
+                v = s[0]
+                w = fori(0, xp.asarray(m) + 1,
+                         lambda j, u: (xp.sin(u[0]) * c + 0.1 * xp.astype(v, c.dtype),), (c * 0.5,))[0]
+                return (v * 0.9 + xp.astype(w * 0.1, v.dtype),)
+            return xp.sum(xp.astype(fori(0, xp.asarray(n), outer, (x,))[0], c.dtype) * c)
+        return f
+
+    def j_fori(lo, hi, body, init):
+        return jax_fori(lo, hi, body, init, 4)
+    want = jax.jit(jax.grad(loss(jnp, j_fori), argnums=(0, 1)))(x, c)
+    got = grads(loss(qt, qt.fori_loop), (qt.asarray(x), qt.asarray(c)), (0, 1))
+    assert_close(got[0], np.asarray(want[0]), rtol=2e-5, atol=1e-6, what="d/dx (float32) vs JAX")
+    assert_close(got[1], np.asarray(want[1]), rtol=2e-5, atol=1e-6, what="d/dc vs JAX")
