@@ -25,10 +25,9 @@ import numpy as np
 from ..config import config
 from ..errors import AdstackOverflowError
 from ..graph import origins
-from ..graph.instrs import word_stacks
 from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
-from ..kernels.lowering import split_phases, split_scratch_bytes, task_segments
+from ..kernels.lowering import interleaves_stacks, split_phases, split_scratch_bytes, task_segments
 from ..kernels.target import target_for
 from ..stats import bump, bump_many
 from . import adstack, cpu, library
@@ -166,7 +165,7 @@ class Plan:
                 loops = [what for kind, what, *_ in t.checks if kind == "adstack"]
                 stack = adstack.Stack([(adstack.DepthSource(depth, slot_of, leaf_slots), fb, ib)
                                        for depth, fb, ib in t.stack], " ".join([t.symbol, *loops]),
-                                      lowering.interleaved_stacks and word_stacks(t.instrs))
+                                      interleaves_stacks(t, lowering))
             extent = math.prod(t.domain) if lowering.flat or segments > 1 else t.domain[0]
             scratch = split_scratch_bytes(t, segments)
             phases = split_phases(t, segments)

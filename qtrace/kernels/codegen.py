@@ -22,7 +22,6 @@ from ..graph.instrs import (
     stack_rows,
     uses_f32_trig,
     walk,
-    word_stacks,
 )
 from . import (
     column_reduce,
@@ -38,7 +37,7 @@ from . import (
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
 from .loop_hints import narrow_accumulation, vector_hint
-from .lowering import CPU, Lowering, reduce_segments, scan_segments
+from .lowering import CPU, Lowering, interleaves_stacks, reduce_segments, scan_segments
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -538,7 +537,10 @@ class KernelEmitter:
 
     def _interleaved(self) -> bool:
         """Whether this task's adstacks are interleaved across threads (see :meth:`_stack_words`)."""
-        return self.lowering.interleaved_stacks and word_stacks(self.t.instrs)
+        known = self.__dict__.get("_interleaves")
+        if known is None:
+            known = self._interleaves = interleaves_stacks(self.t, self.lowering)
+        return known
 
     def _stack_words(self, fbytes: ir.Value):
         """``word_at(where, pos)``: the address of logical byte ``pos`` (whole words) of this

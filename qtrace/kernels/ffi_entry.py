@@ -443,7 +443,7 @@ class _Emitter:
         for d, level in zip(depths, step.levels):
             fbytes = b.add(fbytes, b.mul(d, ir.Constant(I64, level.float_bytes)))
             ibytes = b.add(ibytes, b.mul(d, ir.Constant(I64, level.int_bytes)))
-        stride = b.add(ir.Constant(I64, 64), b.add(_round64(b, fbytes), _round64(b, ibytes)))
+        stride = b.add(ir.Constant(I64, STACK_HEADER), b.add(_round64(b, fbytes), _round64(b, ibytes)))
         if self.gpu:
             workers = ir.Constant(I64, step.threads)
         nbytes = b.mul(stride, workers)

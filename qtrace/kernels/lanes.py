@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..graph.instrs import LOOPS, stack_rows, uses_f32_trig, walk
+from ..graph.instrs import LOOPS, STACK_HEADER, stack_rows, uses_f32_trig, walk
 from . import scalar
 from .intrinsics import aborted
 
@@ -290,7 +290,7 @@ def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, ty
     sdt = [np.dtype(d) for d in dts_s]
     offsets, fb, ib = stack_rows(dts_s, pushed, rprog)
     cap = b.load(em.scratch, typ=I64)  # rows of `lanes` entries each
-    fstack = b.gep(em.scratch, [ir.Constant(I64, 64)], source_etype=I8)
+    fstack = b.gep(em.scratch, [ir.Constant(I64, STACK_HEADER)], source_etype=I8)
     fbytes = b.and_(b.add(b.mul(cap, ir.Constant(I64, fb * lanes)), ir.Constant(I64, 63)),
                     ir.Constant(I64, -64))
     istack = b.gep(fstack, [fbytes], source_etype=I8)

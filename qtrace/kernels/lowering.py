@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..graph.instrs import word_stacks
+
 
 @dataclass(frozen=True)
 class Lowering:
@@ -169,3 +171,11 @@ def split_scratch_bytes(task, s: int) -> int:
         from .split_scan import PIECES
         return 8 * math.prod(task.domain) * s * PIECES
     return split_layout(math.prod(task.domain), s, task.reduce[0] in ("argmax", "argmin")).nbytes
+
+
+def interleaves_stacks(task, lowering: Lowering) -> bool:
+    """Whether ``task``'s adstacks are interleaved across a launch's threads under
+    ``lowering`` (its ``interleaved_stacks``, and every pushed value one word:
+    :func:`qtrace.graph.instrs.word_stacks`); the kernel and the runtime laying out its
+    stack block both ask this."""
+    return lowering.interleaved_stacks and word_stacks(task.instrs)
