@@ -23,6 +23,9 @@ variable                    attribute                    meaning
                                                          least recently used trimmed)
 ``QTRACE_FFI_NATIVE``       ``ffi_native``               ``0``: ``qt.to_jax`` calls run
                                                          through the Python FFI handler
+``QTRACE_NATIVE``           ``native``                   ``0``: record in Python only,
+                                                         without the compiled recorder
+                                                         (read once, at import)
 (no variable)               ``check_bounds``             gather/scatter index checks
 (no variable)               ``max_pending_nodes``        graph size that forces evaluation
 (no variable)               ``adstack_max_depth``        debug cap on loop stacks (provokes
@@ -92,6 +95,7 @@ class Config:
         self.offline_cache: bool = _flag("QTRACE_OFFLINE_CACHE", True)
         self.cache_max_bytes: int = int(float(os.environ.get("QTRACE_CACHE_MAX_MB") or 1024) * 2**20)
         self.ffi_native: bool = _flag("QTRACE_FFI_NATIVE", True)
+        self.native: bool = _flag("QTRACE_NATIVE", True)
         self.check_bounds: bool = True
         self.max_pending_nodes: int = 1000
         self.adstack_max_depth: int | None = None

@@ -310,8 +310,11 @@ def _arctanh(ct, xs, out):
 @vjp_rule("hypot")
 @_ew
 def _hypot(ct, xs, out):
+    # x / hypot(x, y); at the origin 0 (JAX's value there), not 0/0
     x, y = xs
-    return [div(mul(ct, x), out), div(mul(ct, y), out)]
+    zero = ew.equal(out, 0.0)
+    safe = ew.where(zero, 1.0, out)
+    return [ew.where(zero, 0.0, div(mul(ct, x), safe)), ew.where(zero, 0.0, div(mul(ct, y), safe))]
 
 
 @vjp_rule("minimum", "maximum")

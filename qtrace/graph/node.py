@@ -34,6 +34,7 @@ import weakref
 
 import numpy as np
 
+from . import native
 from .device import Device
 
 
@@ -336,6 +337,13 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
     # lives it holds its inputs, so the ids in ``ident`` cannot be reused by other objects
     _recent[ident] = weakref.ref(node)
     return node
+
+
+make_node_py = make_node  # the reference definition (``QTRACE_NATIVE=0`` records with it)
+if native.active():  # the same algorithm in C, on the same tables (see qtrace.graph.native)
+    native.module().bind(Node, _structs, _struct, _recent, _merge2, _merged, make_node_py, tuple(_IOTA),
+                         RECENT_CAP, COUNT_CAP)
+    make_node = native.module().make_node  # noqa: F811
 
 
 def make_input(shape: tuple, dtype: np.dtype, device: Device, strides: tuple | None = None,

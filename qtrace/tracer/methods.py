@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph import native as graph_native
 from . import array_api, composites, indexing, linalg, reductions, shape_ops, views
 from . import elementwise as ew
 from .convert import astype, cast
@@ -18,7 +19,26 @@ def _binary(name: str, reflected: bool = False):
     else:
         def op(self, other):
             return apply2(name, self, other)
-    return op
+    return _fast("binary", op, name, reflected)
+
+
+def _fast(kind: str, op, *args):
+    """``op``, or the compiled recorder's method of that kind when present: its fast path
+    in C, falling back to ``op`` itself (qtrace.graph.native)."""
+    native = graph_native.module()
+    return op if native is None else native.Method(kind, op, *args)
+
+
+def _bind_native() -> None:
+    """Hand the compiled recorder the view machinery it follows (and falls back to)."""
+    native = graph_native.module()
+    if native is not None:
+        native.bind_views(views.Storage, views._storage, views._leaf_view, views.reshape_node,
+                          views._views_lock)
+        native.bind_assign(indexing.assigned_values, views.apply_step, views.undo_step)
+
+
+_bind_native()
 
 
 _BINARY = {
@@ -79,8 +99,8 @@ Tensor.__neg__ = lambda self: ew.apply1("negative", self)
 Tensor.__pos__ = lambda self: ew.apply1("positive", self)
 Tensor.__abs__ = lambda self: ew.apply1("abs", self)
 Tensor.__invert__ = lambda self: ew.apply1("invert", self)
-Tensor.__getitem__ = indexing.getitem
-Tensor.__setitem__ = indexing.setitem
+Tensor.__getitem__ = _fast("getitem", indexing.getitem)
+Tensor.__setitem__ = _fast("setitem", indexing.setitem)
 Tensor.at = property(indexing.AtProperty,
                      doc="Functional updates: ``x.at[idx].set/add/multiply/min/max(v)``.")
 

@@ -1,0 +1,1612 @@
+/* qtrace.graph._native: the recording hot path in C.
+ *
+ * Eager NumPy-style code records one graph node per operation, so what a node costs to
+ * create is what every `x * y` costs. This module implements, for the common cases, the
+ * same algorithms as the Python definitions it accelerates, on the same Python objects:
+ *
+ *   make_node   qtrace.graph.node.make_node (one- and two-input nodes; everything else,
+ *               and merges of two distinct leaf lists, call back into the Python code)
+ *
+ * The Python module stays the reference: `bind` hands this module the classes, tables and
+ * fallback functions it works with (node.py's intern tables are the very dicts used here,
+ * so clearing them from Python is seen here), and QTRACE_NATIVE=0 runs without it. The
+ * test suite runs the same programs both ways (tests/unit/test_native_recorder.py).
+ *
+ * Objects are written through the member slots of the Python classes (their __slots__):
+ * `bind` reads each slot's offset from its member descriptor, so the classes keep being
+ * defined once, in Python.
+ */
+/* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
+   a function's arguments change, so that a stale build is refused, not misused. */
+#define QTRACE_NATIVE_ABI 1
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <math.h>
+
+/* -- what bind() hands over ------------------------------------------------------------ */
+static PyTypeObject *node_type;      /* qtrace.graph.node.Node (not Leaf) */
+static PyObject *structs;            /* node._structs: parts -> Struct */
+static PyObject *struct_fn;          /* node._struct(parts): intern a new struct */
+static PyObject *recent;             /* node._recent: (struct, ids...) -> weakref(node) */
+static PyObject *merge2_fn;          /* node._merge2(la, lb, inputs) -> (leaves, pa, pb) */
+static PyObject *merged;             /* node._merged: (id(la), id(lb)) -> (la, lb, leaves, pa, pb) */
+static PyObject *fallback_fn;        /* the Python make_node (other input counts) */
+static PyObject *iota;               /* node._IOTA: tuple(range(n)) for small n */
+static Py_ssize_t recent_cap, count_cap;
+
+static PyObject *str_const, *str_leaves, *zero_t, *one_t;
+
+enum { S_PRIM, S_PARAMS, S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE, S_INPUTS, S_STRUCT, S_LEAVES,
+       S_COUNT, S_BUFFER, S_SIG, N_SLOTS };
+static const char *slot_names[N_SLOTS] = {
+    "prim", "params", "shape", "dtype", "weak", "device", "inputs", "struct", "leaves",
+    "count", "buffer", "sig"};
+static Py_ssize_t node_off[N_SLOTS];
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* Offset of the __slots__ member `name` of `type` (its member descriptor's). */
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
+{
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, name);
+    if (descr == NULL || !PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "_native.bind: %s.%s is not a __slots__ member",
+                     type->tp_name, name);
+        return -1;
+    }
+    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+    if (m->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "_native.bind: %s.%s is not an object slot",
+                     type->tp_name, name);
+        return -1;
+    }
+    *out = m->offset;
+    return 0;
+}
+
+/* Replace a slot's value (new reference stolen). */
+static inline void set_slot(PyObject *obj, Py_ssize_t off, PyObject *value)
+{
+    PyObject *old = SLOT(obj, off);
+    SLOT(obj, off) = value;
+    Py_XDECREF(old);
+}
+
+static void clear_bound(void)
+{
+    Py_CLEAR(node_type);
+    Py_CLEAR(structs);
+    Py_CLEAR(struct_fn);
+    Py_CLEAR(recent);
+    Py_CLEAR(merge2_fn);
+    Py_CLEAR(merged);
+    Py_CLEAR(fallback_fn);
+    Py_CLEAR(iota);
+}
+
+static PyObject *bind(PyObject *self, PyObject *args)
+{
+    PyObject *ntype, *st, *sfn, *rec, *m2, *mg, *fb, *io;
+    Py_ssize_t rcap, ccap;
+    if (!PyArg_ParseTuple(args, "O!O!OO!OO!OO!nn:bind", &PyType_Type, &ntype, &PyDict_Type, &st,
+                          &sfn, &PyDict_Type, &rec, &m2, &PyDict_Type, &mg, &fb, &PyTuple_Type,
+                          &io, &rcap, &ccap))
+        return NULL;
+    Py_ssize_t offs[N_SLOTS];
+    for (int i = 0; i < N_SLOTS; i++)
+        if (slot_offset((PyTypeObject *)ntype, slot_names[i], &offs[i]) < 0)
+            return NULL;
+    clear_bound();
+    memcpy(node_off, offs, sizeof offs);
+    Py_INCREF(ntype); node_type = (PyTypeObject *)ntype;
+    Py_INCREF(st); structs = st;
+    Py_INCREF(sfn); struct_fn = sfn;
+    Py_INCREF(rec); recent = rec;
+    Py_INCREF(m2); merge2_fn = m2;
+    Py_INCREF(mg); merged = mg;
+    Py_INCREF(fb); fallback_fn = fb;
+    Py_INCREF(io); iota = io;
+    recent_cap = rcap;
+    count_cap = ccap;
+    Py_RETURN_NONE;
+}
+
+/* -- make_node ------------------------------------------------------------------------- */
+
+/* A node's leaf tuple (new reference): the slot of a Node, the property of a Leaf. */
+static PyObject *leaves_of(PyObject *n)
+{
+    if (Py_TYPE(n) == node_type) {
+        PyObject *l = SLOT(n, node_off[S_LEAVES]);
+        if (l != NULL) {
+            Py_INCREF(l);
+            return l;
+        }
+    }
+    PyObject *l = PyObject_GetAttr(n, str_leaves);
+    if (l != NULL && !PyTuple_Check(l)) {
+        Py_DECREF(l);
+        PyErr_SetString(PyExc_TypeError, "make_node: an input's leaves are not a tuple");
+        return NULL;
+    }
+    return l;
+}
+
+/* tuple(range(n)) (new reference), shared for small n. */
+static PyObject *iota_of(Py_ssize_t n)
+{
+    if (n < PyTuple_GET_SIZE(iota)) {
+        PyObject *t = PyTuple_GET_ITEM(iota, n);
+        Py_INCREF(t);
+        return t;
+    }
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromSsize_t(i);
+        if (v == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static int input_count(PyObject *n, Py_ssize_t *out)
+{
+    PyObject *c = SLOT(n, node_off[S_COUNT]);
+    if (c == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "make_node: an input has no count");
+        return -1;
+    }
+    *out = PyLong_AsSsize_t(c);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Struct of `parts` (new reference): the interned one, or node._struct's new one. */
+static PyObject *struct_of(PyObject *parts)
+{
+    PyObject *s = PyDict_GetItemWithError(structs, parts);
+    if (s != NULL) {
+        Py_INCREF(s);
+        return s;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    return PyObject_CallOneArg(struct_fn, parts);
+}
+
+/* Whether `params` are plain data: a tuple of numbers, strings, None and tuples of those.
+
+   A node with plain params cannot be part of a reference cycle (its inputs are older nodes,
+   its struct and leaves hold no node that holds it back, its buffer is an array), so the
+   cyclic garbage collector need not see it: eager code keeps thousands of pending nodes
+   alive, and traversing them on every collection was a sixth of the recording time. A
+   node whose params hold anything else (subgraphs, callables) stays tracked. */
+static int plain_atom(PyObject *x)
+{
+    return x == Py_None || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyUnicode_CheckExact(x)
+        || PyBool_Check(x);
+}
+
+static int plain_params(PyObject *params)
+{
+    if (!PyTuple_CheckExact(params))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(params); i++) {
+        PyObject *p = PyTuple_GET_ITEM(params, i);
+        if (plain_atom(p))
+            continue;
+        if (!PyTuple_CheckExact(p))
+            return 0;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(p); j++)
+            if (!plain_atom(PyTuple_GET_ITEM(p, j)))
+                return 0;
+    }
+    return 1;
+}
+
+/* node._merge2's quick answers: one operand over a single leaf the other reads, or two
+   leaf lists merged before (node._merged). 0: not known here (the Python code merges). */
+static int merge2_known(PyObject *la, PyObject *lb, PyObject **leaves, PyObject **pa, PyObject **pb)
+{
+    Py_ssize_t na = PyTuple_GET_SIZE(la), nb = PyTuple_GET_SIZE(lb);
+    for (int side = 0; side < 2; side++) {
+        PyObject *one = side ? la : lb, *many = side ? lb : la;
+        if ((side ? na : nb) != 1)
+            continue;
+        PyObject *leaf = PyTuple_GET_ITEM(one, 0);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(many); i++) {
+            if (PyTuple_GET_ITEM(many, i) != leaf)
+                continue;
+            /* (Python's `in` and index() compare with ==, which for nodes is identity) */
+            PyObject *pos = Py_BuildValue("(n)", i), *all = iota_of(PyTuple_GET_SIZE(many));
+            if (pos == NULL || all == NULL) {
+                Py_XDECREF(pos);
+                Py_XDECREF(all);
+                PyErr_Clear();
+                return 0;
+            }
+            Py_INCREF(many);
+            *leaves = many;
+            *pa = side ? pos : all;
+            *pb = side ? all : pos;
+            return 1;
+        }
+    }
+    if (merged == NULL)
+        return 0;
+    PyObject *ia = PyLong_FromVoidPtr(la), *ib = PyLong_FromVoidPtr(lb);
+    PyObject *key = (ia && ib) ? PyTuple_Pack(2, ia, ib) : NULL;
+    Py_XDECREF(ia);
+    Py_XDECREF(ib);
+    PyObject *hit = key ? PyDict_GetItemWithError(merged, key) : NULL;
+    Py_XDECREF(key);
+    if (hit == NULL || !PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 5
+        || PyTuple_GET_ITEM(hit, 0) != la || PyTuple_GET_ITEM(hit, 1) != lb) {
+        PyErr_Clear();
+        return 0;
+    }
+    *leaves = PyTuple_GET_ITEM(hit, 2);
+    *pa = PyTuple_GET_ITEM(hit, 3);
+    *pb = PyTuple_GET_ITEM(hit, 4);
+    Py_INCREF(*leaves);
+    Py_INCREF(*pa);
+    Py_INCREF(*pb);
+    return 1;
+}
+
+static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 6 || nargs > 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "make_node(prim, params, shape, dtype, inputs, device, weak=False)");
+        return NULL;
+    }
+    if (node_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "qtrace.graph._native: bind() was not called");
+        return NULL;
+    }
+    PyObject *prim = args[0], *params = args[1], *shape = args[2], *dtype = args[3];
+    PyObject *inputs = args[4], *device = args[5], *weak = nargs > 6 ? args[6] : Py_False;
+    Py_ssize_t n_in = PyTuple_Check(inputs) ? PyTuple_GET_SIZE(inputs) : -1;
+    if (n_in != 1 && n_in != 2)
+        return PyObject_Vectorcall(fallback_fn, args, nargs, NULL);
+    for (Py_ssize_t i = 0; i < n_in; i++)
+        if (!PyObject_TypeCheck(PyTuple_GET_ITEM(inputs, i), node_type))
+            return PyObject_Vectorcall(fallback_fn, args, nargs, NULL);
+
+    PyObject *ptoken, *leaves = NULL, *parts = NULL, *ident = NULL, *st = NULL, *node = NULL;
+    PyObject *pa = NULL, *pb = NULL, *la = NULL, *lb = NULL;
+    int is_const = PyUnicode_Check(prim) && PyUnicode_Compare(prim, str_const) == 0;
+    if (is_const) {
+        ptoken = PyObject_Repr(params);
+        if (ptoken == NULL)
+            return NULL;
+    } else {
+        Py_INCREF(params);
+        ptoken = params;
+    }
+    PyObject *a = PyTuple_GET_ITEM(inputs, 0), *b = NULL;
+    Py_ssize_t count, cb;
+    if (input_count(a, &count) < 0)
+        goto fail;
+    la = leaves_of(a);
+    if (la == NULL)
+        goto fail;
+    Py_ssize_t na = PyTuple_GET_SIZE(la);
+    if (n_in == 2) {
+        b = PyTuple_GET_ITEM(inputs, 1);
+        if (input_count(b, &cb) < 0)
+            goto fail;
+        if (cb > count)
+            count = cb;
+        lb = leaves_of(b);
+        if (lb == NULL)
+            goto fail;
+        Py_ssize_t nb = PyTuple_GET_SIZE(lb);
+        if (la == lb || nb == 0) {
+            Py_INCREF(la); leaves = la;
+            pa = iota_of(na);
+            pb = iota_of(nb);
+        } else if (na == 0) {
+            Py_INCREF(lb); leaves = lb;
+            Py_INCREF(PyTuple_GET_ITEM(iota, 0)); pa = PyTuple_GET_ITEM(iota, 0);
+            pb = iota_of(nb);
+        } else if (na == 1 && nb == 1) {
+            PyObject *x = PyTuple_GET_ITEM(la, 0), *y = PyTuple_GET_ITEM(lb, 0);
+            Py_INCREF(zero_t); pa = zero_t;
+            if (x == y) {
+                Py_INCREF(la); leaves = la;
+                Py_INCREF(zero_t); pb = zero_t;
+            } else {
+                leaves = PyTuple_Pack(2, x, y);
+                Py_INCREF(one_t); pb = one_t;
+            }
+        } else if (merge2_known(la, lb, &leaves, &pa, &pb)) {
+            /* found */
+        } else {
+            PyObject *r = PyObject_CallFunctionObjArgs(merge2_fn, la, lb, inputs, NULL);
+            if (r == NULL)
+                goto fail;
+            if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 3) {
+                Py_DECREF(r);
+                PyErr_SetString(PyExc_TypeError, "make_node: _merge2 must return 3 values");
+                goto fail;
+            }
+            leaves = PyTuple_GET_ITEM(r, 0); Py_INCREF(leaves);
+            pa = PyTuple_GET_ITEM(r, 1); Py_INCREF(pa);
+            pb = PyTuple_GET_ITEM(r, 2); Py_INCREF(pb);
+            Py_DECREF(r);
+        }
+        if (leaves == NULL || pa == NULL || pb == NULL)
+            goto fail;
+        parts = PyTuple_Pack(10, prim, ptoken, shape, dtype, weak, device,
+                             SLOT(a, node_off[S_STRUCT]), pa, SLOT(b, node_off[S_STRUCT]), pb);
+    } else {
+        Py_INCREF(la); leaves = la;
+        pa = iota_of(na);
+        if (pa == NULL)
+            goto fail;
+        parts = PyTuple_Pack(8, prim, ptoken, shape, dtype, weak, device,
+                             SLOT(a, node_off[S_STRUCT]), pa);
+    }
+    if (parts == NULL)
+        goto fail;
+    st = struct_of(parts);
+    if (st == NULL)
+        goto fail;
+    {
+        PyObject *ida = PyLong_FromVoidPtr(a), *idb = NULL;
+        if (ida == NULL)
+            goto fail;
+        if (b != NULL) {
+            idb = PyLong_FromVoidPtr(b);
+            if (idb == NULL) {
+                Py_DECREF(ida);
+                goto fail;
+            }
+            ident = PyTuple_Pack(3, st, ida, idb);
+            Py_DECREF(idb);
+        } else {
+            ident = PyTuple_Pack(2, st, ida);
+        }
+        Py_DECREF(ida);
+        if (ident == NULL)
+            goto fail;
+    }
+    PyObject *ref = PyDict_GetItemWithError(recent, ident);
+    if (ref != NULL && PyWeakref_Check(ref)) {
+#if PY_VERSION_HEX >= 0x030D0000
+        PyObject *live = NULL;
+        if (PyWeakref_GetRef(ref, &live) < 0)
+            goto fail;
+        if (live != NULL) {
+            node = live;
+            goto done;
+        }
+#else
+        PyObject *live = PyWeakref_GetObject(ref);   /* borrowed */
+        if (live != NULL && live != Py_None) {
+            Py_INCREF(live);
+            node = live;
+            goto done;
+        }
+#endif
+    } else if (ref == NULL && PyErr_Occurred()) {
+        goto fail;
+    }
+    node = node_type->tp_alloc(node_type, 0);
+    if (node == NULL)
+        goto fail;
+    if (plain_params(params))
+        PyObject_GC_UnTrack(node);   /* see plain_params */
+    count += n_in;
+    if (count > count_cap)
+        count = count_cap;
+    PyObject *cnt = PyLong_FromSsize_t(count);
+    if (cnt == NULL)
+        goto fail;
+    Py_INCREF(prim); set_slot(node, node_off[S_PRIM], prim);
+    Py_INCREF(params); set_slot(node, node_off[S_PARAMS], params);
+    Py_INCREF(shape); set_slot(node, node_off[S_SHAPE], shape);
+    Py_INCREF(dtype); set_slot(node, node_off[S_DTYPE], dtype);
+    Py_INCREF(weak); set_slot(node, node_off[S_WEAK], weak);
+    Py_INCREF(device); set_slot(node, node_off[S_DEVICE], device);
+    Py_INCREF(inputs); set_slot(node, node_off[S_INPUTS], inputs);
+    Py_INCREF(st); set_slot(node, node_off[S_STRUCT], st);
+    Py_INCREF(leaves); set_slot(node, node_off[S_LEAVES], leaves);
+    set_slot(node, node_off[S_COUNT], cnt);
+    Py_INCREF(Py_None); set_slot(node, node_off[S_BUFFER], Py_None);
+    Py_INCREF(Py_None); set_slot(node, node_off[S_SIG], Py_None);
+    if (PyDict_GET_SIZE(recent) >= recent_cap)
+        PyDict_Clear(recent);
+    {
+        PyObject *w = PyWeakref_NewRef(node, NULL);
+        if (w == NULL || PyDict_SetItem(recent, ident, w) < 0) {
+            Py_XDECREF(w);
+            goto fail;
+        }
+        Py_DECREF(w);
+    }
+done:
+    Py_DECREF(ptoken);
+    Py_XDECREF(leaves); Py_XDECREF(parts); Py_XDECREF(ident); Py_XDECREF(st);
+    Py_XDECREF(pa); Py_XDECREF(pb); Py_XDECREF(la); Py_XDECREF(lb);
+    return node;
+fail:
+    Py_XDECREF(node);
+    node = NULL;
+    goto done;
+}
+
+
+/* -- tensors: noting pending values, binary operators ------------------------------------
+ *
+ * note        qtrace.tracer.pending.note (the cut itself stays in Python: _consider_cut)
+ * binary_fast a Tensor operator (`x * y`, `2.0 * x`): qtrace.tracer.elementwise.apply2's
+ *             fast path for two tensors of one shape, or a tensor and a Python number,
+ *             whose loop dtypes need no cast (anything else: the Python operator)
+ */
+static PyTypeObject *tensor_type, *tstate_type;
+static PyObject *local_obj;          /* context._local (threading.local) */
+static PyObject *state_fn;           /* context.state(): this thread's ThreadState */
+static PyObject *config_obj;         /* qtrace.config.config */
+static PyObject *consider_cut_fn;    /* pending._consider_cut(state, owner) */
+static PyObject *recipes;            /* elementwise._recipes */
+static PyObject *apply2_fn;          /* elementwise.apply2(name, x, y) */
+static PyObject *scalar_node_fn;     /* convert.scalar_node(value, dtype, device) */
+static PyObject *scalars;            /* convert._scalars: recent eager scalars' 0-d inputs */
+static Py_ssize_t t_node, t_view, s_special, s_pending, s_count;
+static PyObject *str_s, *str_max_pending, *empty_tuple;
+
+static PyObject *bind_tensors(PyObject *self, PyObject *args)
+{
+    PyObject *tt, *st, *loc, *sfn, *cfg, *ccut, *rec, *a2, *snode, *sc;
+    if (!PyArg_ParseTuple(args, "O!O!OOOOO!OOO!:bind_tensors", &PyType_Type, &tt, &PyType_Type,
+                          &st, &loc, &sfn, &cfg, &ccut, &PyDict_Type, &rec, &a2, &snode,
+                          &PyDict_Type, &sc))
+        return NULL;
+    if (slot_offset((PyTypeObject *)tt, "_node", &t_node) < 0
+        || slot_offset((PyTypeObject *)tt, "_view", &t_view) < 0
+        || slot_offset((PyTypeObject *)st, "special", &s_special) < 0
+        || slot_offset((PyTypeObject *)st, "pending", &s_pending) < 0
+        || slot_offset((PyTypeObject *)st, "count", &s_count) < 0)
+        return NULL;
+    PyObject **dst[] = {(PyObject **)&tensor_type, (PyObject **)&tstate_type, &local_obj,
+                        &state_fn, &config_obj, &consider_cut_fn, &recipes, &apply2_fn,
+                        &scalar_node_fn, &scalars};
+    PyObject *src[] = {tt, st, loc, sfn, cfg, ccut, rec, a2, snode, sc};
+    for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
+        Py_INCREF(src[i]);
+        Py_XSETREF(*dst[i], src[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+/* This thread's ThreadState (new reference). */
+static PyObject *thread_state(void)
+{
+    PyObject *s = PyObject_GetAttr(local_obj, str_s);
+    if (s == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+        s = PyObject_CallNoArgs(state_fn);
+    }
+    if (s != NULL && Py_TYPE(s) != tstate_type) {
+        Py_DECREF(s);
+        PyErr_SetString(PyExc_TypeError, "qtrace: the thread state is not a ThreadState");
+        return NULL;
+    }
+    return s;
+}
+
+static int note_owner(PyObject *owner)
+{
+    PyObject *s = thread_state();
+    if (s == NULL)
+        return -1;
+    PyObject *special = SLOT(s, s_special), *pending = SLOT(s, s_pending);
+    PyObject *count = SLOT(s, s_count);
+    if (special == NULL || pending == NULL || count == NULL || !PyList_Check(pending)) {
+        Py_DECREF(s);
+        PyErr_SetString(PyExc_TypeError, "qtrace: an incomplete ThreadState");
+        return -1;
+    }
+    int busy = PyObject_IsTrue(special);
+    if (busy != 0) {
+        Py_DECREF(s);
+        return busy < 0 ? -1 : 0;
+    }
+    PyObject *w = PyWeakref_NewRef(owner, NULL);
+    if (w == NULL || PyList_Append(pending, w) < 0) {
+        Py_XDECREF(w);
+        Py_DECREF(s);
+        return -1;
+    }
+    Py_DECREF(w);
+    Py_ssize_t n = PyLong_AsSsize_t(count);
+    PyObject *next = (n == -1 && PyErr_Occurred()) ? NULL : PyLong_FromSsize_t(n + 1);
+    if (next == NULL) {
+        Py_DECREF(s);
+        return -1;
+    }
+    set_slot(s, s_count, next);
+    PyObject *limit = PyObject_GetAttr(config_obj, str_max_pending);
+    int over = limit == NULL ? -1 : PyObject_RichCompareBool(next, limit, Py_GE);
+    Py_XDECREF(limit);
+    if (over > 0) {
+        PyObject *r = PyObject_CallFunctionObjArgs(consider_cut_fn, s, owner, NULL);
+        over = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(s);
+    return over;
+}
+
+static PyObject *note(PyObject *self, PyObject *owner)
+{
+    if (tensor_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "qtrace.graph._native: bind_tensors() was not called");
+        return NULL;
+    }
+    if (note_owner(owner) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* A new Tensor holding `node` (stolen), noted as pending. */
+static PyObject *new_tensor(PyObject *node)
+{
+    PyObject *t = tensor_type->tp_alloc(tensor_type, 0);
+    if (t == NULL) {
+        Py_DECREF(node);
+        return NULL;
+    }
+    /* A tensor holds a node and its view (a storage, which holds its tensors weakly):
+       it cannot be part of a reference cycle, so the cyclic collector need not see it. */
+    PyObject_GC_UnTrack(t);
+    set_slot(t, t_node, node);
+    Py_INCREF(Py_None);
+    set_slot(t, t_view, Py_None);
+    if (note_owner(t) < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* convert.scalar_node (new reference): a float operand of eager code found in the table of
+   recent scalars (a 0-d input per value, dtype and device); everything else — integers,
+   small or non-finite floats, recording under qt.jit or qt.grad, a value not seen yet —
+   is Python's. */
+static PyObject *scalar_operand(PyObject *value, PyObject *dtype, PyObject *device)
+{
+    if (PyFloat_CheckExact(value) && scalars != NULL) {
+        double v = PyFloat_AS_DOUBLE(value);
+        if (v == v && !(fabs(v) <= 4 && v == floor(v))) {
+            PyObject *s = thread_state();
+            if (s == NULL)
+                return NULL;
+            PyObject *special = SLOT(s, s_special);
+            int quiet = special != NULL && PyLong_CheckExact(special) && PyLong_AsLong(special) == 0;
+            Py_DECREF(s);
+            if (quiet) {
+                PyObject *key = PyTuple_Pack(4, (PyObject *)&PyFloat_Type, value, dtype, device);
+                if (key == NULL)
+                    return NULL;
+                PyObject *node = PyDict_GetItemWithError(scalars, key);
+                Py_DECREF(key);
+                if (node != NULL) {
+                    Py_INCREF(node);
+                    return node;
+                }
+                if (PyErr_Occurred())
+                    return NULL;
+            }
+        }
+    }
+    return PyObject_CallFunctionObjArgs(scalar_node_fn, value, dtype, device, NULL);
+}
+
+static int is_py_scalar(PyTypeObject *tp)
+{
+    return tp == &PyFloat_Type || tp == &PyLong_Type || tp == &PyBool_Type || tp == &PyComplex_Type;
+}
+
+/* x `name` y on the fast path, or NULL with no error set when it does not apply. */
+static PyObject *binary_fast(PyObject *name, PyObject *x, PyObject *y)
+{
+    PyTypeObject *tx = Py_TYPE(x), *ty = Py_TYPE(y);
+    PyObject *nx = NULL, *ny = NULL;
+    if (tx == tensor_type)
+        nx = SLOT(x, t_node);
+    else if (!is_py_scalar(tx))
+        return NULL;
+    if (ty == tensor_type)
+        ny = SLOT(y, t_node);
+    else if (!is_py_scalar(ty))
+        return NULL;
+    if ((nx == NULL && ny == NULL) || (tx == tensor_type && nx == NULL) || (ty == tensor_type && ny == NULL))
+        return NULL;
+    PyObject *key = PyTuple_Pack(5, name,
+                                 nx ? SLOT(nx, node_off[S_DTYPE]) : (PyObject *)tx,
+                                 nx ? SLOT(nx, node_off[S_WEAK]) : Py_None,
+                                 ny ? SLOT(ny, node_off[S_DTYPE]) : (PyObject *)ty,
+                                 ny ? SLOT(ny, node_off[S_WEAK]) : Py_None);
+    if (key == NULL)
+        return NULL;
+    PyObject *recipe = PyDict_GetItemWithError(recipes, key);   /* borrowed */
+    Py_DECREF(key);
+    if (recipe == NULL || !PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 3)
+        return NULL;   /* unknown (apply2 will learn it), not eligible, or an error */
+    PyObject *loop = PyTuple_GET_ITEM(recipe, 0), *weak = PyTuple_GET_ITEM(recipe, 1);
+    PyObject *checks = PyTuple_GET_ITEM(recipe, 2);
+    if (!PyTuple_Check(loop) || PyTuple_GET_SIZE(loop) != 3 || !PyTuple_Check(checks)
+        || PyTuple_GET_SIZE(checks) != 2)
+        return NULL;
+    PyObject *dev, *shape, *tensor_node = nx ? nx : ny;
+    if (nx != NULL && ny != NULL) {
+        dev = SLOT(nx, node_off[S_DEVICE]);
+        shape = SLOT(nx, node_off[S_SHAPE]);
+        if (SLOT(ny, node_off[S_DEVICE]) != dev)
+            return NULL;
+        PyObject *sy = SLOT(ny, node_off[S_SHAPE]);
+        if (sy != shape) {
+            int eq = PyObject_RichCompareBool(sy, shape, Py_EQ);
+            if (eq <= 0) {
+                if (eq < 0) PyErr_Clear();
+                return NULL;   /* broadcasting: apply2 */
+            }
+        }
+        if (PyUnicode_Compare(SLOT(nx, node_off[S_PRIM]), str_const) == 0
+            && PyUnicode_Compare(SLOT(ny, node_off[S_PRIM]), str_const) == 0)
+            return NULL;
+    } else {
+        if (PyTuple_GET_ITEM(checks, nx ? 1 : 0) != Py_False)
+            return NULL;   /* an integer scalar's range check: apply2 */
+        if (PyUnicode_Compare(SLOT(tensor_node, node_off[S_PRIM]), str_const) == 0)
+            return NULL;
+        dev = SLOT(tensor_node, node_off[S_DEVICE]);
+        shape = SLOT(tensor_node, node_off[S_SHAPE]);
+    }
+    /* operands already in their loop dtypes (a cast is apply2's business) */
+    if ((nx && SLOT(nx, node_off[S_DTYPE]) != PyTuple_GET_ITEM(loop, 0))
+        || (ny && SLOT(ny, node_off[S_DTYPE]) != PyTuple_GET_ITEM(loop, 1)))
+        return NULL;
+    /* held strongly from here: a scalar_node call runs Python code, which may rebind the
+       tensors' nodes (the recipe stays alive in the recipe table, which is never pruned) */
+    Py_INCREF(tensor_node);
+    PyObject *a = nx, *b = ny;
+    if (a == NULL)
+        a = scalar_operand(x, PyTuple_GET_ITEM(loop, 0), dev);
+    else
+        Py_INCREF(a);
+    if (b == NULL && a != NULL)
+        b = scalar_operand(y, PyTuple_GET_ITEM(loop, 1), dev);
+    else
+        Py_XINCREF(b);
+    PyObject *inputs = (a != NULL && b != NULL) ? PyTuple_Pack(2, a, b) : NULL;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    PyObject *node = NULL;
+    if (inputs != NULL) {
+        PyObject *margs[7] = {name, empty_tuple, shape, PyTuple_GET_ITEM(loop, 2), inputs, dev, weak};
+        node = make_node(NULL, margs, 7);
+        Py_DECREF(inputs);
+    }
+    Py_DECREF(tensor_node);
+    if (node == NULL)
+        return NULL;
+    return new_tensor(node);
+}
+
+/* -- basic indexing: x[1:-1, 2:], x[:, -1] ---------------------------------------------
+ *
+ * qtrace.tracer.indexing.getitem for a key of one slice or integer per axis (at least one
+ * slice), with qtrace.tracer.views.view_chain, slice_node and reshape_node: a view of the
+ * tensor, registered with its storage. Storages are created, evaluated bases' leaf views
+ * looked up, and long view lists pruned by the Python code (storage_fn, leaf_view_fn,
+ * Storage.add).
+ */
+static PyTypeObject *storage_type;
+static PyObject *storage_fn;         /* views._storage(t): (storage, steps), made if missing */
+static PyObject *leaf_view_fn;       /* views._leaf_view(base node, steps) */
+static PyObject *reshape_node_fn;    /* views.reshape_node (constants: a broadcast) */
+static PyObject *views_lock;         /* views._views_lock */
+static Py_ssize_t g_node, g_views, g_prune_at;
+static PyObject *str_slice, *str_reshape, *str_slice_update, *str_input, *str_add;
+static PyObject *str_acquire, *str_release;
+
+#define MAX_DIMS 64
+
+static PyObject *bind_views(PyObject *self, PyObject *args)
+{
+    PyObject *stt, *sfn, *lv, *rn, *lock;
+    if (!PyArg_ParseTuple(args, "O!OOOO:bind_views", &PyType_Type, &stt, &sfn, &lv, &rn, &lock))
+        return NULL;
+    if (slot_offset((PyTypeObject *)stt, "node", &g_node) < 0
+        || slot_offset((PyTypeObject *)stt, "views", &g_views) < 0
+        || slot_offset((PyTypeObject *)stt, "prune_at", &g_prune_at) < 0)
+        return NULL;
+    PyObject **dst[] = {(PyObject **)&storage_type, &storage_fn, &leaf_view_fn, &reshape_node_fn,
+                        &views_lock};
+    PyObject *src[] = {stt, sfn, lv, rn, lock};
+    for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
+        Py_INCREF(src[i]);
+        Py_XSETREF(*dst[i], src[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static inline int prim_is(PyObject *node, PyObject *name)
+{
+    PyObject *p = SLOT(node, node_off[S_PRIM]);
+    return p == name || (p != NULL && PyUnicode_Check(p) && PyUnicode_Compare(p, name) == 0);
+}
+
+/* A tuple of Python ints from `n` values (new reference). */
+static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromSsize_t(v[i]);
+        if (x == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+/* Read a tuple of `n` integers; 0 when it is not one (no error left set). */
+static int read_ints(PyObject *t, Py_ssize_t *out, Py_ssize_t n)
+{
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != n)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyTuple_GET_ITEM(t, i);
+        if (!PyLong_Check(x))
+            return 0;
+        out[i] = PyLong_AsSsize_t(x);
+        if (out[i] == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* views.slice_node: the node of the strided sub-view (starts, steps, shape) of `n` (new
+   reference); NULL with no error set where this code does not follow (the caller falls
+   back to Python). */
+static PyObject *slice_node(PyObject *n, Py_ssize_t *starts, Py_ssize_t *steps,
+                            PyObject *shape, const Py_ssize_t *dims, Py_ssize_t nd)
+{
+    PyObject *nshape = SLOT(n, node_off[S_SHAPE]);
+    int trivial = 1;
+    for (Py_ssize_t k = 0; k < nd; k++)
+        if (starts[k] != 0 || steps[k] != 1)
+            trivial = 0;
+    if (trivial) {
+        int eq = PyObject_RichCompareBool(shape, nshape, Py_EQ);
+        if (eq < 0)
+            return NULL;
+        if (eq) {
+            Py_INCREF(n);
+            return n;
+        }
+    }
+    Py_ssize_t s0[MAX_DIMS], st0[MAX_DIMS];
+    if (prim_is(n, str_slice)) {
+        PyObject *params = SLOT(n, node_off[S_PARAMS]);
+        if (!PyTuple_Check(params) || PyTuple_GET_SIZE(params) != 2
+            || !read_ints(PyTuple_GET_ITEM(params, 0), s0, nd)
+            || !read_ints(PyTuple_GET_ITEM(params, 1), st0, nd))
+            return NULL;
+        for (Py_ssize_t k = 0; k < nd; k++) {
+            starts[k] = s0[k] + starts[k] * st0[k];
+            steps[k] = steps[k] * st0[k];
+        }
+        n = PyTuple_GET_ITEM(SLOT(n, node_off[S_INPUTS]), 0);
+    }
+    int empty = 0, unit = 0;
+    for (Py_ssize_t k = 0; k < nd; k++) {
+        empty |= dims[k] == 0;
+        unit |= dims[k] == 1;
+    }
+    while (!empty && prim_is(n, str_slice_update)) {
+        /* reading through a region write (see views.slice_node) */
+        PyObject *params = SLOT(n, node_off[S_PARAMS]);
+        PyObject *region = PyTuple_GET_ITEM(SLOT(n, node_off[S_INPUTS]), 1);
+        Py_ssize_t rs[MAX_DIMS], rt[MAX_DIMS], rd[MAX_DIMS];
+        if (!PyTuple_Check(params) || PyTuple_GET_SIZE(params) != 2
+            || !read_ints(PyTuple_GET_ITEM(params, 0), rs, nd)
+            || !read_ints(PyTuple_GET_ITEM(params, 1), rt, nd)
+            || !read_ints(SLOT(region, node_off[S_SHAPE]), rd, nd))
+            return NULL;
+        int disjoint = 0;
+        if (unit)
+            for (Py_ssize_t k = 0; k < nd; k++)
+                if (dims[k] == 1 && rd[k] == 1 && starts[k] != rs[k])
+                    disjoint = 1;
+        if (disjoint) {
+            n = PyTuple_GET_ITEM(SLOT(n, node_off[S_INPUTS]), 0);
+            continue;
+        }
+        Py_ssize_t is[MAX_DIMS], it[MAX_DIMS];
+        int within = 1;
+        for (Py_ssize_t k = 0; k < nd && within; k++) {
+            Py_ssize_t a = starts[k], s = steps[k], c = dims[k], b = rs[k], t = rt[k], m = rd[k];
+            if (t == 0) { within = 0; break; }
+            /* Python's % and // (floor): (a - b) % t, s % t */
+            Py_ssize_t d = a - b, r = d % t;
+            if (r != 0 && ((r < 0) != (t < 0))) r += t;
+            Py_ssize_t rs2 = s % t;
+            if (rs2 != 0 && ((rs2 < 0) != (t < 0))) rs2 += t;
+            if (r || (c > 1 && rs2)) { within = 0; break; }
+            Py_ssize_t kk = (d - r) / t, ks = c > 1 ? (s - rs2) / t : 1;
+            Py_ssize_t last = kk + (c - 1) * ks;
+            if (!(0 <= kk && kk < m && 0 <= last && last < m)) { within = 0; break; }
+            is[k] = kk;
+            it[k] = ks;
+        }
+        if (within)
+            return slice_node(region, is, it, shape, dims, nd);
+        break;
+    }
+    PyObject *ts = int_tuple(starts, nd), *tt = int_tuple(steps, nd), *params = NULL;
+    PyObject *inputs = PyTuple_Pack(1, n), *node = NULL;
+    if (ts != NULL && tt != NULL && inputs != NULL)
+        params = PyTuple_Pack(2, ts, tt);
+    if (params != NULL) {
+        PyObject *margs[7] = {str_slice, params, shape, SLOT(n, node_off[S_DTYPE]), inputs,
+                              SLOT(n, node_off[S_DEVICE]), SLOT(n, node_off[S_WEAK])};
+        node = make_node(NULL, margs, 7);
+    }
+    Py_XDECREF(ts); Py_XDECREF(tt); Py_XDECREF(params); Py_XDECREF(inputs);
+    return node;
+}
+
+/* views.reshape_node (new reference). */
+static PyObject *reshape_node(PyObject *n, PyObject *shape)
+{
+    int eq = PyObject_RichCompareBool(shape, SLOT(n, node_off[S_SHAPE]), Py_EQ);
+    if (eq < 0)
+        return NULL;
+    if (eq) {
+        Py_INCREF(n);
+        return n;
+    }
+    if (prim_is(n, str_const))
+        return PyObject_CallFunctionObjArgs(reshape_node_fn, n, shape, NULL);
+    if (prim_is(n, str_reshape)) {
+        n = PyTuple_GET_ITEM(SLOT(n, node_off[S_INPUTS]), 0);
+        eq = PyObject_RichCompareBool(shape, SLOT(n, node_off[S_SHAPE]), Py_EQ);
+        if (eq < 0)
+            return NULL;
+        if (eq) {
+            Py_INCREF(n);
+            return n;
+        }
+    }
+    PyObject *params = PyTuple_Pack(1, shape), *inputs = PyTuple_Pack(1, n), *node = NULL;
+    if (params != NULL && inputs != NULL) {
+        PyObject *margs[7] = {str_reshape, params, shape, SLOT(n, node_off[S_DTYPE]), inputs,
+                              SLOT(n, node_off[S_DEVICE]), SLOT(n, node_off[S_WEAK])};
+        node = make_node(NULL, margs, 7);
+    }
+    Py_XDECREF(params);
+    Py_XDECREF(inputs);
+    return node;
+}
+
+/* Storage.add: register view `t` (under the views lock; pruning is Python's). */
+static int storage_add(PyObject *st, PyObject *t)
+{
+    PyObject *w = PyWeakref_NewRef(t, NULL);
+    if (w == NULL)
+        return -1;
+    PyObject *r = PyObject_CallMethodNoArgs(views_lock, str_acquire);
+    if (r == NULL) {
+        Py_DECREF(w);
+        return -1;
+    }
+    Py_DECREF(r);
+    PyObject *views = SLOT(st, g_views), *prune_at = SLOT(st, g_prune_at);
+    Py_ssize_t limit = prune_at ? PyLong_AsSsize_t(prune_at) : -1;
+    int rc = 0, prune = 0;
+    if (views == NULL || !PyList_Check(views) || limit < 0) {
+        PyErr_Clear();
+        prune = 1;
+    } else if (PyList_GET_SIZE(views) + 1 >= limit) {
+        prune = 1;
+    } else {
+        rc = PyList_Append(views, w);
+    }
+    Py_DECREF(w);
+    r = PyObject_CallMethodNoArgs(views_lock, str_release);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    if (rc == 0 && prune) {   /* the list is due to be pruned: Storage.add does both */
+        r = PyObject_CallMethodOneArg(st, str_add, t);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    return rc;
+}
+
+/* indexing.basic_key's common case: one slice or in-range integer per axis of `shape`.
+   Fills starts/steps/counts (per axis) and out (the result shape: integers dropped);
+   `sliced`: some axis has a slice; `moved`: not the whole array. 0: another key. */
+static int parse_basic(PyObject *shape, PyObject *key, Py_ssize_t *starts, Py_ssize_t *steps,
+                       Py_ssize_t *counts, Py_ssize_t *out, Py_ssize_t *nout_p, int *sliced_p,
+                       int *moved_p)
+{
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape), nk;
+    PyObject *const *items;
+    if (PyTuple_Check(key)) {
+        nk = PyTuple_GET_SIZE(key);
+        items = &PyTuple_GET_ITEM(key, 0);
+    } else {
+        nk = 1;
+        items = &key;
+    }
+    if (nk != nd || nd == 0 || nd > MAX_DIMS)
+        return 0;
+    Py_ssize_t nout = 0;
+    int moved = 0, sliced = 0;
+    for (Py_ssize_t k = 0; k < nd; k++) {
+        PyObject *item = items[k];
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, k));
+        if (size == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (PySlice_Check(item)) {
+            Py_ssize_t start, stop, step;
+            if (PySlice_Unpack(item, &start, &stop, &step) < 0) {
+                PyErr_Clear();   /* Python says what is wrong with it */
+                return 0;
+            }
+            Py_ssize_t count = PySlice_AdjustIndices(size, &start, &stop, step);
+            starts[k] = count ? start : 0;
+            steps[k] = step;
+            counts[k] = count;
+            out[nout++] = count;
+            sliced = 1;
+        } else if (PyLong_CheckExact(item)) {
+            Py_ssize_t i = PyLong_AsSsize_t(item);
+            if ((i == -1 && PyErr_Occurred()) || i < -size || i >= size) {
+                PyErr_Clear();
+                return 0;
+            }
+            starts[k] = i < 0 ? i + size : i;
+            steps[k] = 1;
+            counts[k] = 1;
+        } else {
+            return 0;
+        }
+        if (starts[k] != 0 || steps[k] != 1 || counts[k] != size)
+            moved = 1;
+    }
+    *nout_p = nout;
+    *sliced_p = sliced;
+    *moved_p = moved;
+    return 1;
+}
+
+/* x[key] for a key of one slice or integer per axis, at least one slice: NULL with no
+   error set when the key is anything else (indexing.getitem then takes it). */
+static PyObject *getitem_fast(PyObject *t, PyObject *key)
+{
+    if (Py_TYPE(t) != tensor_type || storage_type == NULL)
+        return NULL;
+    PyObject *node = SLOT(t, t_node);
+    if (node == NULL)
+        return NULL;
+    PyObject *shape = SLOT(node, node_off[S_SHAPE]);
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    Py_ssize_t starts[MAX_DIMS], steps[MAX_DIMS], counts[MAX_DIMS], out[MAX_DIMS];
+    Py_ssize_t nout;
+    int sliced, moved;
+    if (!parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved))
+        return NULL;
+    if (!sliced || !moved)
+        return NULL;   /* an element (a copy in NumPy), or the whole array: Python's */
+    PyObject *tcounts = int_tuple(counts, nd);
+    PyObject *tstarts = int_tuple(starts, nd), *tsteps = int_tuple(steps, nd);
+    PyObject *tout = nout == nd ? NULL : int_tuple(out, nout);
+    PyObject *chain = NULL, *view = NULL, *st_steps = NULL, *vnode = NULL, *res = NULL;
+    PyObject *all_steps = NULL, *view_tuple = NULL;
+    if (tcounts == NULL || tstarts == NULL || tsteps == NULL || (nout != nd && tout == NULL))
+        goto done;
+    {
+        PyObject *step = PyTuple_Pack(4, str_slice, tstarts, tsteps, tcounts);
+        if (step == NULL)
+            goto done;
+        if (tout == NULL) {
+            chain = PyTuple_Pack(1, step);
+        } else {
+            PyObject *rs = PyTuple_Pack(2, str_reshape, tout);
+            chain = rs ? PyTuple_Pack(2, step, rs) : NULL;
+            Py_XDECREF(rs);
+        }
+        Py_DECREF(step);
+        if (chain == NULL)
+            goto done;
+    }
+    view = PyObject_CallOneArg(storage_fn, t);   /* (storage, steps) */
+    if (view == NULL)
+        goto done;
+    if (!PyTuple_Check(view) || PyTuple_GET_SIZE(view) != 2
+        || Py_TYPE(PyTuple_GET_ITEM(view, 0)) != storage_type) {
+        PyErr_SetString(PyExc_TypeError, "qtrace: a tensor's view is not (Storage, steps)");
+        goto done;
+    }
+    PyObject *st = PyTuple_GET_ITEM(view, 0);
+    node = SLOT(t, t_node);   /* (re-read: _storage ran Python code) */
+    Py_INCREF(node);
+    {
+        Py_ssize_t starts2[MAX_DIMS], steps2[MAX_DIMS];
+        memcpy(starts2, starts, sizeof(Py_ssize_t) * nd);
+        memcpy(steps2, steps, sizeof(Py_ssize_t) * nd);
+        vnode = slice_node(node, starts2, steps2, tcounts, counts, nd);
+    }
+    Py_DECREF(node);
+    if (vnode == NULL)
+        goto done;   /* an error, or (none set) a layout for Python */
+    if (tout != NULL) {
+        PyObject *r = reshape_node(vnode, tout);
+        Py_DECREF(vnode);
+        vnode = r;
+        if (vnode == NULL)
+            goto done;
+    }
+    all_steps = PySequence_Concat(PyTuple_GET_ITEM(view, 1), chain);
+    if (all_steps == NULL)
+        goto done;
+    PyObject *base = SLOT(st, g_node);
+    if (base != NULL && prim_is(base, str_input)) {
+        /* a view of evaluated memory: no pending work to note */
+        PyObject *leaf = PyObject_CallFunctionObjArgs(leaf_view_fn, base, all_steps, NULL);
+        if (leaf == NULL)
+            goto done;
+        res = tensor_type->tp_alloc(tensor_type, 0);
+        if (res == NULL) {
+            Py_DECREF(leaf);
+            goto done;
+        }
+        PyObject_GC_UnTrack(res);   /* (as in new_tensor) */
+        if (leaf == Py_None) {
+            Py_DECREF(leaf);
+            Py_INCREF(vnode);
+            leaf = vnode;
+        }
+        set_slot(res, t_node, leaf);
+        Py_INCREF(Py_None);
+        set_slot(res, t_view, Py_None);
+    } else {
+        Py_INCREF(vnode);
+        res = new_tensor(vnode);
+        if (res == NULL)
+            goto done;
+    }
+    view_tuple = PyTuple_Pack(2, st, all_steps);
+    if (view_tuple == NULL) {
+        Py_CLEAR(res);
+        goto done;
+    }
+    Py_INCREF(view_tuple);
+    set_slot(res, t_view, view_tuple);   /* before it is listed: set_base reads it */
+    if (storage_add(st, res) < 0)
+        Py_CLEAR(res);
+done:
+    Py_XDECREF(tcounts); Py_XDECREF(tstarts); Py_XDECREF(tsteps); Py_XDECREF(tout);
+    Py_XDECREF(chain); Py_XDECREF(view); Py_XDECREF(st_steps); Py_XDECREF(vnode);
+    Py_XDECREF(all_steps); Py_XDECREF(view_tuple);
+    return res;
+}
+
+
+/* -- slice assignment: x[1:-1, 1:-1] = v, x[:, -1] = x[:, -2] -----------------------------
+ *
+ * qtrace.tracer.indexing.setitem for the keys getitem_fast takes (integer-only keys too),
+ * with views.update_node, assign, set_base and derive: the write becomes a slice_update of
+ * the base and every live view of the storage derives its value again. Values other than
+ * a tensor of the region's shape, dtype and device are converted by the Python code
+ * (indexing.assigned_values, which also raises NumPy's errors); view steps other than
+ * slices and reshapes are applied by views.apply_step / views.undo_step.
+ */
+static PyObject *assigned_values_fn, *apply_step_fn, *undo_step_fn;
+static PyObject *str_broadcast, *str_setitem_op;
+
+static PyObject *bind_assign(PyObject *self, PyObject *args)
+{
+    PyObject *av, *ap, *un;
+    if (!PyArg_ParseTuple(args, "OOO:bind_assign", &av, &ap, &un))
+        return NULL;
+    Py_INCREF(av); Py_XSETREF(assigned_values_fn, av);
+    Py_INCREF(ap); Py_XSETREF(apply_step_fn, ap);
+    Py_INCREF(un); Py_XSETREF(undo_step_fn, un);
+    Py_RETURN_NONE;
+}
+
+static int is_step(PyObject *step, PyObject *kind, Py_ssize_t size)
+{
+    return PyTuple_Check(step) && PyTuple_GET_SIZE(step) == size
+        && PyTuple_GET_ITEM(step, 0) == kind;
+}
+
+/* views.update_node (new reference): `parent` with the region (starts, steps) replaced. */
+static PyObject *update_node(PyObject *parent, PyObject *new, PyObject *tstarts, PyObject *tsteps)
+{
+    PyObject *nshape = SLOT(new, node_off[S_SHAPE]), *pshape = SLOT(parent, node_off[S_SHAPE]);
+    Py_ssize_t nd = PyTuple_GET_SIZE(nshape), v[MAX_DIMS], w[MAX_DIMS];
+    if (nd > MAX_DIMS || !read_ints(tstarts, v, nd) || !read_ints(tsteps, w, nd))
+        return NULL;
+    int trivial = 1;
+    for (Py_ssize_t k = 0; k < nd; k++)
+        trivial &= v[k] == 0 && w[k] == 1;
+    if (trivial) {
+        int eq = PyObject_RichCompareBool(nshape, pshape, Py_EQ);
+        if (eq < 0)
+            return NULL;
+        if (eq) {
+            Py_INCREF(new);
+            return new;
+        }
+    }
+    for (Py_ssize_t k = 0; k < nd; k++) {
+        PyObject *d = PyTuple_GET_ITEM(nshape, k);
+        if (PyLong_Check(d) && PyLong_AsSsize_t(d) == 0) {   /* an empty region: no write */
+            Py_INCREF(parent);
+            return parent;
+        }
+    }
+    PyObject *params = PyTuple_Pack(2, tstarts, tsteps);
+    if (params == NULL)
+        return NULL;
+    if (prim_is(parent, str_slice_update)) {   /* the same region written again */
+        PyObject *pp = SLOT(parent, node_off[S_PARAMS]);
+        PyObject *region = PyTuple_GET_ITEM(SLOT(parent, node_off[S_INPUTS]), 1);
+        int same = PyObject_RichCompareBool(pp, params, Py_EQ);
+        if (same > 0)
+            same = PyObject_RichCompareBool(SLOT(region, node_off[S_SHAPE]), nshape, Py_EQ);
+        if (same < 0) {
+            Py_DECREF(params);
+            return NULL;
+        }
+        if (same)
+            parent = PyTuple_GET_ITEM(SLOT(parent, node_off[S_INPUTS]), 0);
+    }
+    PyObject *inputs = PyTuple_Pack(2, parent, new), *node = NULL;
+    if (inputs != NULL) {
+        PyObject *margs[7] = {str_slice_update, params, SLOT(parent, node_off[S_SHAPE]),
+                              SLOT(parent, node_off[S_DTYPE]), inputs,
+                              SLOT(parent, node_off[S_DEVICE]), SLOT(parent, node_off[S_WEAK])};
+        node = make_node(NULL, margs, 7);
+        Py_DECREF(inputs);
+    }
+    Py_DECREF(params);
+    return node;
+}
+
+/* views.apply_step (new reference). */
+static PyObject *apply_step(PyObject *n, PyObject *step)
+{
+    if (is_step(step, str_slice, 4)) {
+        PyObject *shape = PyTuple_GET_ITEM(step, 3);
+        Py_ssize_t nd = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
+        Py_ssize_t a[MAX_DIMS], b[MAX_DIMS], c[MAX_DIMS];
+        if (nd >= 0 && nd <= MAX_DIMS && read_ints(PyTuple_GET_ITEM(step, 1), a, nd)
+            && read_ints(PyTuple_GET_ITEM(step, 2), b, nd) && read_ints(shape, c, nd)) {
+            PyObject *r = slice_node(n, a, b, shape, c, nd);
+            if (r != NULL || PyErr_Occurred())
+                return r;
+        }
+    } else if (is_step(step, str_reshape, 2)) {
+        return reshape_node(n, PyTuple_GET_ITEM(step, 1));
+    }
+    return PyObject_CallFunctionObjArgs(apply_step_fn, n, step, NULL);
+}
+
+/* views.undo_step (new reference): `parent` after its view `step` was overwritten. */
+static PyObject *undo_step(PyObject *parent, PyObject *step, PyObject *new)
+{
+    if (is_step(step, str_slice, 4)) {
+        PyObject *r = update_node(parent, new, PyTuple_GET_ITEM(step, 1), PyTuple_GET_ITEM(step, 2));
+        if (r != NULL || PyErr_Occurred())
+            return r;
+    } else if (is_step(step, str_reshape, 2)) {
+        return reshape_node(new, SLOT(parent, node_off[S_SHAPE]));
+    }
+    return PyObject_CallFunctionObjArgs(undo_step_fn, parent, step, new, NULL);
+}
+
+/* views.derive (new reference). */
+static PyObject *derive(PyObject *base, PyObject *steps)
+{
+    Py_INCREF(base);
+    PyObject *n = base;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(steps) && n != NULL; i++) {
+        PyObject *next = apply_step(n, PyTuple_GET_ITEM(steps, i));
+        Py_DECREF(n);
+        n = next;
+    }
+    return n;
+}
+
+/* views.set_base: storage `st` holds `base` (stolen); every live view derives again. */
+static int set_base(PyObject *st, PyObject *base)
+{
+    set_slot(st, g_node, base);
+    PyObject *r = PyObject_CallMethodNoArgs(views_lock, str_acquire);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    int rc = 0;
+    PyObject *views = SLOT(st, g_views), *live = PyList_New(0);
+    if (live == NULL || views == NULL || !PyList_Check(views)) {
+        if (live != NULL)
+            PyErr_SetString(PyExc_TypeError, "qtrace: a storage without its list of views");
+        rc = -1;
+    }
+    Py_XINCREF(views);
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(views); i++) {
+        PyObject *ref = PyList_GET_ITEM(views, i);
+        PyObject *t = PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL;
+        if (t == NULL || t == Py_None)
+            continue;
+        Py_INCREF(t);
+        PyObject *v = SLOT(t, t_view);
+        PyObject *d = (v != NULL && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2
+                       && PyTuple_Check(PyTuple_GET_ITEM(v, 1)))
+                      ? derive(SLOT(st, g_node), PyTuple_GET_ITEM(v, 1)) : NULL;
+        if (d == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "qtrace: a view without its steps");
+            rc = -1;
+        } else {
+            set_slot(t, t_node, d);
+            rc = PyList_Append(live, ref);
+        }
+        Py_DECREF(t);
+    }
+    Py_XDECREF(views);
+    if (rc == 0) {
+        PyObject *prune = PyLong_FromSsize_t(2 * PyList_GET_SIZE(live) + 16);
+        if (prune == NULL) {
+            rc = -1;
+        } else {
+            Py_INCREF(live);
+            set_slot(st, g_views, live);
+            set_slot(st, g_prune_at, prune);
+        }
+    }
+    Py_XDECREF(live);
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;
+    if (rc < 0)
+        PyErr_Fetch(&et, &ev, &tb);
+    r = PyObject_CallMethodNoArgs(views_lock, str_release);
+    if (rc < 0)
+        PyErr_Restore(et, ev, tb);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return rc;
+}
+
+/* views.assign: `new` (borrowed) becomes the value of `t` and of all that shares its memory. */
+static int assign(PyObject *t, PyObject *new)
+{
+    PyObject *v = SLOT(t, t_view);
+    if (v == NULL || v == Py_None) {
+        Py_INCREF(new);
+        set_slot(t, t_node, new);
+        return note_owner(t);
+    }
+    PyObject *st = PyTuple_GET_ITEM(v, 0), *steps = PyTuple_GET_ITEM(v, 1);
+    Py_INCREF(v);   /* held: derive runs Python code, which may rebind t._view */
+    Py_ssize_t n = PyTuple_GET_SIZE(steps);
+    PyObject **parents = PyMem_Calloc(n > 0 ? n : 1, sizeof(PyObject *));
+    int rc = -1;
+    if (parents == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (n > 0) {
+        parents[0] = SLOT(st, g_node);
+        Py_INCREF(parents[0]);
+    }
+    for (Py_ssize_t i = 0; i + 1 < n; i++)
+        if ((parents[i + 1] = apply_step(parents[i], PyTuple_GET_ITEM(steps, i))) == NULL)
+            goto out;
+    Py_INCREF(new);
+    PyObject *cur = new;
+    for (Py_ssize_t i = n - 1; i >= 0 && cur != NULL; i--) {
+        PyObject *up = undo_step(parents[i], PyTuple_GET_ITEM(steps, i), cur);
+        Py_DECREF(cur);
+        cur = up;
+    }
+    if (cur == NULL)
+        goto out;
+    if (set_base(st, cur) < 0)
+        goto out;
+    rc = note_owner(st);
+out:
+    if (parents != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(parents[i]);
+        PyMem_Free(parents);
+    }
+    Py_DECREF(v);
+    return rc;
+}
+
+/* x[key] = value: 1 done, 0 not taken (nothing changed: indexing.setitem takes it), -1 error. */
+static int setitem_fast(PyObject *x, PyObject *key, PyObject *value)
+{
+    if (Py_TYPE(x) != tensor_type || storage_type == NULL || assigned_values_fn == NULL)
+        return 0;
+    PyObject *node = SLOT(x, t_node), *v = SLOT(x, t_view);
+    if (node == NULL || v == NULL)
+        return 0;
+    if (v != Py_None) {   /* read-only views (broadcasts) raise in Python */
+        if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(v, 1))
+            || Py_TYPE(PyTuple_GET_ITEM(v, 0)) != storage_type)
+            return 0;
+        PyObject *steps = PyTuple_GET_ITEM(v, 1);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(steps); i++) {
+            PyObject *step = PyTuple_GET_ITEM(steps, i);
+            if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) < 1
+                || !PyUnicode_Check(PyTuple_GET_ITEM(step, 0))
+                || PyUnicode_Compare(PyTuple_GET_ITEM(step, 0), str_broadcast) == 0)
+                return 0;
+        }
+    }
+    PyObject *shape = SLOT(node, node_off[S_SHAPE]);
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    Py_ssize_t starts[MAX_DIMS], steps[MAX_DIMS], counts[MAX_DIMS], out[MAX_DIMS], nout;
+    int sliced, moved;
+    if (!parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved))
+        return 0;
+    int rc = -1;
+    PyObject *tcounts = int_tuple(counts, nd), *tstarts = int_tuple(starts, nd);
+    PyObject *tsteps = int_tuple(steps, nd), *tout = int_tuple(out, nout);
+    PyObject *src = NULL, *region = NULL, *new = NULL;
+    if (tcounts == NULL || tstarts == NULL || tsteps == NULL || tout == NULL)
+        goto done;
+    PyObject *vn = Py_TYPE(value) == tensor_type ? SLOT(value, t_node) : NULL;
+    if (vn != NULL && SLOT(vn, node_off[S_DTYPE]) == SLOT(node, node_off[S_DTYPE])
+        && SLOT(vn, node_off[S_WEAK]) == Py_False
+        && SLOT(vn, node_off[S_DEVICE]) == SLOT(node, node_off[S_DEVICE])) {
+        int eq = PyObject_RichCompareBool(SLOT(vn, node_off[S_SHAPE]), tout, Py_EQ);
+        if (eq < 0)
+            goto done;
+        if (eq) {
+            Py_INCREF(vn);
+            src = vn;
+        }
+    }
+    if (src == NULL) {
+        src = PyObject_CallFunctionObjArgs(assigned_values_fn, x, value, tout, str_setitem_op, NULL);
+        if (src == NULL)
+            goto done;
+    }
+    region = reshape_node(src, tcounts);
+    if (region == NULL)
+        goto done;
+    node = SLOT(x, t_node);   /* (re-read: Python code may have run) */
+    new = update_node(node, region, tstarts, tsteps);
+    if (new == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "qtrace: a slice assignment's region is malformed");
+        goto done;
+    }
+    rc = assign(x, new) < 0 ? -1 : 1;
+done:
+    Py_XDECREF(tcounts); Py_XDECREF(tstarts); Py_XDECREF(tsteps); Py_XDECREF(tout);
+    Py_XDECREF(src); Py_XDECREF(region); Py_XDECREF(new);
+    return rc;
+}
+
+/* -- Tensor methods in C ----------------------------------------------------------------
+ *
+ * Method(kind, fallback, name=None, reflected=False): a callable that binds like a method
+ * (so `x * y` and `x[k]` reach it through the class without a bound-method object), tries
+ * the fast path of its kind and otherwise calls `fallback` with the same arguments.
+ */
+enum { K_BINARY, K_GETITEM, K_SETITEM };
+
+typedef struct {
+    PyObject_HEAD
+    int kind;
+    PyObject *name;       /* binary: the primitive, e.g. "multiply" */
+    int reflected;        /* binary: __rmul__ and friends, the operands swap */
+    PyObject *fallback;   /* the Python definition */
+    vectorcallfunc vectorcall;
+} Method;
+
+static PyObject *method_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    Method *self = (Method *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int plain = (kw == NULL || PyTuple_GET_SIZE(kw) == 0) && tensor_type != NULL;
+    if (plain && nargs == 2 && self->kind != K_SETITEM) {
+        PyObject *r;
+        if (self->kind == K_BINARY)
+            r = binary_fast(self->name, args[self->reflected], args[1 - self->reflected]);
+        else
+            r = getitem_fast(args[0], args[1]);
+        if (r != NULL || PyErr_Occurred())
+            return r;
+    } else if (plain && nargs == 3 && self->kind == K_SETITEM) {
+        int r = setitem_fast(args[0], args[1], args[2]);
+        if (r < 0)
+            return NULL;
+        if (r > 0)
+            Py_RETURN_NONE;
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kw);
+}
+
+static PyObject *method_get(PyObject *op, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(op);
+        return op;
+    }
+    return PyMethod_New(op, obj);
+}
+
+static PyObject *method_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    const char *kind;
+    PyObject *fallback, *name = Py_None;
+    int reflected = 0;
+    static char *kwlist[] = {"kind", "fallback", "name", "reflected", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|Op:Method", kwlist, &kind, &fallback, &name,
+                                     &reflected))
+        return NULL;
+    int k;
+    if (strcmp(kind, "binary") == 0)
+        k = K_BINARY;
+    else if (strcmp(kind, "getitem") == 0)
+        k = K_GETITEM;
+    else if (strcmp(kind, "setitem") == 0)
+        k = K_SETITEM;
+    else {
+        PyErr_Format(PyExc_ValueError, "Method: unknown kind %s", kind);
+        return NULL;
+    }
+    if (k == K_BINARY && !PyUnicode_Check(name)) {
+        PyErr_SetString(PyExc_TypeError, "Method: a binary operator needs its primitive's name");
+        return NULL;
+    }
+    Method *self = (Method *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->kind = k;
+    Py_INCREF(name);
+    self->name = name;
+    self->reflected = reflected;
+    Py_INCREF(fallback);
+    self->fallback = fallback;
+    self->vectorcall = method_call;
+    return (PyObject *)self;
+}
+
+static void method_dealloc(Method *self)
+{
+    Py_XDECREF(self->name);
+    Py_XDECREF(self->fallback);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *method_repr(Method *self)
+{
+    return PyUnicode_FromFormat("<qtrace method %R (fast path in C), else %R>", self->name,
+                                self->fallback);
+}
+
+static PyMemberDef method_members[] = {
+    {"name", T_OBJECT_EX, offsetof(Method, name), READONLY, "the primitive (binary)"},
+    {"reflected", T_INT, offsetof(Method, reflected), READONLY, "operands swapped (binary)"},
+    {"fallback", T_OBJECT_EX, offsetof(Method, fallback), READONLY, "the Python definition"},
+    {NULL},
+};
+
+static PyTypeObject MethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "qtrace.graph._native.Method",
+    .tp_doc = "Method(kind, fallback, name=None, reflected=False): a qt.Tensor method with a "
+              "fast path in C ('binary': an operator recording primitive `name`; 'getitem': "
+              "basic indexing; 'setitem': basic slice assignment), else `fallback`; binds like a method.",
+    .tp_basicsize = sizeof(Method),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(Method, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = method_get,
+    .tp_new = method_new,
+    .tp_dealloc = (destructor)method_dealloc,
+    .tp_repr = (reprfunc)method_repr,
+    .tp_members = method_members,
+};
+
+static PyMethodDef methods[] = {
+    {"bind", bind, METH_VARARGS,
+     "bind(Node, structs, struct_fn, recent, merge2, merged, make_node_py, iota, recent_cap,\n"
+     "     count_cap)\n"
+     "Hand over node.py's classes, tables and fallbacks."},
+    {"make_node", (PyCFunction)(void (*)(void))make_node, METH_FASTCALL,
+     "make_node(prim, params, shape, dtype, inputs, device, weak=False)\n"
+     "qtrace.graph.node.make_node, in C."},
+    {"bind_tensors", bind_tensors, METH_VARARGS,
+     "bind_tensors(Tensor, ThreadState, local, state, config, consider_cut, recipes, apply2,\n"
+     "             scalar_node, scalars)\nHand over the tracer's classes, tables and fallbacks."},
+    {"bind_views", bind_views, METH_VARARGS,
+     "bind_views(Storage, storage, leaf_view, reshape_node, lock)\n"
+     "Hand over the view machinery's class, functions and lock."},
+    {"bind_assign", bind_assign, METH_VARARGS,
+     "bind_assign(assigned_values, apply_step, undo_step)\nHand over slice assignment's fallbacks."},
+    {"note", note, METH_O, "note(owner)\nqtrace.tracer.pending.note, in C."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "qtrace.graph._native",
+    "The recording hot path of qtrace in C (see qtrace.graph.node).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+    str_const = PyUnicode_InternFromString("const");
+    str_leaves = PyUnicode_InternFromString("leaves");
+    zero_t = Py_BuildValue("(i)", 0);
+    one_t = Py_BuildValue("(i)", 1);
+    str_s = PyUnicode_InternFromString("s");
+    str_max_pending = PyUnicode_InternFromString("max_pending_nodes");
+    empty_tuple = PyTuple_New(0);
+    str_slice = PyUnicode_InternFromString("slice");
+    str_reshape = PyUnicode_InternFromString("reshape");
+    str_slice_update = PyUnicode_InternFromString("slice_update");
+    str_input = PyUnicode_InternFromString("input");
+    str_add = PyUnicode_InternFromString("add");
+    str_acquire = PyUnicode_InternFromString("acquire");
+    str_release = PyUnicode_InternFromString("release");
+    str_broadcast = PyUnicode_InternFromString("broadcast");
+    str_setitem_op = PyUnicode_InternFromString("qt.Tensor.__setitem__");
+    if (str_const == NULL || str_leaves == NULL || zero_t == NULL || one_t == NULL
+        || str_s == NULL || str_max_pending == NULL || empty_tuple == NULL || str_slice == NULL
+        || str_reshape == NULL || str_slice_update == NULL || str_input == NULL || str_add == NULL
+        || str_acquire == NULL || str_release == NULL || str_broadcast == NULL
+        || str_setitem_op == NULL)
+        return NULL;
+    if (PyType_Ready(&MethodType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "ABI", QTRACE_NATIVE_ABI) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&MethodType);
+    if (PyModule_AddObject(m, "Method", (PyObject *)&MethodType) < 0) {
+        Py_DECREF(&MethodType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

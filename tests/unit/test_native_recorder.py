@@ -1,0 +1,217 @@
+"""The compiled recorder (``qtrace.graph._native``) against the Python one it accelerates.
+
+Both record the same graphs: random programs of operators, slices, views of views and
+slice assignments are run in two processes, one with ``QTRACE_NATIVE=0``, and must give
+the same content keys for every pending value (the graph, node for node), the same
+values bit for bit, the same NumPy results, and the same errors, word for word. The
+view-semantics differential suite runs once more on the Python recorder, so the
+reference stays tested where the extension is built.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import types
+import warnings
+import weakref
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+from qtrace.graph import native
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# A random program over two 2-D float64 bases, run on NumPy and on qtrace; prints JSON:
+# the content key of every name's pending value before evaluation, then each value.
+PROGRAM = r'''
+import json, sys
+import numpy as np
+import qtrace as qt
+from qtrace.graph import native
+
+seed, steps = int(sys.argv[1]), int(sys.argv[2])
+rng = np.random.default_rng(seed)
+qt.config.max_pending_nodes = 10**6   # one graph: the keys compare whole programs
+data = rng.standard_normal((2, 7, 9))
+names = {"a": (qt.asarray(data[0].copy()) + 0.0, data[0].copy()),
+         "b": (qt.asarray(data[1].copy()) * 1.0, data[1].copy())}
+errors = []
+
+
+def key():
+    n0, n1 = rng.integers(0, 3, 2)
+    k = [slice(int(rng.integers(0, 3)), int(rng.integers(4, 8)), int(rng.choice([1, 1, 2, -1])))
+         for _ in range(2)]
+    if rng.random() < 0.3:
+        k[int(rng.integers(0, 2))] = int(rng.integers(-2, 2))
+    return tuple(k)
+
+
+for i in range(steps):
+    op = rng.integers(0, 7)
+    src = rng.choice(sorted(names))
+    q, n = names[src]
+    try:
+        if op == 0:    # binary op of two names (same shape: the C path; else broadcast)
+            other = rng.choice(sorted(names))
+            q2, n2 = names[other]
+            f = rng.choice(["__add__", "__sub__", "__mul__", "__truediv__", "__rmul__"])
+            names[f"t{i}"] = (getattr(q, f)(q2), getattr(n, f)(n2))
+        elif op == 1:  # with a Python scalar: weak, small integer constant or 0-d input
+            c = float(rng.choice([2.0, 0.37, -7.25, 3.0, 1e-3]))
+            f = rng.choice(["__mul__", "__rsub__", "__add__", "__rtruediv__"])
+            names[f"t{i}"] = (getattr(q, f)(c), getattr(n, f)(c))
+        elif op == 2:  # a basic view
+            k = key()
+            if n[k].ndim:
+                names[f"v{i}"] = (q[k], n[k])
+        elif op == 3:  # slice assignment from a view of the same shape
+            k = key()
+            region = n[k].shape
+            cands = [m for m in sorted(names) if names[m][1].shape == region and m != src]
+            if cands:
+                m = cands[int(rng.integers(len(cands)))]
+                q[k] = names[m][0]
+                n[k] = names[m][1].copy()
+        elif op == 4:  # slice assignment of a number, or a broadcast row
+            k = key()
+            if rng.random() < 0.5:
+                q[k] = 1.5
+                n[k] = 1.5
+            elif n[k].ndim == 2:
+                row = rng.standard_normal(n[k].shape[1])
+                q[k] = qt.asarray(row)
+                n[k] = row
+        elif op == 5:  # a wrong-shaped assignment (an error) or a bad index
+            k = key()
+            bad = np.ones((11, 13))
+            try:
+                n[k] = bad
+            except Exception as e:
+                errors.append(type(e).__name__)
+            try:
+                q[k] = qt.asarray(bad)
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+            try:
+                q[0, 0, 0]
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        else:          # in-place operator on a view
+            k = key()
+            if n[k].ndim:
+                vq, vn = q[k], n[k]
+                vq *= 0.5
+                vn *= 0.5
+    except Exception as e:  # must then be NumPy's error too
+        errors.append(f"{type(e).__name__}: {e}")
+
+keys = {m: names[m][0]._node.key for m in sorted(names)}
+qt.eval(*[names[m][0] for m in names])
+worst = max(float(np.max(np.abs(names[m][0].numpy() - names[m][1]), initial=0.0)) for m in names)
+values = {m: names[m][0].numpy().tobytes().hex() for m in sorted(names)}
+print(json.dumps({"native": native.active(), "keys": keys, "values": values,
+                  "errors": errors, "numpy_err": worst}))
+'''
+
+
+def _run(seed: int, steps: int, native_on: bool, fusion: bool) -> dict:
+    env = dict(os.environ, QTRACE_NATIVE="1" if native_on else "0",
+               QTRACE_FUSION="1" if fusion else "0")
+    out = subprocess.run([sys.executable, "-c", PROGRAM, str(seed), str(steps)], env=env,
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+needs_native = pytest.mark.skipif(not native.active(), reason="the compiled recorder is not built "
+                                  "here (no C compiler at install, or QTRACE_NATIVE=0)")
+
+
+def test_compiled_recorder_is_built_where_a_compiler_is():
+    """``pip install`` builds the extension wherever Python's C compiler exists (it is
+    optional only for machines without one)."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}) on this machine")
+    if os.environ.get("QTRACE_NATIVE", "1") == "0":
+        pytest.skip("QTRACE_NATIVE=0 in the environment")
+    assert native.active(), "a C compiler exists but qtrace.graph._native is not importable"
+
+
+@needs_native
+@pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("seed", range(6))
+def test_recorders_agree(seed, fusion):
+    """Same graphs (content keys), same bits, NumPy's values, same errors."""
+    steps = 60
+    base = int(np.random.default_rng().integers(1 << 30)) + seed
+    c = _run(base, steps, True, fusion)
+    p = _run(base, steps, False, fusion)
+    assert c["native"] and not p["native"]
+    assert c["keys"] == p["keys"], f"seed {base}: graphs differ"
+    assert c["values"] == p["values"], f"seed {base}: values differ"
+    assert c["errors"] == p["errors"]
+    assert c["numpy_err"] <= 1e-12 and p["numpy_err"] <= 1e-12, f"seed {base}"
+
+
+@needs_native
+def test_view_semantics_on_the_python_recorder():
+    """The differential view suite, a shorter run, on the Python reference recorder."""
+    env = dict(os.environ, QTRACE_NATIVE="0", QTRACE_VIEW_SEEDS="12")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                          "tests/system/test_view_semantics.py", "tests/unit/test_recording_paths.py",
+                           "-k", "not generator_self_check"],
+                         env=env, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+@needs_native
+def test_fast_paths_are_taken():
+    """Operators, basic views and slice assignments are the C methods (not a silent
+    fallback to the Python definitions)."""
+    for name in ("__add__", "__rmul__", "__getitem__", "__setitem__"):
+        assert type(qt.Tensor.__dict__[name]).__name__ == "Method", name
+    assert qt.tracer.tensor._note is native.module().note
+
+
+@needs_native
+def test_recorded_values_need_no_cycle_collector():
+    """Tensors and nodes the C paths make are not tracked by the cyclic collector (they
+    cannot be in a cycle) and die with their last reference."""
+    x = qt.asarray(np.ones((5, 6))) + 0.0
+    x * x  # the first op of a dtype signature learns its recipe in Python
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        y = x * x
+        v = y[1:, 2:]
+        y[0, :] = 3.25
+        assert not gc.is_tracked(y) and not gc.is_tracked(y._node)
+        assert not gc.is_tracked(v)
+        refs = [weakref.ref(t) for t in (y, v)] + [weakref.ref(y._node), weakref.ref(v._node)]
+        del y, v
+        assert all(r() is None for r in refs)
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_stale_build_is_refused():
+    """An extension built from other sources (another ABI) is not used: a warning says
+    to reinstall, and recording stays correct in Python."""
+    fake = types.SimpleNamespace(ABI=native.ABI - 1)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert native.checked(fake) is None
+    assert any("stale build" in str(w.message) for w in seen)
+    real = types.SimpleNamespace(ABI=native.ABI)
+    assert native.checked(real) is real
