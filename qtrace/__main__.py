@@ -116,6 +116,7 @@ def info(args) -> int:
     print(f"target     {llvm_cpu.target_id().split('/')[0]} ({llvm_cpu.target_id().split('/')[1]})")
     print(f"threads    {qt.config.num_threads}")
     print(f"fusion     {'on' if qt.config.fusion else 'off'}")
+    print(f"recorder   {_recorder()}")
     print(f"cache dir  {qt.config.cache_dir}")
     try:
         c = disk_cache.info()
@@ -125,6 +126,18 @@ def info(args) -> int:
         corrupt = f" ({c['corrupt']} corrupt)" if c["corrupt"] else ""
         print(f"cache      {c['entries']} entries{corrupt}, {_bytes(c['bytes'])}, {c['state']}")
     return 0
+
+
+def _recorder() -> str:
+    """Which recorder records operations (qtrace.graph.native), and why."""
+    from qtrace.config import config
+    from qtrace.graph import native
+
+    if native.active():
+        return "compiled (qtrace.graph._native)"
+    if not config.native:
+        return "Python (QTRACE_NATIVE=0)"
+    return "Python (the C extension was not built: no C compiler at install?)"
 
 
 def _bytes(n: int) -> str:

@@ -18,7 +18,7 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 1
+#define QTRACE_NATIVE_ABI 3
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,6 +32,8 @@ static PyObject *struct_fn;          /* node._struct(parts): intern a new struct
 static PyObject *recent;             /* node._recent: (struct, ids...) -> weakref(node) */
 static PyObject *merge2_fn;          /* node._merge2(la, lb, inputs) -> (leaves, pa, pb) */
 static PyObject *merged;             /* node._merged: (id(la), id(lb)) -> (la, lb, leaves, pa, pb) */
+static PyObject *leafsets;           /* node._leafsets: merged leaf tuple -> itself (interned) */
+static Py_ssize_t merge_cap;         /* node._MERGE_CAP: both tables are emptied beyond it */
 static PyObject *fallback_fn;        /* the Python make_node (other input counts) */
 static PyObject *iota;               /* node._IOTA: tuple(range(n)) for small n */
 static Py_ssize_t recent_cap, count_cap;
@@ -82,17 +84,18 @@ static void clear_bound(void)
     Py_CLEAR(recent);
     Py_CLEAR(merge2_fn);
     Py_CLEAR(merged);
+    Py_CLEAR(leafsets);
     Py_CLEAR(fallback_fn);
     Py_CLEAR(iota);
 }
 
 static PyObject *bind(PyObject *self, PyObject *args)
 {
-    PyObject *ntype, *st, *sfn, *rec, *m2, *mg, *fb, *io;
-    Py_ssize_t rcap, ccap;
-    if (!PyArg_ParseTuple(args, "O!O!OO!OO!OO!nn:bind", &PyType_Type, &ntype, &PyDict_Type, &st,
-                          &sfn, &PyDict_Type, &rec, &m2, &PyDict_Type, &mg, &fb, &PyTuple_Type,
-                          &io, &rcap, &ccap))
+    PyObject *ntype, *st, *sfn, *rec, *m2, *mg, *ls, *fb, *io;
+    Py_ssize_t rcap, ccap, mcap;
+    if (!PyArg_ParseTuple(args, "O!O!OO!OO!O!OO!nnn:bind", &PyType_Type, &ntype, &PyDict_Type,
+                          &st, &sfn, &PyDict_Type, &rec, &m2, &PyDict_Type, &mg, &PyDict_Type, &ls,
+                          &fb, &PyTuple_Type, &io, &rcap, &ccap, &mcap))
         return NULL;
     Py_ssize_t offs[N_SLOTS];
     for (int i = 0; i < N_SLOTS; i++)
@@ -106,6 +109,8 @@ static PyObject *bind(PyObject *self, PyObject *args)
     Py_INCREF(rec); recent = rec;
     Py_INCREF(m2); merge2_fn = m2;
     Py_INCREF(mg); merged = mg;
+    Py_INCREF(ls); leafsets = ls;
+    merge_cap = mcap;
     Py_INCREF(fb); fallback_fn = fb;
     Py_INCREF(io); iota = io;
     recent_cap = rcap;
@@ -180,6 +185,19 @@ static PyObject *struct_of(PyObject *parts)
     return PyObject_CallOneArg(struct_fn, parts);
 }
 
+/* `obj` (new reference, may be NULL) no longer tracked by the cyclic garbage collector:
+   for tuples of numbers, strings and other untracked tuples, and for weak references
+   without a callback — objects that cannot be part of a reference cycle. Recording makes
+   several per operation, and each tracked one brings the next collection closer (one
+   every ~700), which then traverses every young object: with these untracked, a stencil
+   loop's collections fell from one per ~50 operations to far fewer. */
+static inline PyObject *acyclic(PyObject *obj)
+{
+    if (obj != NULL && PyObject_GC_IsTracked(obj))
+        PyObject_GC_UnTrack(obj);
+    return obj;
+}
+
 /* Whether `params` are plain data: a tuple of numbers, strings, None and tuples of those.
 
    A node with plain params cannot be part of a reference cycle (its inputs are older nodes,
@@ -208,6 +226,61 @@ static int plain_params(PyObject *params)
                 return 0;
     }
     return 1;
+}
+
+/* node._merge for two leaf lists met for the first time (short ones: identity scans, no
+   dict): la's leaves, then lb's not among them; interned in node._leafsets and remembered
+   in node._merged under `key`, as the Python code does. 0: left to it (no error set). */
+static int merge2_new(PyObject *la, PyObject *lb, PyObject *key, PyObject **leaves,
+                      PyObject **pa, PyObject **pb)
+{
+    Py_ssize_t na = PyTuple_GET_SIZE(la), nb = PyTuple_GET_SIZE(lb);
+    if (leafsets == NULL || na * nb > 4096)
+        return 0;
+    PyObject *acc = PyList_New(0), *pos = PyTuple_New(nb), *all = NULL, *tup = NULL, *rec = NULL;
+    if (acc == NULL || pos == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < na; i++)
+        if (PyList_Append(acc, PyTuple_GET_ITEM(la, i)) < 0)
+            goto fail;
+    for (Py_ssize_t j = 0; j < nb; j++) {
+        PyObject *leaf = PyTuple_GET_ITEM(lb, j);
+        Py_ssize_t i = 0, n = PyList_GET_SIZE(acc);
+        while (i < n && PyList_GET_ITEM(acc, i) != leaf)
+            i++;
+        if (i == n && PyList_Append(acc, leaf) < 0)
+            goto fail;
+        PyObject *v = PyLong_FromSsize_t(i);
+        if (v == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(pos, j, v);
+    }
+    tup = PyList_AsTuple(acc);
+    all = iota_of(na);
+    if (tup == NULL || all == NULL)
+        goto fail;
+    if (PyDict_GET_SIZE(leafsets) >= merge_cap)
+        PyDict_Clear(leafsets);
+    PyObject *interned = PyDict_SetDefault(leafsets, tup, tup);   /* borrowed */
+    if (interned == NULL)
+        goto fail;
+    Py_INCREF(interned);
+    Py_SETREF(tup, interned);
+    if (PyDict_GET_SIZE(merged) >= merge_cap)
+        PyDict_Clear(merged);
+    rec = PyTuple_Pack(5, la, lb, tup, all, pos);
+    if (rec == NULL || PyDict_SetItem(merged, key, rec) < 0)
+        goto fail;
+    Py_DECREF(rec);
+    Py_DECREF(acc);
+    *leaves = tup;
+    *pa = all;
+    *pb = pos;
+    return 1;
+fail:
+    Py_XDECREF(acc); Py_XDECREF(pos); Py_XDECREF(all); Py_XDECREF(tup); Py_XDECREF(rec);
+    PyErr_Clear();
+    return 0;
 }
 
 /* node._merge2's quick answers: one operand over a single leaf the other reads, or two
@@ -245,19 +318,21 @@ static int merge2_known(PyObject *la, PyObject *lb, PyObject **leaves, PyObject 
     Py_XDECREF(ia);
     Py_XDECREF(ib);
     PyObject *hit = key ? PyDict_GetItemWithError(merged, key) : NULL;
-    Py_XDECREF(key);
-    if (hit == NULL || !PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 5
-        || PyTuple_GET_ITEM(hit, 0) != la || PyTuple_GET_ITEM(hit, 1) != lb) {
-        PyErr_Clear();
-        return 0;
+    if (hit != NULL && PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) == 5
+        && PyTuple_GET_ITEM(hit, 0) == la && PyTuple_GET_ITEM(hit, 1) == lb) {
+        Py_DECREF(key);
+        *leaves = PyTuple_GET_ITEM(hit, 2);
+        *pa = PyTuple_GET_ITEM(hit, 3);
+        *pb = PyTuple_GET_ITEM(hit, 4);
+        Py_INCREF(*leaves);
+        Py_INCREF(*pa);
+        Py_INCREF(*pb);
+        return 1;
     }
-    *leaves = PyTuple_GET_ITEM(hit, 2);
-    *pa = PyTuple_GET_ITEM(hit, 3);
-    *pb = PyTuple_GET_ITEM(hit, 4);
-    Py_INCREF(*leaves);
-    Py_INCREF(*pa);
-    Py_INCREF(*pb);
-    return 1;
+    PyErr_Clear();
+    int done = key != NULL && merge2_new(la, lb, key, leaves, pa, pb);
+    Py_XDECREF(key);
+    return done;
 }
 
 static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -361,21 +436,28 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (st == NULL)
         goto fail;
     {
-        PyObject *ida = PyLong_FromVoidPtr(a), *idb = NULL;
-        if (ida == NULL)
+        /* (id(struct), id(a)[, id(b)]): while the node lives it holds all three, so the
+           ids are not reused meanwhile; ints only, so the key is acyclic */
+        PyObject *ida = PyLong_FromVoidPtr(a), *idb = NULL, *ids = PyLong_FromVoidPtr(st);
+        if (ida == NULL || ids == NULL) {
+            Py_XDECREF(ida);
+            Py_XDECREF(ids);
             goto fail;
+        }
         if (b != NULL) {
             idb = PyLong_FromVoidPtr(b);
             if (idb == NULL) {
                 Py_DECREF(ida);
+                Py_DECREF(ids);
                 goto fail;
             }
-            ident = PyTuple_Pack(3, st, ida, idb);
+            ident = acyclic(PyTuple_Pack(3, ids, ida, idb));
             Py_DECREF(idb);
         } else {
-            ident = PyTuple_Pack(2, st, ida);
+            ident = acyclic(PyTuple_Pack(2, ids, ida));
         }
         Py_DECREF(ida);
+        Py_DECREF(ids);
         if (ident == NULL)
             goto fail;
     }
@@ -426,7 +508,7 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (PyDict_GET_SIZE(recent) >= recent_cap)
         PyDict_Clear(recent);
     {
-        PyObject *w = PyWeakref_NewRef(node, NULL);
+        PyObject *w = acyclic(PyWeakref_NewRef(node, NULL));
         if (w == NULL || PyDict_SetItem(recent, ident, w) < 0) {
             Py_XDECREF(w);
             goto fail;
@@ -523,7 +605,7 @@ static int note_owner(PyObject *owner)
         Py_DECREF(s);
         return busy < 0 ? -1 : 0;
     }
-    PyObject *w = PyWeakref_NewRef(owner, NULL);
+    PyObject *w = acyclic(PyWeakref_NewRef(owner, NULL));
     if (w == NULL || PyList_Append(pending, w) < 0) {
         Py_XDECREF(w);
         Py_DECREF(s);
@@ -764,7 +846,7 @@ static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n)
         }
         PyTuple_SET_ITEM(t, i, x);
     }
-    return t;
+    return acyclic(t);
 }
 
 /* Read a tuple of `n` integers; 0 when it is not one (no error left set). */
@@ -912,7 +994,7 @@ static PyObject *reshape_node(PyObject *n, PyObject *shape)
 /* Storage.add: register view `t` (under the views lock; pruning is Python's). */
 static int storage_add(PyObject *st, PyObject *t)
 {
-    PyObject *w = PyWeakref_NewRef(t, NULL);
+    PyObject *w = acyclic(PyWeakref_NewRef(t, NULL));
     if (w == NULL)
         return -1;
     PyObject *r = PyObject_CallMethodNoArgs(views_lock, str_acquire);
@@ -1032,14 +1114,14 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
     if (tcounts == NULL || tstarts == NULL || tsteps == NULL || (nout != nd && tout == NULL))
         goto done;
     {
-        PyObject *step = PyTuple_Pack(4, str_slice, tstarts, tsteps, tcounts);
+        PyObject *step = acyclic(PyTuple_Pack(4, str_slice, tstarts, tsteps, tcounts));
         if (step == NULL)
             goto done;
         if (tout == NULL) {
-            chain = PyTuple_Pack(1, step);
+            chain = acyclic(PyTuple_Pack(1, step));
         } else {
-            PyObject *rs = PyTuple_Pack(2, str_reshape, tout);
-            chain = rs ? PyTuple_Pack(2, step, rs) : NULL;
+            PyObject *rs = acyclic(PyTuple_Pack(2, str_reshape, tout));
+            chain = rs ? acyclic(PyTuple_Pack(2, step, rs)) : NULL;
             Py_XDECREF(rs);
         }
         Py_DECREF(step);
@@ -1102,7 +1184,7 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
         if (res == NULL)
             goto done;
     }
-    view_tuple = PyTuple_Pack(2, st, all_steps);
+    view_tuple = acyclic(PyTuple_Pack(2, st, all_steps));   /* the storage holds views weakly */
     if (view_tuple == NULL) {
         Py_CLEAR(res);
         goto done;
@@ -1129,13 +1211,17 @@ done:
  * slices and reshapes are applied by views.apply_step / views.undo_step.
  */
 static PyObject *assigned_values_fn, *apply_step_fn, *undo_step_fn;
+static PyObject *assign_fn;          /* views.assign (Python) */
+static PyObject *apply1_fn;          /* elementwise.apply1 (Python) */
 static PyObject *str_broadcast, *str_setitem_op;
 
 static PyObject *bind_assign(PyObject *self, PyObject *args)
 {
-    PyObject *av, *ap, *un;
-    if (!PyArg_ParseTuple(args, "OOO:bind_assign", &av, &ap, &un))
+    PyObject *av, *ap, *un, *as, *a1;
+    if (!PyArg_ParseTuple(args, "OOOOO:bind_assign", &av, &ap, &un, &as, &a1))
         return NULL;
+    Py_INCREF(as); Py_XSETREF(assign_fn, as);
+    Py_INCREF(a1); Py_XSETREF(apply1_fn, a1);
     Py_INCREF(av); Py_XSETREF(assigned_values_fn, av);
     Py_INCREF(ap); Py_XSETREF(apply_step_fn, ap);
     Py_INCREF(un); Py_XSETREF(undo_step_fn, un);
@@ -1429,6 +1515,85 @@ done:
  */
 enum { K_BINARY, K_GETITEM, K_SETITEM };
 
+/* elementwise.apply1's fast path: a unary op on a tensor already in its loop dtype. */
+
+static PyObject *unary_fast(PyObject *name, PyObject *x)
+{
+    if (Py_TYPE(x) != tensor_type)
+        return NULL;
+    PyObject *nx = SLOT(x, t_node);
+    if (nx == NULL || prim_is(nx, str_const))
+        return NULL;
+    PyObject *key = PyTuple_Pack(3, name, SLOT(nx, node_off[S_DTYPE]), SLOT(nx, node_off[S_WEAK]));
+    if (key == NULL)
+        return NULL;
+    PyObject *recipe = PyDict_GetItemWithError(recipes, key);   /* borrowed */
+    Py_DECREF(key);
+    if (recipe == NULL || !PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) < 2)
+        return NULL;
+    PyObject *loop = PyTuple_GET_ITEM(recipe, 0), *weak = PyTuple_GET_ITEM(recipe, 1);
+    if (!PyTuple_Check(loop) || PyTuple_GET_SIZE(loop) != 2
+        || PyTuple_GET_ITEM(loop, 0) != SLOT(nx, node_off[S_DTYPE]))
+        return NULL;
+    PyObject *inputs = PyTuple_Pack(1, nx);
+    if (inputs == NULL)
+        return NULL;
+    PyObject *margs[7] = {name, empty_tuple, SLOT(nx, node_off[S_SHAPE]), PyTuple_GET_ITEM(loop, 1),
+                          inputs, SLOT(nx, node_off[S_DEVICE]), weak};
+    PyObject *node = make_node(NULL, margs, 7);
+    Py_DECREF(inputs);
+    return node == NULL ? NULL : new_tensor(node);
+}
+
+static PyObject *apply1(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs == 2 && tensor_type != NULL && PyUnicode_Check(args[0])) {
+        PyObject *r = unary_fast(args[0], args[1]);
+        if (r != NULL || PyErr_Occurred())
+            return r;
+    }
+    return PyObject_Vectorcall(apply1_fn, args, nargs, NULL);
+}
+
+static PyObject *apply2(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs == 3 && tensor_type != NULL && PyUnicode_Check(args[0])) {
+        PyObject *r = binary_fast(args[0], args[1], args[2]);
+        if (r != NULL || PyErr_Occurred())
+            return r;
+    }
+    return PyObject_Vectorcall(apply2_fn, args, nargs, NULL);
+}
+
+/* views.assign: the C definition for a tensor whose view steps are all writable; anything
+   else (broadcast views, which raise) is the Python one's. */
+
+static PyObject *assign_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs == 2 && tensor_type != NULL && storage_type != NULL && Py_TYPE(args[0]) == tensor_type
+        && PyObject_TypeCheck(args[1], node_type)) {
+        PyObject *v = SLOT(args[0], t_view);
+        int ok = v == Py_None;
+        if (v != NULL && v != Py_None && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2
+            && Py_TYPE(PyTuple_GET_ITEM(v, 0)) == storage_type && PyTuple_Check(PyTuple_GET_ITEM(v, 1))) {
+            PyObject *steps = PyTuple_GET_ITEM(v, 1);
+            ok = 1;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(steps) && ok; i++) {
+                PyObject *step = PyTuple_GET_ITEM(steps, i);
+                ok = PyTuple_Check(step) && PyTuple_GET_SIZE(step) >= 1
+                     && PyUnicode_Check(PyTuple_GET_ITEM(step, 0))
+                     && PyUnicode_Compare(PyTuple_GET_ITEM(step, 0), str_broadcast) != 0;
+            }
+        }
+        if (ok) {
+            if (assign(args[0], args[1]) < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    return PyObject_Vectorcall(assign_fn, args, nargs, NULL);
+}
+
 typedef struct {
     PyObject_HEAD
     int kind;
@@ -1546,8 +1711,8 @@ static PyTypeObject MethodType = {
 
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS,
-     "bind(Node, structs, struct_fn, recent, merge2, merged, make_node_py, iota, recent_cap,\n"
-     "     count_cap)\n"
+     "bind(Node, structs, struct_fn, recent, merge2, merged, leafsets, make_node_py, iota,\n"
+     "     recent_cap, count_cap, merge_cap)\n"
      "Hand over node.py's classes, tables and fallbacks."},
     {"make_node", (PyCFunction)(void (*)(void))make_node, METH_FASTCALL,
      "make_node(prim, params, shape, dtype, inputs, device, weak=False)\n"
@@ -1559,7 +1724,14 @@ static PyMethodDef methods[] = {
      "bind_views(Storage, storage, leaf_view, reshape_node, lock)\n"
      "Hand over the view machinery's class, functions and lock."},
     {"bind_assign", bind_assign, METH_VARARGS,
-     "bind_assign(assigned_values, apply_step, undo_step)\nHand over slice assignment's fallbacks."},
+     "bind_assign(assigned_values, apply_step, undo_step, assign, apply1)\n"
+     "Hand over slice assignment's and the unary ops' Python definitions."},
+    {"apply1", (PyCFunction)(void (*)(void))apply1, METH_FASTCALL,
+     "apply1(name, x)\nqtrace.tracer.elementwise.apply1, with its fast path in C."},
+    {"apply2", (PyCFunction)(void (*)(void))apply2, METH_FASTCALL,
+     "apply2(name, x, y)\nqtrace.tracer.elementwise.apply2, with its fast path in C."},
+    {"assign", (PyCFunction)(void (*)(void))assign_entry, METH_FASTCALL,
+     "assign(t, new)\nqtrace.tracer.views.assign, in C."},
     {"note", note, METH_O, "note(owner)\nqtrace.tracer.pending.note, in C."},
     {NULL, NULL, 0, NULL},
 };

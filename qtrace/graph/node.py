@@ -185,7 +185,7 @@ class Leaf(Node):
         return (self,)
 
 
-_recent: dict = {}  # (struct, id of each input) -> weak reference to the node made from them
+_recent: dict = {}  # (id of the struct, of each input) -> weak reference to the node made from them
 RECENT_CAP = 1 << 16
 COUNT_CAP = 1 << 30
 
@@ -317,7 +317,7 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
     struct = _structs.get(parts)
     if struct is None:
         struct = _struct(parts)
-    ident = (struct, *ident_tail)
+    ident = (id(struct), *ident_tail)
     ref = _recent.get(ident)
     if ref is not None:
         node = ref()
@@ -341,8 +341,8 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
 
 make_node_py = make_node  # the reference definition (``QTRACE_NATIVE=0`` records with it)
 if native.active():  # the same algorithm in C, on the same tables (see qtrace.graph.native)
-    native.module().bind(Node, _structs, _struct, _recent, _merge2, _merged, make_node_py, tuple(_IOTA),
-                         RECENT_CAP, COUNT_CAP)
+    native.module().bind(Node, _structs, _struct, _recent, _merge2, _merged, _leafsets, make_node_py,
+                         tuple(_IOTA), RECENT_CAP, COUNT_CAP, _MERGE_CAP)
     make_node = native.module().make_node  # noqa: F811
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import config
 from ..graph import native as graph_native
-from . import array_api, composites, indexing, linalg, reductions, shape_ops, views
+from . import array_api, composites, context, convert, indexing, linalg, pending, reductions, shape_ops, views
 from . import elementwise as ew
+from . import tensor as tensor_module
 from .convert import astype, cast
 from .tensor import Tensor
 
@@ -30,12 +32,23 @@ def _fast(kind: str, op, *args):
 
 
 def _bind_native() -> None:
-    """Hand the compiled recorder the view machinery it follows (and falls back to)."""
+    """Hand the compiled recorder the classes, tables and Python definitions it follows
+    (and falls back to), then put its functions in their place: the note hook, slice
+    assignment's ``views.assign`` and the elementwise ``apply1``/``apply2`` (every caller
+    reads them as module attributes). Runs once, at import."""
     native = graph_native.module()
-    if native is not None:
-        native.bind_views(views.Storage, views._storage, views._leaf_view, views.reshape_node,
-                          views._views_lock)
-        native.bind_assign(indexing.assigned_values, views.apply_step, views.undo_step)
+    if native is None:
+        return
+    native.bind_tensors(Tensor, context.ThreadState, context._local, context.state, config,
+                        pending._consider_cut, ew._recipes, ew.apply2, convert.scalar_node,
+                        convert._scalars)
+    native.bind_views(views.Storage, views._storage, views._leaf_view, views.reshape_node,
+                      views._views_lock)
+    native.bind_assign(indexing.assigned_values, views.apply_step, views.undo_step,
+                       views.assign, ew.apply1)
+    tensor_module.install(native.note, pending.flush, views.array_view, views.array_of)
+    views.assign = native.assign
+    ew.apply1, ew.apply2 = native.apply1, native.apply2
 
 
 _bind_native()

@@ -30,10 +30,9 @@ import weakref
 
 from ..config import config
 from ..graph import evaluate as graph_evaluate
-from ..graph import native as graph_native
 from ..graph.node import forget_recent, result_leaf
 from ..stats import bump
-from . import context, convert, elementwise, tensor
+from . import tensor
 from .context import concrete_error, state
 from .views import Storage, array_of, array_view, set_base
 
@@ -242,17 +241,5 @@ def _line(code, offset: int) -> int:
 
 
 
-def _install() -> None:
-    """Give the tensor module its hooks: this module's, or the compiled recorder's ``note``
-    (same algorithm; the cut itself stays here) bound to this thread state and policy."""
-    native = graph_native.module()
-    fast_note = note
-    if native is not None:
-        native.bind_tensors(tensor.Tensor, context.ThreadState, context._local, state, config,
-                            _consider_cut, elementwise._recipes, elementwise.apply2,
-                            convert.scalar_node, convert._scalars)
-        fast_note = native.note
-    tensor.install(fast_note, flush, array_view, array_of)
-
-
-_install()
+tensor.install(note, flush, array_view, array_of)  # (the compiled recorder's note replaces
+# this one where it is built: qtrace.tracer.methods)
