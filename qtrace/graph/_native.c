@@ -38,7 +38,7 @@ static PyObject *fallback_fn;        /* the Python make_node (other input counts
 static PyObject *iota;               /* node._IOTA: tuple(range(n)) for small n */
 static Py_ssize_t recent_cap, count_cap;
 
-static PyObject *str_const, *str_leaves, *zero_t, *one_t;
+static PyObject *str_const, *str_leaves, *zero_t, *one_t, *zero_long;
 
 enum { S_PRIM, S_PARAMS, S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE, S_INPUTS, S_STRUCT, S_LEAVES,
        S_COUNT, S_BUFFER, S_SIG, N_SLOTS };
@@ -618,10 +618,12 @@ static int note_owner(PyObject *owner)
         Py_DECREF(s);
         return -1;
     }
+    Py_INCREF(next);   /* held: the getattr below may run Python code that resets s.count */
     set_slot(s, s_count, next);
     PyObject *limit = PyObject_GetAttr(config_obj, str_max_pending);
     int over = limit == NULL ? -1 : PyObject_RichCompareBool(next, limit, Py_GE);
     Py_XDECREF(limit);
+    Py_DECREF(next);
     if (over > 0) {
         PyObject *r = PyObject_CallFunctionObjArgs(consider_cut_fn, s, owner, NULL);
         over = r == NULL ? -1 : 0;
@@ -656,6 +658,10 @@ static PyObject *new_tensor(PyObject *node)
     set_slot(t, t_node, node);
     Py_INCREF(Py_None);
     set_slot(t, t_view, Py_None);
+    PyObject *inputs = SLOT(node, node_off[S_INPUTS]);   /* (as Tensor.__init__: a leaf is
+                                                            not pending work) */
+    if (inputs != NULL && PyTuple_Check(inputs) && PyTuple_GET_SIZE(inputs) == 0)
+        return t;
     if (note_owner(t) < 0) {
         Py_DECREF(t);
         return NULL;
@@ -676,7 +682,8 @@ static PyObject *scalar_operand(PyObject *value, PyObject *dtype, PyObject *devi
             if (s == NULL)
                 return NULL;
             PyObject *special = SLOT(s, s_special);
-            int quiet = special != NULL && PyLong_CheckExact(special) && PyLong_AsLong(special) == 0;
+            int quiet = special != NULL && PyLong_CheckExact(special)
+                        && PyObject_RichCompareBool(special, zero_long, Py_EQ) == 1;
             Py_DECREF(s);
             if (quiet) {
                 PyObject *key = PyTuple_Pack(4, (PyObject *)&PyFloat_Type, value, dtype, device);
@@ -1015,7 +1022,15 @@ static int storage_add(PyObject *st, PyObject *t)
         rc = PyList_Append(views, w);
     }
     Py_DECREF(w);
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;
+    if (rc < 0)
+        PyErr_Fetch(&et, &ev, &tb);
     r = PyObject_CallMethodNoArgs(views_lock, str_release);
+    if (rc < 0) {
+        Py_XDECREF(r);
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -1026,6 +1041,11 @@ static int storage_add(PyObject *st, PyObject *t)
         Py_DECREF(r);
     }
     return rc;
+}
+
+static inline int plain_bound(PyObject *b)
+{
+    return b == Py_None || PyLong_CheckExact(b);
 }
 
 /* indexing.basic_key's common case: one slice or in-range integer per axis of `shape`.
@@ -1056,9 +1076,14 @@ static int parse_basic(PyObject *shape, PyObject *key, Py_ssize_t *starts, Py_ss
             return 0;
         }
         if (PySlice_Check(item)) {
+            /* bounds that are None or ints only: no user __index__ runs here (the caller
+               holds borrowed references to the tensor's node and shape) */
+            PySliceObject *sl = (PySliceObject *)item;
+            if (!plain_bound(sl->start) || !plain_bound(sl->stop) || !plain_bound(sl->step))
+                return 0;
             Py_ssize_t start, stop, step;
             if (PySlice_Unpack(item, &start, &stop, &step) < 0) {
-                PyErr_Clear();   /* Python says what is wrong with it */
+                PyErr_Clear();   /* a zero step: Python says so */
                 return 0;
             }
             Py_ssize_t count = PySlice_AdjustIndices(size, &start, &stop, step);
@@ -1255,7 +1280,12 @@ static PyObject *update_node(PyObject *parent, PyObject *new, PyObject *tstarts,
     }
     for (Py_ssize_t k = 0; k < nd; k++) {
         PyObject *d = PyTuple_GET_ITEM(nshape, k);
-        if (PyLong_Check(d) && PyLong_AsSsize_t(d) == 0) {   /* an empty region: no write */
+        int zero = PyObject_RichCompareBool(d, zero_long, Py_EQ);   /* as Python's `0 in shape` */
+        if (zero < 0) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (zero) {   /* an empty region: no write */
             Py_INCREF(parent);
             return parent;
         }
@@ -1336,10 +1366,13 @@ static PyObject *derive(PyObject *base, PyObject *steps)
 /* views.set_base: storage `st` holds `base` (stolen); every live view derives again. */
 static int set_base(PyObject *st, PyObject *base)
 {
+    Py_INCREF(base);   /* held to the end: derive may run Python code (rebinding st.node) */
     set_slot(st, g_node, base);
     PyObject *r = PyObject_CallMethodNoArgs(views_lock, str_acquire);
-    if (r == NULL)
+    if (r == NULL) {
+        Py_DECREF(base);
         return -1;
+    }
     Py_DECREF(r);
     int rc = 0;
     PyObject *views = SLOT(st, g_views), *live = PyList_New(0);
@@ -1354,11 +1387,13 @@ static int set_base(PyObject *st, PyObject *base)
         PyObject *t = PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL;
         if (t == NULL || t == Py_None)
             continue;
+        Py_INCREF(ref);
         Py_INCREF(t);
         PyObject *v = SLOT(t, t_view);
+        Py_XINCREF(v);
         PyObject *d = (v != NULL && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2
                        && PyTuple_Check(PyTuple_GET_ITEM(v, 1)))
-                      ? derive(SLOT(st, g_node), PyTuple_GET_ITEM(v, 1)) : NULL;
+                      ? derive(base, PyTuple_GET_ITEM(v, 1)) : NULL;
         if (d == NULL) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_TypeError, "qtrace: a view without its steps");
@@ -1367,8 +1402,11 @@ static int set_base(PyObject *st, PyObject *base)
             set_slot(t, t_node, d);
             rc = PyList_Append(live, ref);
         }
+        Py_XDECREF(v);
         Py_DECREF(t);
+        Py_DECREF(ref);
     }
+    Py_DECREF(base);
     Py_XDECREF(views);
     if (rc == 0) {
         PyObject *prune = PyLong_FromSsize_t(2 * PyList_GET_SIZE(live) + 16);
@@ -1747,6 +1785,7 @@ PyMODINIT_FUNC PyInit__native(void)
     str_leaves = PyUnicode_InternFromString("leaves");
     zero_t = Py_BuildValue("(i)", 0);
     one_t = Py_BuildValue("(i)", 1);
+    zero_long = PyLong_FromLong(0);
     str_s = PyUnicode_InternFromString("s");
     str_max_pending = PyUnicode_InternFromString("max_pending_nodes");
     empty_tuple = PyTuple_New(0);
@@ -1759,7 +1798,7 @@ PyMODINIT_FUNC PyInit__native(void)
     str_release = PyUnicode_InternFromString("release");
     str_broadcast = PyUnicode_InternFromString("broadcast");
     str_setitem_op = PyUnicode_InternFromString("qt.Tensor.__setitem__");
-    if (str_const == NULL || str_leaves == NULL || zero_t == NULL || one_t == NULL
+    if (str_const == NULL || str_leaves == NULL || zero_t == NULL || one_t == NULL || zero_long == NULL
         || str_s == NULL || str_max_pending == NULL || empty_tuple == NULL || str_slice == NULL
         || str_reshape == NULL || str_slice_update == NULL || str_input == NULL || str_add == NULL
         || str_acquire == NULL || str_release == NULL || str_broadcast == NULL

@@ -14,11 +14,13 @@ structure flattened by the same library, and unflattened by the library that mad
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 NAMESPACE = "qtrace"   # optree's namespace of containers registered for qtrace
 _libs: dict = {}
 _flat_tuples: dict = {}
+_has_optree: bool | None = None   # found on the path (checked once)
 
 
 def _jax_tree():
@@ -29,11 +31,8 @@ def _jax_tree():
 def _optree():
     try:
         import optree
-    except ImportError:   # qtrace put on a path without its dependencies: JAX's, if present
-        try:
-            return _jax_tree()
-        except ImportError:
-            raise ImportError("qtrace needs optree for pytrees: pip install optree") from None
+    except ImportError:
+        raise ImportError("qtrace needs optree for pytrees: pip install optree") from None
 
     def flatten(tree):
         return optree.tree_flatten(tree, none_is_leaf=False, namespace=NAMESPACE)
@@ -41,7 +40,15 @@ def _optree():
 
 
 def _library() -> str:
-    return "jax" if "jax" in sys.modules else "optree"
+    """The library flattening now: JAX's once imported; else optree — or JAX's from the
+    start where optree is missing (qtrace put on a path without its dependencies), so
+    that importing JAX later does not change every structure (a retrace per function)."""
+    if "jax" in sys.modules:
+        return "jax"
+    global _has_optree
+    if _has_optree is None:
+        _has_optree = importlib.util.find_spec("optree") is not None
+    return "optree" if _has_optree else "jax"
 
 
 def _functions(name: str) -> tuple:
