@@ -13,6 +13,9 @@ per call, as the median of several samples of many calls:
   cached plan (what one step of a small stencil costs end to end), beside NumPy's
   assignment.
 
+The title names the recorder that ran: the compiled one where qtrace's C extension is
+built, the Python one otherwise or with ``QTRACE_NATIVE=0`` (run both to compare).
+
 No accuracy check applies (nothing is computed but the evaluation rows, whose values
 are compared with NumPy's).
 """
@@ -82,6 +85,8 @@ def run(quick: bool = False, systems: str | None = None, depth: int = 800) -> li
     np_ops = _operations(np, a.copy(), b.copy())
     if qt is None:
         return [_harness.skip(TITLE, "qtrace", why)]
+    from qtrace.graph import native
+    title = f"{TITLE}, {'compiled' if native.active() else 'Python'} recorder"
     limit = qt.config.max_pending_nodes
     try:
         qt.config.max_pending_nodes = 1 << 30  # measure recording alone: no automatic cut
@@ -97,7 +102,7 @@ def run(quick: bool = False, systems: str | None = None, depth: int = 800) -> li
                 found[label] = _time(qt_fn, calls, repeats)
                 qt.eval(p, keep[0])
             rows.append(_harness.Row(
-                benchmark=TITLE, system=name, unit="µs",
+                benchmark=title, system=name, unit="µs",
                 median=found["shallow"], note=(
                     f"NumPy runs it in {t_np * 1e6:.2f} µs; qtrace records it in "
                     f"{found['shallow'] * 1e6:.2f} µs ({found['shallow'] / t_np:.1f}x NumPy) "
@@ -111,7 +116,7 @@ def run(quick: bool = False, systems: str | None = None, depth: int = 800) -> li
         t_np = _time(fn_np, calls, repeats)
         t_qt = _time(fn_qt, calls, repeats)
         rows.append(_harness.Row(
-            benchmark=TITLE, system=label, unit="µs", median=t_qt,
+            benchmark=title, system=label, unit="µs", median=t_qt,
             note=f"NumPy {t_np * 1e6:.2f} µs; qtrace {t_qt / t_np:.1f}x NumPy"))
         _harness.publish(rows[-1:])
     return rows

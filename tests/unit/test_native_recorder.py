@@ -69,10 +69,11 @@ for i in range(steps):
             c = float(rng.choice([2.0, 0.37, -7.25, 3.0, 1e-3]))
             f = rng.choice(["__mul__", "__rsub__", "__add__", "__rtruediv__"])
             names[f"t{i}"] = (getattr(q, f)(c), getattr(n, f)(c))
-        elif op == 2:  # a basic view
+        elif op == 2:  # a basic view (read back through an earlier write: often a leaf)
             k = key()
             if n[k].ndim:
                 names[f"v{i}"] = (q[k], n[k])
+                names[f"r{i}"] = (q[k], n[k])
         elif op == 3:  # slice assignment from a view of the same shape
             k = key()
             region = n[k].shape
@@ -119,11 +120,12 @@ for i in range(steps):
         errors.append(f"{type(e).__name__}: {e}")
 
 keys = {m: names[m][0]._node.key for m in sorted(names)}
+pending = qt.tracer.context.state().count   # operations noted as pending work
 qt.eval(*[names[m][0] for m in names])
 worst = max(float(np.max(np.abs(names[m][0].numpy() - names[m][1]), initial=0.0))
             / max(1.0, float(np.max(np.abs(names[m][1]), initial=0.0))) for m in names)
 values = {m: names[m][0].numpy().tobytes().hex() for m in sorted(names)}
-print(json.dumps({"native": native.active(), "keys": keys, "values": values,
+print(json.dumps({"native": native.active(), "keys": keys, "values": values, "pending": pending,
                   "errors": errors, "numpy_err": worst}))
 '''
 
@@ -154,7 +156,7 @@ def test_compiled_recorder_is_built_where_a_compiler_is():
 
 @needs_native
 @pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(4))
 def test_recorders_agree(seed, fusion):
     """Same graphs (content keys), same bits, NumPy's values, same errors."""
     steps = 60
@@ -165,13 +167,14 @@ def test_recorders_agree(seed, fusion):
     assert c["keys"] == p["keys"], f"seed {base}: graphs differ"
     assert c["values"] == p["values"], f"seed {base}: values differ"
     assert c["errors"] == p["errors"]
+    assert c["pending"] == p["pending"], "the recorders noted different pending work"
     assert c["numpy_err"] <= 1e-12 and p["numpy_err"] <= 1e-12, f"seed {base}"  # relative
 
 
 @needs_native
 def test_view_semantics_on_the_python_recorder():
     """The differential view suite, a shorter run, on the Python reference recorder."""
-    env = dict(os.environ, QTRACE_NATIVE="0", QTRACE_VIEW_SEEDS="12")
+    env = dict(os.environ, QTRACE_NATIVE="0", QTRACE_VIEW_SEEDS="8")
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                           "tests/system/test_view_semantics.py", "tests/unit/test_recording_paths.py",
                            "-k", "not generator_self_check"],
