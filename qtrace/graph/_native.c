@@ -874,25 +874,30 @@ static int read_ints(PyObject *t, Py_ssize_t *out, Py_ssize_t n)
     return 1;
 }
 
+/* Whether the region (starts, steps) of shape `a` is the whole of an array of shape `b`
+   (all starts 0, all steps 1, equal shapes): 1, 0, or -1 with an error set. The test of
+   views.slice_node and views.update_node. */
+static int whole(const Py_ssize_t *starts, const Py_ssize_t *steps, Py_ssize_t nd, PyObject *a,
+                 PyObject *b)
+{
+    for (Py_ssize_t k = 0; k < nd; k++)
+        if (starts[k] != 0 || steps[k] != 1)
+            return 0;
+    return PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
 /* views.slice_node: the node of the strided sub-view (starts, steps, shape) of `n` (new
    reference); NULL with no error set where this code does not follow (the caller falls
    back to Python). */
 static PyObject *slice_node(PyObject *n, Py_ssize_t *starts, Py_ssize_t *steps,
                             PyObject *shape, const Py_ssize_t *dims, Py_ssize_t nd)
 {
-    PyObject *nshape = SLOT(n, node_off[S_SHAPE]);
-    int trivial = 1;
-    for (Py_ssize_t k = 0; k < nd; k++)
-        if (starts[k] != 0 || steps[k] != 1)
-            trivial = 0;
-    if (trivial) {
-        int eq = PyObject_RichCompareBool(shape, nshape, Py_EQ);
-        if (eq < 0)
-            return NULL;
-        if (eq) {
-            Py_INCREF(n);
-            return n;
-        }
+    int all = whole(starts, steps, nd, shape, SLOT(n, node_off[S_SHAPE]));
+    if (all < 0)
+        return NULL;
+    if (all) {
+        Py_INCREF(n);
+        return n;
     }
     Py_ssize_t s0[MAX_DIMS], st0[MAX_DIMS];
     if (prim_is(n, str_slice)) {
@@ -1266,17 +1271,12 @@ static PyObject *update_node(PyObject *parent, PyObject *new, PyObject *tstarts,
     Py_ssize_t nd = PyTuple_GET_SIZE(nshape), v[MAX_DIMS], w[MAX_DIMS];
     if (nd > MAX_DIMS || !read_ints(tstarts, v, nd) || !read_ints(tsteps, w, nd))
         return NULL;
-    int trivial = 1;
-    for (Py_ssize_t k = 0; k < nd; k++)
-        trivial &= v[k] == 0 && w[k] == 1;
-    if (trivial) {
-        int eq = PyObject_RichCompareBool(nshape, pshape, Py_EQ);
-        if (eq < 0)
-            return NULL;
-        if (eq) {
-            Py_INCREF(new);
-            return new;
-        }
+    int all = whole(v, w, nd, nshape, pshape);
+    if (all < 0)
+        return NULL;
+    if (all) {
+        Py_INCREF(new);
+        return new;
     }
     for (Py_ssize_t k = 0; k < nd; k++) {
         PyObject *d = PyTuple_GET_ITEM(nshape, k);

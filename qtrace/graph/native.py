@@ -2,7 +2,7 @@
 installed (``pip install``; it needs a C compiler, and is skipped without one).
 
 It implements the per-operation recording path — creating graph nodes, and the
-tensor-side fast paths bound by :mod:`qtrace.tracer.fastpath` — with the same
+tensor-side fast paths bound by ``qtrace.tracer.methods._bind_native`` — with the same
 algorithms as the Python definitions, which stay the reference: without the extension,
 or with ``QTRACE_NATIVE=0`` in the environment at import, qtrace records in Python
 (several times slower per operation, same graphs, same results).
