@@ -18,7 +18,7 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 3
+#define QTRACE_NATIVE_ABI 4
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,9 +27,9 @@
 
 /* -- what bind() hands over ------------------------------------------------------------ */
 static PyTypeObject *node_type;      /* qtrace.graph.node.Node (not Leaf) */
+static PyTypeObject *leaf_type;      /* qtrace.graph.node.Leaf: an input, its own leaf list */
 static PyObject *structs;            /* node._structs: parts -> Struct */
 static PyObject *struct_fn;          /* node._struct(parts): intern a new struct */
-static PyObject *recent;             /* node._recent: (struct, ids...) -> weakref(node) */
 static PyObject *merge2_fn;          /* node._merge2(la, lb, inputs) -> (leaves, pa, pb) */
 static PyObject *merged;             /* node._merged: (id(la), id(lb)) -> (la, lb, leaves, pa, pb) */
 static PyObject *leafsets;           /* node._leafsets: merged leaf tuple -> itself (interned) */
@@ -79,9 +79,9 @@ static inline void set_slot(PyObject *obj, Py_ssize_t off, PyObject *value)
 static void clear_bound(void)
 {
     Py_CLEAR(node_type);
+    Py_CLEAR(leaf_type);
     Py_CLEAR(structs);
     Py_CLEAR(struct_fn);
-    Py_CLEAR(recent);
     Py_CLEAR(merge2_fn);
     Py_CLEAR(merged);
     Py_CLEAR(leafsets);
@@ -89,24 +89,31 @@ static void clear_bound(void)
     Py_CLEAR(iota);
 }
 
+static void forget_tables(void);
+
 static PyObject *bind(PyObject *self, PyObject *args)
 {
-    PyObject *ntype, *st, *sfn, *rec, *m2, *mg, *ls, *fb, *io;
+    PyObject *ntype, *ltype, *st, *sfn, *m2, *mg, *ls, *fb, *io;
     Py_ssize_t rcap, ccap, mcap;
-    if (!PyArg_ParseTuple(args, "O!O!OO!OO!O!OO!nnn:bind", &PyType_Type, &ntype, &PyDict_Type,
-                          &st, &sfn, &PyDict_Type, &rec, &m2, &PyDict_Type, &mg, &PyDict_Type, &ls,
+    if (!PyArg_ParseTuple(args, "O!O!O!OOO!O!OO!nnn:bind", &PyType_Type, &ntype, &PyType_Type, &ltype,
+                          &PyDict_Type, &st, &sfn, &m2, &PyDict_Type, &mg, &PyDict_Type, &ls,
                           &fb, &PyTuple_Type, &io, &rcap, &ccap, &mcap))
         return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)ltype, (PyTypeObject *)ntype)) {
+        PyErr_SetString(PyExc_TypeError, "_native.bind: Leaf must be a subclass of Node");
+        return NULL;
+    }
     Py_ssize_t offs[N_SLOTS];
     for (int i = 0; i < N_SLOTS; i++)
         if (slot_offset((PyTypeObject *)ntype, slot_names[i], &offs[i]) < 0)
             return NULL;
     clear_bound();
+    forget_tables();
     memcpy(node_off, offs, sizeof offs);
     Py_INCREF(ntype); node_type = (PyTypeObject *)ntype;
+    Py_INCREF(ltype); leaf_type = (PyTypeObject *)ltype;
     Py_INCREF(st); structs = st;
     Py_INCREF(sfn); struct_fn = sfn;
-    Py_INCREF(rec); recent = rec;
     Py_INCREF(m2); merge2_fn = m2;
     Py_INCREF(mg); merged = mg;
     Py_INCREF(ls); leafsets = ls;
@@ -120,7 +127,8 @@ static PyObject *bind(PyObject *self, PyObject *args)
 
 /* -- make_node ------------------------------------------------------------------------- */
 
-/* A node's leaf tuple (new reference): the slot of a Node, the property of a Leaf. */
+/* A node's leaf tuple (new reference): the slot of a Node, the property of a Leaf
+   (`(self,)`, built here as Leaf.leaves builds it). */
 static PyObject *leaves_of(PyObject *n)
 {
     if (Py_TYPE(n) == node_type) {
@@ -129,6 +137,8 @@ static PyObject *leaves_of(PyObject *n)
             Py_INCREF(l);
             return l;
         }
+    } else if (Py_TYPE(n) == leaf_type) {
+        return PyTuple_Pack(1, n);
     }
     PyObject *l = PyObject_GetAttr(n, str_leaves);
     if (l != NULL && !PyTuple_Check(l)) {
@@ -183,6 +193,310 @@ static PyObject *struct_of(PyObject *parts)
     if (PyErr_Occurred())
         return NULL;
     return PyObject_CallOneArg(struct_fn, parts);
+}
+
+/* The merges of two leaf lists seen last, by identity of the lists: records of node._merged
+   ((la, lb, leaves, positions of la's, of lb's), which hold both lists, so their
+   identities are not reused while listed). Emptied with the sharing table. */
+#define MCACHE_SIZE 256
+static PyObject *mcache[MCACHE_SIZE];
+
+/* The identity a leaf list is remembered by: its one leaf, or the list (a leaf's list of
+   itself is a new tuple at every access). */
+static inline PyObject *list_identity(PyObject *l)
+{
+    return PyTuple_GET_SIZE(l) == 1 ? PyTuple_GET_ITEM(l, 0) : l;
+}
+
+static inline size_t mcache_index(PyObject *la, PyObject *lb)
+{
+    uintptr_t h = ((uintptr_t)list_identity(la) >> 4) * 31u + ((uintptr_t)list_identity(lb) >> 4);
+    return (size_t)(h ^ (h >> 9)) & (MCACHE_SIZE - 1);
+}
+
+static void mcache_remember(PyObject *rec)
+{
+    size_t i = mcache_index(PyTuple_GET_ITEM(rec, 0), PyTuple_GET_ITEM(rec, 1));
+    Py_INCREF(rec);
+    Py_XSETREF(mcache[i], rec);
+}
+
+/* -- two tables of identities, in front of node.py's dicts ------------------------------
+ *
+ * The struct cache maps the parts of a node (prim, params, shape, dtype, weak, device, and
+ * each input's struct and leaf positions) to their interned Struct without building the
+ * parts tuple and hashing it: eager code makes the same few structures again and again,
+ * from the same objects. Integers and tuples of them (shapes, slice bounds, positions)
+ * compare by value, everything else by identity (equal identities are equal parts; a
+ * miss just asks node._structs, so a hit can only give what the dict would). Entries hold
+ * their key objects, so an identity is never reused while an entry names it. Emptied with
+ * node._structs (forget_structs).
+ *
+ * The sharing table is node._recent for one- and two-input nodes (node.make_node's
+ * common-subexpression sharing): (struct, input a, input b) by identity -> weak reference
+ * to the live node made from them. While that node lives it holds all three, so their
+ * identities are not reused; a dead entry is replaced. Emptied at every evaluation
+ * (forget_recent), or when it holds node._RECENT_CAP entries, as the dict is. Nodes with
+ * other input counts are shared through node._recent by the Python code.
+ */
+#define SCACHE_SIZE 4096            /* entries (two-way: an entry and its neighbour) */
+#define SCACHE_KEYS 10
+typedef struct {
+    Py_uhash_t hash;
+    int n;
+    PyObject *key[SCACHE_KEYS];
+    PyObject *st;
+} SEntry;
+static SEntry scache[SCACHE_SIZE];
+
+typedef struct {
+    void *st, *a, *b;               /* identities (not references: the node holds them) */
+    PyObject *ref;                  /* weak reference to the node; NULL: an empty entry */
+} REntry;
+static REntry *rtab;
+static size_t rsize;                /* a power of two, or 0 before the first node */
+static Py_ssize_t rused;
+
+/* The object `ref` (a weak reference) refers to (new reference), NULL when it died. */
+static PyObject *weak_target(PyObject *ref)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(ref, &o) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return o;
+#else
+    PyObject *o = PyWeakref_GetObject(ref);   /* borrowed */
+    if (o == NULL || o == Py_None) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_INCREF(o);
+    return o;
+#endif
+}
+
+static inline Py_uhash_t mix(Py_uhash_t h, Py_uhash_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+}
+
+/* Hash of `x` agreeing with same_value: exact ints and tuples by value, the rest by
+   identity. 0: not cacheable (an int beyond 64 bits, or tuples nested too deep). */
+/* The value of exact int `x` if it fits a long long (1), else 0. */
+static inline int int_value(PyObject *x, long long *v)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)x)) {
+        *v = (long long)PyUnstable_Long_CompactValue((PyLongObject *)x);
+        return 1;
+    }
+#else
+    Py_ssize_t size = Py_SIZE(x);   /* (one digit: the common case, read directly) */
+    if (size >= -1 && size <= 1) {
+        *v = size * (long long)((PyLongObject *)x)->ob_digit[0];
+        return 1;
+    }
+#endif
+    int overflow;
+    *v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    if (overflow || (*v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static int value_hash(PyObject *x, Py_uhash_t *h, int depth)
+{
+    if (PyLong_CheckExact(x)) {
+        long long v;
+        if (!int_value(x, &v))
+            return 0;
+        *h = mix(*h, (Py_uhash_t)v);
+        return 1;
+    }
+    if (PyTuple_CheckExact(x)) {
+        if (depth >= 3)
+            return 0;
+        Py_ssize_t n = PyTuple_GET_SIZE(x);
+        *h = mix(*h, (Py_uhash_t)n ^ 0x5bd1e995u);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!value_hash(PyTuple_GET_ITEM(x, i), h, depth + 1))
+                return 0;
+        return 1;
+    }
+    *h = mix(*h, (Py_uhash_t)(uintptr_t)x);
+    return 1;
+}
+
+static int same_value(PyObject *x, PyObject *y)
+{
+    if (x == y)
+        return 1;
+    if (PyLong_CheckExact(x) && PyLong_CheckExact(y)) {
+        long long vx, vy;
+        return int_value(x, &vx) && int_value(y, &vy) && vx == vy;
+    }
+    if (PyTuple_CheckExact(x) && PyTuple_CheckExact(y)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(x);
+        if (PyTuple_GET_SIZE(y) != n)
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!same_value(PyTuple_GET_ITEM(x, i), PyTuple_GET_ITEM(y, i)))
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* The cached Struct of the parts `key[:n]` (new reference), or NULL (no error set) on a
+   miss; *hash is set for struct_remember (0 with *ok == 0: not cacheable). */
+static PyObject *struct_cached(PyObject **key, int n, Py_uhash_t *hash, int *ok)
+{
+    Py_uhash_t h = (Py_uhash_t)n;
+    for (int i = 0; i < n; i++)
+        if (!value_hash(key[i], &h, 0)) {
+            *ok = 0;
+            return NULL;
+        }
+    *ok = 1;
+    *hash = h;
+    size_t i0 = (size_t)(h & (SCACHE_SIZE - 1));
+    for (int w = 0; w < 2; w++) {
+        SEntry *e = &scache[i0 ^ (size_t)w];
+        if (e->st == NULL || e->hash != h || e->n != n)
+            continue;
+        int k = 0;
+        while (k < n && same_value(e->key[k], key[k]))
+            k++;
+        if (k == n) {
+            Py_INCREF(e->st);
+            return e->st;
+        }
+    }
+    return NULL;
+}
+
+static void sentry_clear(SEntry *e)
+{
+    for (int k = 0; k < e->n; k++)
+        Py_CLEAR(e->key[k]);
+    e->n = 0;
+    Py_CLEAR(e->st);
+}
+
+static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
+{
+    size_t i0 = (size_t)(h & (SCACHE_SIZE - 1));
+    SEntry *e = &scache[i0], *other = &scache[i0 ^ 1];
+    /* the entry there moves to its neighbour (the neighbour's goes): two most recent */
+    sentry_clear(other);
+    *other = *e;
+    memset(e, 0, sizeof *e);
+    e->hash = h;
+    e->n = n;
+    for (int k = 0; k < n; k++) {
+        Py_INCREF(key[k]);
+        e->key[k] = key[k];
+    }
+    Py_INCREF(st);
+    e->st = st;
+}
+
+static void forget_struct_cache(void)
+{
+    for (size_t i = 0; i < SCACHE_SIZE; i++)
+        sentry_clear(&scache[i]);
+}
+
+static size_t recent_home(void *st, void *a, void *b)
+{
+    Py_uhash_t h = mix(mix(mix(0, (Py_uhash_t)(uintptr_t)st), (Py_uhash_t)(uintptr_t)a),
+                       (Py_uhash_t)(uintptr_t)b);
+    return (size_t)(h ^ (h >> 17)) & (rsize - 1);
+}
+
+static void forget_recent_table(void)
+{
+    for (size_t i = 0; i < MCACHE_SIZE; i++)
+        Py_CLEAR(mcache[i]);
+    for (size_t i = 0; i < rsize; i++)
+        Py_CLEAR(rtab[i].ref);   /* (a weak reference without a callback: no Python code) */
+    rused = 0;
+    if (rsize > 8192) {          /* a long graph grew it: start small again */
+        PyMem_Free(rtab);
+        rtab = NULL;
+        rsize = 0;
+    } else if (rtab != NULL) {
+        memset(rtab, 0, rsize * sizeof *rtab);
+    }
+}
+
+/* The entry of (st, a, b): the one holding that key, else the empty one where it goes. */
+static REntry *recent_slot(void *st, void *a, void *b)
+{
+    size_t i = recent_home(st, a, b);
+    for (;;) {
+        REntry *e = &rtab[i];
+        if (e->ref == NULL || (e->st == st && e->a == a && e->b == b))
+            return e;
+        i = (i + 1) & (rsize - 1);
+    }
+}
+
+/* Room for one more key (the table at most half full), or -1 with MemoryError. */
+static int recent_reserve(void)
+{
+    if (rused >= recent_cap)
+        forget_recent_table();
+    if (rsize != 0 && (size_t)(rused + 1) * 2 <= rsize)
+        return 0;
+    size_t old_size = rsize, size = rsize ? 2 * rsize : 1024;
+    REntry *old = rtab, *tab = PyMem_Calloc(size, sizeof *tab);
+    if (tab == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    rtab = tab;
+    rsize = size;
+    rused = 0;
+    for (size_t i = 0; i < old_size; i++) {
+        REntry *e = &old[i];
+        if (e->ref == NULL)
+            continue;
+        PyObject *live = weak_target(e->ref);
+        if (live == NULL) {   /* dead: not moved */
+            Py_DECREF(e->ref);
+            continue;
+        }
+        Py_DECREF(live);
+        *recent_slot(e->st, e->a, e->b) = *e;
+        rused++;
+    }
+    PyMem_Free(old);
+    return 0;
+}
+
+static void forget_tables(void)
+{
+    forget_recent_table();
+    forget_struct_cache();
+}
+
+static PyObject *forget_recent_py(PyObject *self, PyObject *unused)
+{
+    forget_recent_table();
+    Py_RETURN_NONE;
+}
+
+static PyObject *forget_structs_py(PyObject *self, PyObject *unused)
+{
+    forget_struct_cache();
+    Py_RETURN_NONE;
 }
 
 /* `obj` (new reference, may be NULL) no longer tracked by the cyclic garbage collector:
@@ -271,6 +585,7 @@ static int merge2_new(PyObject *la, PyObject *lb, PyObject *key, PyObject **leav
     rec = PyTuple_Pack(5, la, lb, tup, all, pos);
     if (rec == NULL || PyDict_SetItem(merged, key, rec) < 0)
         goto fail;
+    mcache_remember(rec);
     Py_DECREF(rec);
     Py_DECREF(acc);
     *leaves = tup;
@@ -313,6 +628,17 @@ static int merge2_known(PyObject *la, PyObject *lb, PyObject **leaves, PyObject 
     }
     if (merged == NULL)
         return 0;
+    PyObject *known = mcache[mcache_index(la, lb)];
+    if (known != NULL && list_identity(PyTuple_GET_ITEM(known, 0)) == list_identity(la)
+        && list_identity(PyTuple_GET_ITEM(known, 1)) == list_identity(lb)) {
+        *leaves = PyTuple_GET_ITEM(known, 2);
+        *pa = PyTuple_GET_ITEM(known, 3);
+        *pb = PyTuple_GET_ITEM(known, 4);
+        Py_INCREF(*leaves);
+        Py_INCREF(*pa);
+        Py_INCREF(*pb);
+        return 1;
+    }
     PyObject *ia = PyLong_FromVoidPtr(la), *ib = PyLong_FromVoidPtr(lb);
     PyObject *key = (ia && ib) ? PyTuple_Pack(2, ia, ib) : NULL;
     Py_XDECREF(ia);
@@ -321,6 +647,7 @@ static int merge2_known(PyObject *la, PyObject *lb, PyObject **leaves, PyObject 
     if (hit != NULL && PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) == 5
         && PyTuple_GET_ITEM(hit, 0) == la && PyTuple_GET_ITEM(hit, 1) == lb) {
         Py_DECREF(key);
+        mcache_remember(hit);
         *leaves = PyTuple_GET_ITEM(hit, 2);
         *pa = PyTuple_GET_ITEM(hit, 3);
         *pb = PyTuple_GET_ITEM(hit, 4);
@@ -355,7 +682,9 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
         if (!PyObject_TypeCheck(PyTuple_GET_ITEM(inputs, i), node_type))
             return PyObject_Vectorcall(fallback_fn, args, nargs, NULL);
 
-    PyObject *ptoken, *leaves = NULL, *parts = NULL, *ident = NULL, *st = NULL, *node = NULL;
+    PyObject *ptoken, *leaves = NULL, *parts = NULL, *st = NULL, *node = NULL;
+    PyObject *key[SCACHE_KEYS];
+    int nkey, plain = plain_params(params);
     PyObject *pa = NULL, *pb = NULL, *la = NULL, *lb = NULL;
     int is_const = PyUnicode_Check(prim) && PyUnicode_Compare(prim, str_const) == 0;
     if (is_const) {
@@ -420,72 +749,56 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
         if (leaves == NULL || pa == NULL || pb == NULL)
             goto fail;
-        parts = PyTuple_Pack(10, prim, ptoken, shape, dtype, weak, device,
-                             SLOT(a, node_off[S_STRUCT]), pa, SLOT(b, node_off[S_STRUCT]), pb);
+        key[6] = SLOT(a, node_off[S_STRUCT]);
+        key[7] = pa;
+        key[8] = SLOT(b, node_off[S_STRUCT]);
+        key[9] = pb;
+        nkey = 10;
     } else {
         Py_INCREF(la); leaves = la;
         pa = iota_of(na);
         if (pa == NULL)
             goto fail;
-        parts = PyTuple_Pack(8, prim, ptoken, shape, dtype, weak, device,
-                             SLOT(a, node_off[S_STRUCT]), pa);
+        key[6] = SLOT(a, node_off[S_STRUCT]);
+        key[7] = pa;
+        nkey = 8;
     }
-    if (parts == NULL)
-        goto fail;
-    st = struct_of(parts);
-    if (st == NULL)
-        goto fail;
     {
-        /* (id(struct), id(a)[, id(b)]): while the node lives it holds all three, so the
-           ids are not reused meanwhile; ints only, so the key is acyclic */
-        PyObject *ida = PyLong_FromVoidPtr(a), *idb = NULL, *ids = PyLong_FromVoidPtr(st);
-        if (ida == NULL || ids == NULL) {
-            Py_XDECREF(ida);
-            Py_XDECREF(ids);
-            goto fail;
-        }
-        if (b != NULL) {
-            idb = PyLong_FromVoidPtr(b);
-            if (idb == NULL) {
-                Py_DECREF(ida);
-                Py_DECREF(ids);
+        Py_uhash_t hash = 0;
+        int cacheable = 0;
+        key[0] = prim; key[1] = ptoken; key[2] = shape; key[3] = dtype; key[4] = weak;
+        key[5] = device;
+        if (!is_const && plain)   /* (a cache entry holds its parts) */
+            st = struct_cached(key, nkey, &hash, &cacheable);
+        if (st == NULL) {
+            parts = PyTuple_New(nkey);
+            if (parts == NULL)
                 goto fail;
+            for (int k = 0; k < nkey; k++) {
+                Py_INCREF(key[k]);
+                PyTuple_SET_ITEM(parts, k, key[k]);
             }
-            ident = acyclic(PyTuple_Pack(3, ids, ida, idb));
-            Py_DECREF(idb);
-        } else {
-            ident = acyclic(PyTuple_Pack(2, ids, ida));
+            st = struct_of(parts);
+            if (st == NULL)
+                goto fail;
+            if (cacheable)
+                struct_remember(key, nkey, hash, st);
         }
-        Py_DECREF(ida);
-        Py_DECREF(ids);
-        if (ident == NULL)
-            goto fail;
     }
-    PyObject *ref = PyDict_GetItemWithError(recent, ident);
-    if (ref != NULL && PyWeakref_Check(ref)) {
-#if PY_VERSION_HEX >= 0x030D0000
-        PyObject *live = NULL;
-        if (PyWeakref_GetRef(ref, &live) < 0)
-            goto fail;
-        if (live != NULL) {
-            node = live;
-            goto done;
+    if (rsize != 0) {
+        REntry *entry = recent_slot(st, a, b);
+        if (entry->ref != NULL) {
+            PyObject *live = weak_target(entry->ref);
+            if (live != NULL) {
+                node = live;
+                goto done;
+            }
         }
-#else
-        PyObject *live = PyWeakref_GetObject(ref);   /* borrowed */
-        if (live != NULL && live != Py_None) {
-            Py_INCREF(live);
-            node = live;
-            goto done;
-        }
-#endif
-    } else if (ref == NULL && PyErr_Occurred()) {
-        goto fail;
     }
     node = node_type->tp_alloc(node_type, 0);
     if (node == NULL)
         goto fail;
-    if (plain_params(params))
+    if (plain)
         PyObject_GC_UnTrack(node);   /* see plain_params */
     count += n_in;
     if (count > count_cap)
@@ -505,19 +818,27 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
     set_slot(node, node_off[S_COUNT], cnt);
     Py_INCREF(Py_None); set_slot(node, node_off[S_BUFFER], Py_None);
     Py_INCREF(Py_None); set_slot(node, node_off[S_SIG], Py_None);
-    if (PyDict_GET_SIZE(recent) >= recent_cap)
-        PyDict_Clear(recent);
     {
+        /* (the entry is found again: an allocation may have run a collection, and with it
+           Python code recording nodes) */
         PyObject *w = acyclic(PyWeakref_NewRef(node, NULL));
-        if (w == NULL || PyDict_SetItem(recent, ident, w) < 0) {
-            Py_XDECREF(w);
+        if (w == NULL)
+            goto fail;
+        if (recent_reserve() < 0) {
+            Py_DECREF(w);
             goto fail;
         }
-        Py_DECREF(w);
+        REntry *entry = recent_slot(st, a, b);
+        if (entry->ref == NULL)
+            rused++;
+        entry->st = st;
+        entry->a = a;
+        entry->b = b;
+        Py_XSETREF(entry->ref, w);
     }
 done:
     Py_DECREF(ptoken);
-    Py_XDECREF(leaves); Py_XDECREF(parts); Py_XDECREF(ident); Py_XDECREF(st);
+    Py_XDECREF(leaves); Py_XDECREF(parts); Py_XDECREF(st);
     Py_XDECREF(pa); Py_XDECREF(pb); Py_XDECREF(la); Py_XDECREF(lb);
     return node;
 fail:
@@ -543,15 +864,21 @@ static PyObject *recipes;            /* elementwise._recipes */
 static PyObject *apply2_fn;          /* elementwise.apply2(name, x, y) */
 static PyObject *scalar_node_fn;     /* convert.scalar_node(value, dtype, device) */
 static PyObject *scalars;            /* convert._scalars: recent eager scalars' 0-d inputs */
+static PyObject *consts;             /* convert._consts: recent constants */
 static Py_ssize_t t_node, t_view, s_special, s_pending, s_count;
 static PyObject *str_s, *str_max_pending, *empty_tuple;
 
+/* thread_state's memo: the last thread that asked, and its ThreadState */
+static PyThreadState *last_tstate;
+static uint64_t last_tstate_id;
+static PyObject *last_state;
+
 static PyObject *bind_tensors(PyObject *self, PyObject *args)
 {
-    PyObject *tt, *st, *loc, *sfn, *cfg, *ccut, *rec, *a2, *snode, *sc;
-    if (!PyArg_ParseTuple(args, "O!O!OOOOO!OOO!:bind_tensors", &PyType_Type, &tt, &PyType_Type,
+    PyObject *tt, *st, *loc, *sfn, *cfg, *ccut, *rec, *a2, *snode, *sc, *cs;
+    if (!PyArg_ParseTuple(args, "O!O!OOOOO!OOO!O!:bind_tensors", &PyType_Type, &tt, &PyType_Type,
                           &st, &loc, &sfn, &cfg, &ccut, &PyDict_Type, &rec, &a2, &snode,
-                          &PyDict_Type, &sc))
+                          &PyDict_Type, &sc, &PyDict_Type, &cs))
         return NULL;
     if (slot_offset((PyTypeObject *)tt, "_node", &t_node) < 0
         || slot_offset((PyTypeObject *)tt, "_view", &t_view) < 0
@@ -559,10 +886,12 @@ static PyObject *bind_tensors(PyObject *self, PyObject *args)
         || slot_offset((PyTypeObject *)st, "pending", &s_pending) < 0
         || slot_offset((PyTypeObject *)st, "count", &s_count) < 0)
         return NULL;
+    Py_CLEAR(last_state);   /* (thread_state's memo is of the old local) */
+    last_tstate = NULL;
     PyObject **dst[] = {(PyObject **)&tensor_type, (PyObject **)&tstate_type, &local_obj,
                         &state_fn, &config_obj, &consider_cut_fn, &recipes, &apply2_fn,
-                        &scalar_node_fn, &scalars};
-    PyObject *src[] = {tt, st, loc, sfn, cfg, ccut, rec, a2, snode, sc};
+                        &scalar_node_fn, &scalars, &consts};
+    PyObject *src[] = {tt, st, loc, sfn, cfg, ccut, rec, a2, snode, sc, cs};
     for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
         Py_INCREF(src[i]);
         Py_XSETREF(*dst[i], src[i]);
@@ -570,9 +899,17 @@ static PyObject *bind_tensors(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* This thread's ThreadState (new reference). */
+/* This thread's ThreadState (new reference): context.state(), remembered for the thread
+   that asked last (by its thread state and that state's unique id: a thread state freed
+   and reallocated at the same address has another id). */
+
 static PyObject *thread_state(void)
 {
+    PyThreadState *ts = PyThreadState_Get();
+    if (ts == last_tstate && last_state != NULL && PyThreadState_GetID(ts) == last_tstate_id) {
+        Py_INCREF(last_state);
+        return last_state;
+    }
     PyObject *s = PyObject_GetAttr(local_obj, str_s);
     if (s == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
@@ -585,7 +922,27 @@ static PyObject *thread_state(void)
         PyErr_SetString(PyExc_TypeError, "qtrace: the thread state is not a ThreadState");
         return NULL;
     }
+    if (s != NULL) {
+        Py_INCREF(s);
+        Py_XSETREF(last_state, s);
+        last_tstate = ts;
+        last_tstate_id = PyThreadState_GetID(ts);
+    }
     return s;
+}
+
+/* Whether this thread records plainly, outside any trace or derivative (context.special()
+   is 0): 1, 0, or -1 with an error set. */
+static int quiet(void)
+{
+    PyObject *s = thread_state();
+    if (s == NULL)
+        return -1;
+    PyObject *special = SLOT(s, s_special);
+    int q = special != NULL && PyLong_CheckExact(special)
+            && PyObject_RichCompareBool(special, zero_long, Py_EQ) == 1;
+    Py_DECREF(s);
+    return q;
 }
 
 static int note_owner(PyObject *owner)
@@ -675,29 +1032,35 @@ static PyObject *new_tensor(PyObject *node)
    is Python's. */
 static PyObject *scalar_operand(PyObject *value, PyObject *dtype, PyObject *device)
 {
-    if (PyFloat_CheckExact(value) && scalars != NULL) {
+    PyTypeObject *tv = Py_TYPE(value);
+    int as_const = -1;   /* 1: a graph constant (convert._consts), 0: a 0-d input, -1: Python's */
+    if (tv == &PyFloat_Type) {
         double v = PyFloat_AS_DOUBLE(value);
-        if (v == v && !(fabs(v) <= 4 && v == floor(v))) {
-            PyObject *s = thread_state();
-            if (s == NULL)
+        if (v == v && v != 0)   /* (NaN and zeros are keyed by repr) */
+            as_const = fabs(v) <= 4 && v == floor(v);
+    } else if (tv == &PyLong_Type) {
+        long long v;
+        if (int_value(value, &v) && v != 0)
+            as_const = v >= -4 && v <= 4;
+    }
+    if (as_const >= 0 && scalars != NULL && consts != NULL) {
+        int q = quiet();
+        if (q < 0)
+            return NULL;
+        if (q) {
+            PyObject *key = as_const
+                ? PyTuple_Pack(5, (PyObject *)tv, value, dtype, device, Py_False)
+                : PyTuple_Pack(4, (PyObject *)tv, value, dtype, device);
+            if (key == NULL)
                 return NULL;
-            PyObject *special = SLOT(s, s_special);
-            int quiet = special != NULL && PyLong_CheckExact(special)
-                        && PyObject_RichCompareBool(special, zero_long, Py_EQ) == 1;
-            Py_DECREF(s);
-            if (quiet) {
-                PyObject *key = PyTuple_Pack(4, (PyObject *)&PyFloat_Type, value, dtype, device);
-                if (key == NULL)
-                    return NULL;
-                PyObject *node = PyDict_GetItemWithError(scalars, key);
-                Py_DECREF(key);
-                if (node != NULL) {
-                    Py_INCREF(node);
-                    return node;
-                }
-                if (PyErr_Occurred())
-                    return NULL;
+            PyObject *node = PyDict_GetItemWithError(as_const ? consts : scalars, key);
+            Py_DECREF(key);
+            if (node != NULL) {
+                Py_INCREF(node);
+                return node;
             }
+            if (PyErr_Occurred())
+                return NULL;
         }
     }
     return PyObject_CallFunctionObjArgs(scalar_node_fn, value, dtype, device, NULL);
@@ -807,7 +1170,8 @@ static PyTypeObject *storage_type;
 static PyObject *storage_fn;         /* views._storage(t): (storage, steps), made if missing */
 static PyObject *leaf_view_fn;       /* views._leaf_view(base node, steps) */
 static PyObject *reshape_node_fn;    /* views.reshape_node (constants: a broadcast) */
-static PyObject *views_lock;         /* views._views_lock */
+static PyObject *views_acquire;      /* views._views_lock.acquire (bound) */
+static PyObject *views_release;      /* views._views_lock.release (bound) */
 static Py_ssize_t g_node, g_views, g_prune_at;
 static PyObject *str_slice, *str_reshape, *str_slice_update, *str_input, *str_add;
 static PyObject *str_acquire, *str_release;
@@ -823,9 +1187,16 @@ static PyObject *bind_views(PyObject *self, PyObject *args)
         || slot_offset((PyTypeObject *)stt, "views", &g_views) < 0
         || slot_offset((PyTypeObject *)stt, "prune_at", &g_prune_at) < 0)
         return NULL;
-    PyObject **dst[] = {(PyObject **)&storage_type, &storage_fn, &leaf_view_fn, &reshape_node_fn,
-                        &views_lock};
-    PyObject *src[] = {stt, sfn, lv, rn, lock};
+    PyObject *acq = PyObject_GetAttr(lock, str_acquire), *rel = PyObject_GetAttr(lock, str_release);
+    if (acq == NULL || rel == NULL) {
+        Py_XDECREF(acq);
+        Py_XDECREF(rel);
+        return NULL;
+    }
+    Py_XSETREF(views_acquire, acq);
+    Py_XSETREF(views_release, rel);
+    PyObject **dst[] = {(PyObject **)&storage_type, &storage_fn, &leaf_view_fn, &reshape_node_fn};
+    PyObject *src[] = {stt, sfn, lv, rn};
     for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
         Py_INCREF(src[i]);
         Py_XSETREF(*dst[i], src[i]);
@@ -1009,7 +1380,7 @@ static int storage_add(PyObject *st, PyObject *t)
     PyObject *w = acyclic(PyWeakref_NewRef(t, NULL));
     if (w == NULL)
         return -1;
-    PyObject *r = PyObject_CallMethodNoArgs(views_lock, str_acquire);
+    PyObject *r = PyObject_CallNoArgs(views_acquire);
     if (r == NULL) {
         Py_DECREF(w);
         return -1;
@@ -1030,7 +1401,7 @@ static int storage_add(PyObject *st, PyObject *t)
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (rc < 0)
         PyErr_Fetch(&et, &ev, &tb);
-    r = PyObject_CallMethodNoArgs(views_lock, str_release);
+    r = PyObject_CallNoArgs(views_release);
     if (rc < 0) {
         Py_XDECREF(r);
         PyErr_Restore(et, ev, tb);
@@ -1120,6 +1491,65 @@ static int parse_basic(PyObject *shape, PyObject *key, Py_ssize_t *starts, Py_ss
 
 /* x[key] for a key of one slice or integer per axis, at least one slice: NULL with no
    error set when the key is anything else (indexing.getitem then takes it). */
+/* views._leaf_view(base, steps) (new reference: a Leaf, or None), with the leaves it
+   made remembered here by identity of the base and value of the steps, so that reading
+   the same view of an evaluated array again costs no Python: `b[1:-1, 1:-1]` of a
+   coefficient array in every step. Entries refer to the base and the leaf weakly (the
+   Python table keeps the leaf while the base lives; a dead one is a miss); a hit also
+   needs what the Python function checks: a buffer, and no trace or derivative going on. */
+#define LCACHE_SIZE 1024
+typedef struct {
+    PyObject *base_ref, *steps, *leaf_ref;
+    Py_uhash_t hash;
+} LEntry;
+static LEntry lcache[LCACHE_SIZE];
+
+static void lentry_clear(LEntry *e)
+{
+    Py_CLEAR(e->base_ref);
+    Py_CLEAR(e->steps);
+    Py_CLEAR(e->leaf_ref);
+}
+
+static PyObject *leaf_view(PyObject *base, PyObject *steps)
+{
+    Py_uhash_t h = mix(0, (Py_uhash_t)(uintptr_t)base);
+    int cacheable = value_hash(steps, &h, 0);
+    LEntry *e = &lcache[(h ^ (h >> 13)) & (LCACHE_SIZE - 1)];
+    PyObject *buffer = SLOT(base, node_off[S_BUFFER]);
+    if (cacheable && e->leaf_ref != NULL && e->hash == h && buffer != NULL && buffer != Py_None) {
+        PyObject *b = weak_target(e->base_ref), *leaf = NULL;
+        if (b == base && same_value(e->steps, steps))
+            leaf = weak_target(e->leaf_ref);
+        Py_XDECREF(b);
+        if (leaf != NULL) {
+            int q = quiet();
+            if (q > 0)
+                return leaf;
+            Py_DECREF(leaf);
+            if (q < 0)
+                return NULL;
+        }
+    }
+    PyObject *leaf = PyObject_CallFunctionObjArgs(leaf_view_fn, base, steps, NULL);
+    if (leaf == NULL || leaf == Py_None || !cacheable)
+        return leaf;
+    PyObject *br = PyWeakref_NewRef(base, NULL), *lr = PyWeakref_NewRef(leaf, NULL);
+    if (br == NULL || lr == NULL) {   /* (not remembered: still the right answer) */
+        Py_XDECREF(br);
+        Py_XDECREF(lr);
+        PyErr_Clear();
+        return leaf;
+    }
+    lentry_clear(e);
+    e->base_ref = acyclic(br);
+    e->leaf_ref = acyclic(lr);
+    Py_INCREF(steps);
+    e->steps = steps;
+    e->hash = h;
+    return leaf;
+}
+
 static PyObject *getitem_fast(PyObject *t, PyObject *key)
 {
     if (Py_TYPE(t) != tensor_type || storage_type == NULL)
@@ -1158,7 +1588,11 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
         if (chain == NULL)
             goto done;
     }
-    view = PyObject_CallOneArg(storage_fn, t);   /* (storage, steps) */
+    view = SLOT(t, t_view);   /* (storage, steps), made by views._storage if missing */
+    if (view != NULL && view != Py_None)
+        Py_INCREF(view);
+    else
+        view = PyObject_CallOneArg(storage_fn, t);
     if (view == NULL)
         goto done;
     if (!PyTuple_Check(view) || PyTuple_GET_SIZE(view) != 2
@@ -1191,7 +1625,7 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
     PyObject *base = SLOT(st, g_node);
     if (base != NULL && prim_is(base, str_input)) {
         /* a view of evaluated memory: no pending work to note */
-        PyObject *leaf = PyObject_CallFunctionObjArgs(leaf_view_fn, base, all_steps, NULL);
+        PyObject *leaf = leaf_view(base, all_steps);
         if (leaf == NULL)
             goto done;
         res = tensor_type->tp_alloc(tensor_type, 0);
@@ -1368,7 +1802,7 @@ static int set_base(PyObject *st, PyObject *base)
 {
     Py_INCREF(base);   /* held to the end: derive may run Python code (rebinding st.node) */
     set_slot(st, g_node, base);
-    PyObject *r = PyObject_CallMethodNoArgs(views_lock, str_acquire);
+    PyObject *r = PyObject_CallNoArgs(views_acquire);
     if (r == NULL) {
         Py_DECREF(base);
         return -1;
@@ -1422,7 +1856,7 @@ static int set_base(PyObject *st, PyObject *base)
     PyObject *et = NULL, *ev = NULL, *tb = NULL;
     if (rc < 0)
         PyErr_Fetch(&et, &ev, &tb);
-    r = PyObject_CallMethodNoArgs(views_lock, str_release);
+    r = PyObject_CallNoArgs(views_release);
     if (rc < 0)
         PyErr_Restore(et, ev, tb);
     if (r == NULL)
@@ -1749,15 +2183,19 @@ static PyTypeObject MethodType = {
 
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS,
-     "bind(Node, structs, struct_fn, recent, merge2, merged, leafsets, make_node_py, iota,\n"
+     "bind(Node, Leaf, structs, struct_fn, merge2, merged, leafsets, make_node_py, iota,\n"
      "     recent_cap, count_cap, merge_cap)\n"
      "Hand over node.py's classes, tables and fallbacks."},
+    {"forget_recent", forget_recent_py, METH_NOARGS,
+     "forget_recent()\nEmpty the sharing table (node.forget_recent)."},
+    {"forget_structs", forget_structs_py, METH_NOARGS,
+     "forget_structs()\nEmpty the struct cache (node._structs was emptied)."},
     {"make_node", (PyCFunction)(void (*)(void))make_node, METH_FASTCALL,
      "make_node(prim, params, shape, dtype, inputs, device, weak=False)\n"
      "qtrace.graph.node.make_node, in C."},
     {"bind_tensors", bind_tensors, METH_VARARGS,
      "bind_tensors(Tensor, ThreadState, local, state, config, consider_cut, recipes, apply2,\n"
-     "             scalar_node, scalars)\nHand over the tracer's classes, tables and fallbacks."},
+     "             scalar_node, scalars, consts)\nHand over the tracer's classes, tables and fallbacks."},
     {"bind_views", bind_views, METH_VARARGS,
      "bind_views(Storage, storage, leaf_view, reshape_node, lock)\n"
      "Hand over the view machinery's class, functions and lock."},

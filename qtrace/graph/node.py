@@ -81,6 +81,8 @@ def _struct(parts: tuple) -> Struct:
     if s is None:
         if len(_structs) >= STRUCTS_CAP:
             _structs.clear()
+            if native.active():  # (the compiled recorder's cache in front of this table)
+                native.module().forget_structs()
         s = _structs.setdefault(parts, Struct(parts))
     return s
 
@@ -185,7 +187,9 @@ class Leaf(Node):
         return (self,)
 
 
-_recent: dict = {}  # (id of the struct, of each input) -> weak reference to the node made from them
+# (id of the struct, of each input) -> weak reference to the node made from them (the
+# compiled recorder keeps one- and two-input nodes in a table of its own)
+_recent: dict = {}
 RECENT_CAP = 1 << 16
 COUNT_CAP = 1 << 30
 
@@ -196,6 +200,8 @@ def forget_recent() -> None:
     _recent.clear()
     _leafsets.clear()
     _merged.clear()
+    if native.active():  # its table of one- and two-input nodes
+        native.module().forget_recent()
 
 
 _N_IOTA = 64
@@ -341,7 +347,7 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
 
 make_node_py = make_node  # the reference definition (``QTRACE_NATIVE=0`` records with it)
 if native.active():  # the same algorithm in C, on the same tables (see qtrace.graph.native)
-    native.module().bind(Node, _structs, _struct, _recent, _merge2, _merged, _leafsets, make_node_py,
+    native.module().bind(Node, Leaf, _structs, _struct, _merge2, _merged, _leafsets, make_node_py,
                          tuple(_IOTA), RECENT_CAP, COUNT_CAP, _MERGE_CAP)
     make_node = native.module().make_node  # noqa: F811
 

@@ -109,13 +109,18 @@ def _element_strides(arr: np.ndarray):
     return tuple(s // item for s in arr.strides)
 
 
+def number_key(value) -> tuple:
+    """A dictionary key telling Python number ``value`` apart from every other number: the
+    number itself, except where ``==`` does not tell them apart (``0.0 == -0.0``, ``1 ==
+    1.0 == True``: the type is part of the key) or a NaN never equals itself (by repr)."""
+    tv = type(value)
+    exact = tv is int or tv is bool or tv is float and value == value and value != 0.0  # complex: by repr
+    return (tv, value if exact else repr(value))
+
+
 def const_node(value, dtype: np.dtype, device: Device, weak: bool = False) -> Node:
     """A 0-d constant (its value is part of the graph's content hash)."""
-    tv = type(value)
-    # a Python number is its own exact key, except where == is not identity of the
-    # constant: 0.0 == -0.0 and NaN != NaN (those are keyed by repr)
-    exact = tv is int or tv is bool or tv is float and value == value and value != 0.0  # complex: by repr
-    key = (tv, value if exact else repr(value), dtype, device, weak)
+    key = (*number_key(value), dtype, device, weak)
     node = _consts.get(key)
     if node is None:
         node = record("const", (), (dtypes.scalar_value(value, dtype),), (), dtype, weak=weak,

@@ -29,7 +29,7 @@ from ..graph.node import Node
 from ..graph.primitives import IN_RANGE, PRIMITIVES, broadcast_shapes
 from . import dtypes, selections, views
 from .context import ad_level, record, tracing
-from .convert import cast, const_node, input_node, operand, wrap
+from .convert import cast, const_node, input_node, number_key, operand, wrap
 from .elementwise import apply
 from .selections import Selection
 from .shape_ops import as_tensor, broadcast_to, reshape
@@ -552,12 +552,25 @@ def setitem(x: Tensor, key, value) -> None:
     views.assign(x, scatter(x, key, value, "set", op)._node)
 
 
+# the nodes of Python numbers assigned to regions (number, dtype, device, region shape ->
+# broadcast constant): converting the number NumPy's way is most of an assignment's cost
+_assigned_numbers: dict = {}
+
+
 def assigned_values(x: Tensor, value, shape: tuple, op: str) -> Node:
     """``value`` converted to ``x``'s dtype (NumPy's assignment casting) and broadcast to
     ``shape`` (leading axes of length 1 in ``value`` may go, as in NumPy)."""
-    if type(value) in _SCALARS:  # the common case: a Python number
-        return views.broadcast_node(const_node(dtypes.assignable(value, x.dtype, op), x.dtype,
-                                               x._node.device), shape)
+    if type(value) in _SCALARS:  # the common case: a Python number (a boundary condition)
+        device = x._node.device
+        key = (*number_key(value), x.dtype, device, shape)
+        node = _assigned_numbers.get(key)
+        if node is None:
+            node = views.broadcast_node(const_node(dtypes.assignable(value, x.dtype, op), x.dtype,
+                                                   device), shape)
+            if len(_assigned_numbers) > 4096:  # a program assigns few distinct numbers
+                _assigned_numbers.clear()
+            _assigned_numbers[key] = node
+        return node
     v = operand(value, op)
     if v.node is None:
         node = const_node(dtypes.assignable(v.value, x.dtype, op), x.dtype, x.device)

@@ -41,7 +41,7 @@ def _bind_native() -> None:
         return
     native.bind_tensors(Tensor, context.ThreadState, context._local, context.state, config,
                         pending._consider_cut, ew._recipes, ew.apply2, convert.scalar_node,
-                        convert._scalars)
+                        convert._scalars, convert._consts)
     native.bind_views(views.Storage, views._storage, views._leaf_view, views.reshape_node,
                       views._views_lock)
     native.bind_assign(indexing.assigned_values, views.apply_step, views.undo_step,
