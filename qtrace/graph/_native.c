@@ -392,9 +392,9 @@ static void sentry_clear(SEntry *e)
 static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
 {
     size_t i0 = (size_t)(h & (SCACHE_SIZE - 1));
-    SEntry *e = &scache[i0], *other = &scache[i0 ^ 1];
-    /* the entry there moves to its neighbour (the neighbour's goes): two most recent */
-    sentry_clear(other);
+    SEntry *e = &scache[i0], *other = &scache[i0 ^ 1], gone = *other;
+    /* the entry there moves to its neighbour (the neighbour's goes: released last, when
+       the table is consistent, as releasing may run Python code): the two most recent */
     *other = *e;
     memset(e, 0, sizeof *e);
     e->hash = h;
@@ -405,6 +405,7 @@ static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
     }
     Py_INCREF(st);
     e->st = st;
+    sentry_clear(&gone);
 }
 
 static void forget_struct_cache(void)

@@ -216,6 +216,95 @@ def test_recorded_values_need_no_cycle_collector():
             gc.enable()
 
 
+@needs_native
+def test_structs_are_found_by_value_and_forgotten_with_their_table(monkeypatch):
+    """The C struct cache answers what ``node._structs`` would: shapes and slice bounds
+    compare by value (separately built tuples of large ints find the same struct), and
+    when the intern table is emptied the cache is too (new nodes get the table's new
+    structs, never a forgotten one)."""
+    from qtrace.graph import node as graph_node
+
+    rng = np.random.default_rng()
+    n = int(rng.integers(300, 900))   # beyond CPython's cached small ints
+    a, b = (qt.asarray(rng.standard_normal((n, 3))) + 0.0 for _ in range(2))
+    c, d = (qt.asarray(rng.standard_normal((n, 3))) + 0.0 for _ in range(2))
+    s1, s2 = (a * b)[1:n - 1], (c * d)[1:n - 1]
+    assert s1._node.struct is s2._node.struct
+    assert graph_node._structs[s1._node.struct.parts] is s1._node.struct
+    monkeypatch.setattr(graph_node, "STRUCTS_CAP", 0)   # the next miss empties the table
+    e = qt.asarray(np.ones((n + 1, 5))) * 1.75           # (a new structure: a miss)
+    monkeypatch.undo()
+    again = (c * d)[1:n - 1]
+    assert again._node.struct is not s1._node.struct     # made anew after the emptying
+    assert graph_node._structs[again._node.struct.parts] is again._node.struct
+    assert again._node.key == s1._node.key               # with the same content
+    np.testing.assert_array_equal(again.numpy(), s2.numpy())
+    del e
+
+
+@needs_native
+def test_sharing_lasts_until_the_next_evaluation():
+    """Recording the same operation on the same live values gives the same node (common
+    subexpressions), until an evaluation starts sharing afresh; a dead node is never
+    handed out again."""
+    u = qt.asarray(np.random.default_rng().standard_normal((4, 5)))
+    x = u + 0.0
+    y = x * 3.5
+    assert (x * 3.5)._node is y._node and (x[1:, ::2])._node is x[1:, ::2]._node
+    ref = weakref.ref(y._node)
+    del y
+    assert ref() is None
+    z = u * 3.5
+    w = z._node
+    assert (u * 3.5)._node is w
+    qt.eval(z)                                  # z now holds a leaf; w is alive, held here
+    assert (u * 3.5)._node is not w
+    np.testing.assert_array_equal((u * 3.5).numpy(), u.numpy() * 3.5)
+
+
+@needs_native
+def test_evaluated_views_are_shared_outside_traces_only():
+    """A view of an evaluated array read again is the same leaf (no Python on the way);
+    inside ``qt.jit`` the view stays connected to the traced function's graph."""
+    base = qt.asarray(np.arange(42.0).reshape(6, 7))
+    v1, v2 = base[1:-1, 2:], base[1:-1, 2:]
+    assert v1._node is v2._node and v1._node.prim == "input"
+
+    @qt.jit
+    def f(x):
+        return x + base[1:-1, 2:]
+
+    x = qt.asarray(np.ones((4, 5)))
+    np.testing.assert_array_equal(f(x).numpy(), 1.0 + np.arange(42.0).reshape(6, 7)[1:-1, 2:])
+
+
+@needs_native
+def test_each_thread_notes_its_own_pending_values():
+    """The thread-state memo of the C recorder: operations recorded on interleaved threads
+    are noted on each one's own pending list."""
+    import threading
+
+    from qtrace.tracer import pending
+
+    counts, barrier = {}, threading.Barrier(2)
+
+    def work(k):
+        x = qt.asarray(np.full((3, 3), float(k))) + 0.0
+        pending.flush(())
+        keep = []
+        for _ in range(50):
+            barrier.wait()
+            keep.append(x * 2.5)
+        counts[k] = (pending.describe()["pending_ops"], [float(t.numpy()[0, 0]) for t in keep[:2]])
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert counts == {1: (50, [2.5, 2.5]), 2: (50, [5.0, 5.0])}
+
+
 def test_stale_build_is_refused():
     """An extension built from other sources (another ABI) is not used: a warning says
     to reinstall, and recording stays correct in Python."""
