@@ -32,7 +32,7 @@ from .context import ad_level, record, tracing
 from .convert import cast, const_node, input_node, number_key, operand, wrap
 from .elementwise import apply
 from .selections import Selection
-from .shape_ops import as_tensor, broadcast_to, reshape
+from .shape_ops import as_tensor, broadcast_to, reshape, transpose
 from .tensor import Tensor
 
 SCATTER_MODES = ("set", "add", "multiply", "min", "max")
@@ -139,7 +139,12 @@ def _index_tensor(k, size: int, axis: int, op: str, device) -> tuple[Tensor, boo
 
 def _plan(x: Tensor, key, op: str, coords_always: bool = False):
     """Decompose ``key``: a basic view, or (result shape, one coordinate tensor per axis of
-    x, whether every coordinate is known to be in range).
+    x, whether every coordinate is known to be in range, the result's memory order).
+
+    The memory order is NumPy's layout of the result, as a permutation of its axes
+    (outermost first), or None for C order: where the advanced indices are adjacent and
+    follow a slice (``x[:, idx]``), NumPy lays the indexed axes out first, so the result
+    is not C-contiguous and, e.g., reshaping it copies.
 
     With ``coords_always`` a basic key is described by coordinates too (for scatters).
     """
@@ -210,7 +215,12 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
         else:
             a = wrap(input_node(np.array(f, dtype=np.int64), op, owned=True, device=x.device))
         coords.append(broadcast_to(a, shape))
-    return None, (shape, coords, in_range)
+    order = None
+    lead = where.get("B", 0)
+    if adjacent and lead and bshape:
+        nb = len(bshape)
+        order = (*range(lead, lead + nb), *range(lead), *range(lead + nb, len(shape)))
+    return None, (shape, coords, in_range, order)
 
 
 def basic_key(shape: tuple, key):
@@ -356,10 +366,15 @@ def getitem(x, key) -> Tensor:
     view, adv = _plan(t, key, "qt.Tensor.__getitem__")
     if view is not None:
         return view
-    shape, coords, known = adv
+    shape, coords, known, order = adv
+    if order is not None:  # gathered in NumPy's memory order, seen through a transpose
+        coords = [transpose(c, order) for c in coords]
+        shape = tuple(shape[a] for a in order)
     nodes = (t._node,) + tuple(c._node for c in coords)
     params = (IN_RANGE,) if known else ()
     out = wrap(origins.remember(record("gather", nodes, params, shape, t.dtype, weak=t._node.weak)))
+    if order is not None:
+        return views.view(out, ("transpose", tuple(order.index(a) for a in range(len(order)))))
     mask = _leading_mask_key(t, key)
     if mask is not None:
         _selections[out._node] = (t._node, mask)
@@ -453,7 +468,7 @@ def scatter(x, key, values, mode: str, op: str | None = None) -> Tensor:
         raise ValueError(f"qt scatter: unknown mode {mode!r}")
     op = op or f"qt.Tensor.at[...].{mode}"
     t = as_tensor(x, op)
-    _, (shape, coords, known) = _plan(t, key, op, coords_always=True)
+    _, (shape, coords, known, _) = _plan(t, key, op, coords_always=True)
     v = operand(values, op)
     v_node = v.node if v.node is not None else const_node(v.value, t.dtype, t.device)
     v_node = cast(v_node, t.dtype, weak=False)

@@ -1326,6 +1326,35 @@ def test_mask_and_gather_reads_are_copies(fusion):
     _eq(g, [10.0, 10.0, 15.0])
 
 
+KEYS_AFTER_A_SLICE = [
+    (slice(None), [3, 4, 3, 3]),                    # x[:, idx]: NumPy lays idx's axis out first
+    (slice(None), slice(None), [1, 0]),             # at the end
+    (slice(None), [[1, 2], [0, 4]], [0, 1]),        # two adjacent arrays after a slice
+    (slice(None), 0, [1, 2]),                       # an integer joins the block
+    ([1, 0],),                                      # leading: C order
+    (0, slice(None), [1, 2]),                       # separated by a slice: C order
+]
+
+
+@pytest.mark.parametrize("key", KEYS_AFTER_A_SLICE, ids=range(len(KEYS_AFTER_A_SLICE)))
+def test_gather_results_have_numpys_memory_order(key, fusion, rng):
+    """A gather's result is laid out as NumPy lays it out, so a reshape of it is a view
+    exactly where NumPy's is (then a write to the result shows through the reshape), and a
+    copy where NumPy's is not C-contiguous (a found case: ``t = b[:, idx]; v = t.reshape(...);
+    t += ...`` changed ``v`` in qtrace, not in NumPy)."""
+    ref = rng.integers(-9, 10, size=(2, 5, 4))
+    k = tuple(np.array(p) if isinstance(p, list) else p for p in key)
+    x = _t(ref.copy())
+    r, t = ref[k], x[k]
+    _eq(t, r)
+    rv, tv = r.reshape(-1), qt.reshape(t, (-1,))
+    r += 100
+    t += 100
+    _eq(t, r)
+    _eq(tv, rv)
+    _eq(x, ref)
+
+
 def test_overlapping_assignment_reads_before_writing_like_numpy(fusion):
     ref = np.arange(8.0)
     x = _t(ref)
