@@ -232,7 +232,8 @@ def _fast_pointer_ok() -> bool:
     return True
 
 
-if _fast_pointer_ok():
+_FAST_POINTER = _fast_pointer_ok()
+if _FAST_POINTER:
     def pointer(arr: np.ndarray, _words=_WORDS, _offset=_DATA_OFFSET) -> int:
         """The address of ``arr``'s first element."""
         return _words[(id(arr) + _offset) >> 3]
@@ -256,3 +257,19 @@ def packer(n: int):
     if p is None:
         p = _packers[n] = struct.Struct(f"{n}Q").pack
     return p
+
+
+def _bind_native_calls() -> None:
+    """Hand the compiled recorder what a jitted call of one kernel needs to run without
+    Python (``qtrace.tracer.jit``): how this runtime allocates and finds an array's data,
+    and the stats counters it bumps. Without the fast data pointer it stays unbound (the
+    Python call path runs)."""
+    from ..graph import native
+    from ..stats import native_address
+    if native.active() and _FAST_POINTER:
+        native.module().bind_jit(np.ndarray, np.empty, aligned_empty, _DATA_OFFSET,
+                                 native_address("cache_hits_memory"),
+                                 native_address("kernel_launches"), native_address("tasks_run"))
+
+
+_bind_native_calls()

@@ -18,7 +18,7 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 4
+#define QTRACE_NATIVE_ABI 5
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -2182,6 +2182,222 @@ static PyTypeObject MethodType = {
     .tp_members = method_members,
 };
 
+/* -- jitted calls: a compiled plan of one kernel, replayed without Python -----------------
+ *
+ * qtrace.tracer.jit.Jitted.__call__ for its commonest shape: positional tensor arguments
+ * whose values are evaluated C-contiguous host arrays, a plan of one small kernel without
+ * checks (runtime.Plan._fast_path), results that are the kernel's fresh outputs returned as
+ * a tuple or alone. The Python side describes each such entry once (jit._native_spec):
+ *
+ *   (kernel address, extent, sources, allocations, outputs, templates, mode)
+ *
+ * sources: per kernel argument, an int k >= 0 (call argument k's buffer), -1-j (the j-th
+ * allocation) or an array (a constant captured by the trace); allocations: (shape, dtype,
+ * small) made with numpy.empty (small) or cpu.aligned_empty; outputs: the allocation of
+ * each result; templates: the leaf each result copies its signature from (graph.node.
+ * leaf_like); mode 0: a tuple, 1: the one result. Anything else, or an argument that is not
+ * such a tensor, answers NotImplemented: the Python path runs (and raises what it raises).
+ */
+typedef void (*kernel_fn)(int64_t, int64_t, void *, void *, void *);
+static PyTypeObject *ndarray_type;
+static PyObject *np_empty_fn, *aligned_empty_fn;
+static Py_ssize_t data_offset = -1;  /* PyArrayObject's data pointer (cpu._DATA_OFFSET) */
+static int64_t *ctr_hits, *ctr_launches, *ctr_tasks;   /* stats' counters for compiled code */
+#define MAX_KERNEL_ARGS 256
+
+static PyObject *bind_jit(PyObject *self, PyObject *args)
+{
+    PyObject *nd, *em, *ae;
+    Py_ssize_t off;
+    unsigned long long h, l, t;
+    if (!PyArg_ParseTuple(args, "O!OOnKKK:bind_jit", &PyType_Type, &nd, &em, &ae, &off, &h, &l, &t))
+        return NULL;
+    Py_INCREF(nd);
+    Py_XSETREF(ndarray_type, (PyTypeObject *)nd);
+    Py_INCREF(em);
+    Py_XSETREF(np_empty_fn, em);
+    Py_INCREF(ae);
+    Py_XSETREF(aligned_empty_fn, ae);
+    data_offset = off;
+    ctr_hits = (int64_t *)(uintptr_t)h;
+    ctr_launches = (int64_t *)(uintptr_t)l;
+    ctr_tasks = (int64_t *)(uintptr_t)t;
+    Py_RETURN_NONE;
+}
+
+/* The data pointer of host array `a` if it is a C-contiguous buffer as a leaf describes it
+   (exact ndarray, the leaf's element strides C order for its shape), else NULL. */
+static void *leaf_data(PyObject *leaf)
+{
+    PyObject *buf = SLOT(leaf, node_off[S_BUFFER]), *params = SLOT(leaf, node_off[S_PARAMS]);
+    PyObject *shape = SLOT(leaf, node_off[S_SHAPE]);
+    if (buf == NULL || Py_TYPE(buf) != ndarray_type || params == NULL || !PyTuple_Check(params)
+        || PyTuple_GET_SIZE(params) != 1 || shape == NULL || !PyTuple_Check(shape))
+        return NULL;
+    PyObject *strides = PyTuple_GET_ITEM(params, 0);
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != nd)
+        return NULL;
+    long long acc = 1;
+    for (Py_ssize_t i = nd - 1; i >= 0; i--) {
+        long long st, d;
+        PyObject *si = PyTuple_GET_ITEM(strides, i), *di = PyTuple_GET_ITEM(shape, i);
+        if (!PyLong_CheckExact(si) || !PyLong_CheckExact(di) || !int_value(si, &st)
+            || !int_value(di, &d) || st != acc)
+            return NULL;
+        acc *= d > 1 ? d : 1;
+    }
+    return *(void **)((char *)buf + data_offset);
+}
+
+static PyObject *jit_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]))
+        return PyErr_Format(PyExc_TypeError, "jit_call(specs, args)");
+    PyObject *specs = args[0], *call = args[1];
+    Py_ssize_t n = PyTuple_GET_SIZE(call);
+    if (ndarray_type == NULL || data_offset < 0 || tensor_type == NULL || leaf_type == NULL || n == 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *descs = PyTuple_New(n);
+    if (descs == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(call, i), *node, *sig;
+        if (Py_TYPE(t) != tensor_type || (node = SLOT(t, t_node)) == NULL
+            || (sig = SLOT(node, node_off[S_SIG])) == NULL || sig == Py_None) {
+            Py_DECREF(descs);
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        Py_INCREF(sig);
+        PyTuple_SET_ITEM(descs, i, sig);
+    }
+    PyObject *spec = PyDict_GetItemWithError(specs, descs);   /* borrowed */
+    Py_DECREF(descs);
+    if (spec == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 7)
+        return PyErr_Format(PyExc_TypeError, "qtrace: a malformed jit call spec");
+    Py_INCREF(spec);   /* (held: allocating runs Python code, which may change the table) */
+    PyObject *allocated[MAX_KERNEL_ARGS], *result = NULL;
+    void *ptrs[MAX_KERNEL_ARGS];
+    Py_ssize_t n_alloc = 0;
+    PyObject *sources = PyTuple_GET_ITEM(spec, 2), *allocs = PyTuple_GET_ITEM(spec, 3);
+    PyObject *outs = PyTuple_GET_ITEM(spec, 4), *templates = PyTuple_GET_ITEM(spec, 5);
+    Py_ssize_t n_src = PyTuple_GET_SIZE(sources);
+    if (n_src > MAX_KERNEL_ARGS || PyTuple_GET_SIZE(allocs) > MAX_KERNEL_ARGS)
+        goto not_mine;
+    /* the arguments first (nothing allocated if one is not a ready host array) */
+    for (Py_ssize_t i = 0; i < n_src; i++) {
+        PyObject *src = PyTuple_GET_ITEM(sources, i);
+        if (PyLong_CheckExact(src)) {
+            Py_ssize_t k = PyLong_AsSsize_t(src);
+            if (k < 0)
+                continue;   /* an allocation: below */
+            if (k >= n)
+                goto not_mine;
+            PyObject *node = SLOT(PyTuple_GET_ITEM(call, k), t_node);
+            if (Py_TYPE(node) != leaf_type || (ptrs[i] = leaf_data(node)) == NULL)
+                goto not_mine;
+        } else if (Py_TYPE(src) == ndarray_type) {
+            ptrs[i] = *(void **)((char *)src + data_offset);
+        } else {
+            goto not_mine;
+        }
+    }
+    for (; n_alloc < PyTuple_GET_SIZE(allocs); n_alloc++) {
+        PyObject *a = PyTuple_GET_ITEM(allocs, n_alloc);
+        PyObject *fn = PyTuple_GET_ITEM(a, 2) == Py_True ? np_empty_fn : aligned_empty_fn;
+        PyObject *arr = PyObject_CallFunctionObjArgs(fn, PyTuple_GET_ITEM(a, 0), PyTuple_GET_ITEM(a, 1), NULL);
+        if (arr == NULL)
+            goto fail;
+        allocated[n_alloc] = arr;
+        if (Py_TYPE(arr) != ndarray_type) {
+            n_alloc++;
+            goto not_mine;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n_src; i++) {
+        PyObject *src = PyTuple_GET_ITEM(sources, i);
+        if (PyLong_CheckExact(src)) {
+            Py_ssize_t k = PyLong_AsSsize_t(src);
+            if (k < 0) {
+                if (-1 - k >= n_alloc)
+                    goto not_mine;
+                ptrs[i] = *(void **)((char *)allocated[-1 - k] + data_offset);
+            }
+        }
+    }
+    {
+        kernel_fn fn = (kernel_fn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(spec, 0));
+        int64_t extent = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 1));
+        if (fn == NULL || PyErr_Occurred())
+            goto fail;
+        Py_BEGIN_ALLOW_THREADS
+        fn(0, extent, ptrs, NULL, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    __atomic_fetch_add(ctr_hits, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(ctr_launches, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(ctr_tasks, 1, __ATOMIC_RELAXED);
+    Py_ssize_t n_out = PyTuple_GET_SIZE(outs);
+    result = PyTuple_New(n_out);
+    if (result == NULL)
+        goto fail;
+    for (Py_ssize_t j = 0; j < n_out; j++) {
+        Py_ssize_t a = PyLong_AsSsize_t(PyTuple_GET_ITEM(outs, j));
+        PyObject *tmpl = PyTuple_GET_ITEM(templates, j);
+        PyObject *leaf = leaf_type->tp_alloc(leaf_type, 0), *t = NULL;
+        if (leaf == NULL)
+            goto fail;
+        PyObject_GC_UnTrack(leaf);   /* (plain params, an array: no cycle; see plain_params) */
+        static const int copied[] = {S_PRIM, S_PARAMS, S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE,
+                                     S_STRUCT, S_SIG};
+        for (size_t c = 0; c < sizeof copied / sizeof copied[0]; c++) {
+            PyObject *v = SLOT(tmpl, node_off[copied[c]]);
+            if (v == NULL) {
+                Py_DECREF(leaf);
+                PyErr_SetString(PyExc_TypeError, "qtrace: a jit result template is incomplete");
+                goto fail;
+            }
+            Py_INCREF(v);
+            set_slot(leaf, node_off[copied[c]], v);
+        }
+        Py_INCREF(empty_tuple); set_slot(leaf, node_off[S_INPUTS], empty_tuple);
+        Py_INCREF(zero_long); set_slot(leaf, node_off[S_COUNT], zero_long);
+        Py_INCREF(allocated[a]); set_slot(leaf, node_off[S_BUFFER], allocated[a]);
+        t = tensor_type->tp_alloc(tensor_type, 0);
+        if (t == NULL) {
+            Py_DECREF(leaf);
+            goto fail;
+        }
+        PyObject_GC_UnTrack(t);
+        set_slot(t, t_node, leaf);
+        Py_INCREF(Py_None);
+        set_slot(t, t_view, Py_None);
+        PyTuple_SET_ITEM(result, j, t);
+    }
+    if (PyLong_AsLong(PyTuple_GET_ITEM(spec, 6)) == 1) {   /* mode 1: the one result */
+        PyObject *one = PyTuple_GET_ITEM(result, 0);
+        Py_INCREF(one);
+        Py_SETREF(result, one);
+    }
+    goto done;
+not_mine:
+    result = Py_NotImplemented;
+    Py_INCREF(result);
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    for (Py_ssize_t j = 0; j < n_alloc; j++)
+        Py_DECREF(allocated[j]);
+    Py_DECREF(spec);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS,
      "bind(Node, Leaf, structs, struct_fn, merge2, merged, leafsets, make_node_py, iota,\n"
@@ -2210,6 +2426,11 @@ static PyMethodDef methods[] = {
     {"assign", (PyCFunction)(void (*)(void))assign_entry, METH_FASTCALL,
      "assign(t, new)\nqtrace.tracer.views.assign, in C."},
     {"note", note, METH_O, "note(owner)\nqtrace.tracer.pending.note, in C."},
+    {"bind_jit", bind_jit, METH_VARARGS,
+     "bind_jit(ndarray, numpy.empty, cpu.aligned_empty, data_offset, hits, launches, tasks)\n"
+     "Hand over what jitted calls allocate with, and the addresses of stats counters."},
+    {"jit_call", (PyCFunction)(void (*)(void))jit_call, METH_FASTCALL,
+     "jit_call(specs, args)\nA jitted call of one kernel (qtrace.tracer.jit), or NotImplemented."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import inspect
 import logging
@@ -12,6 +13,7 @@ import numpy as np
 from ..config import config
 from ..graph import buffers
 from ..graph import evaluate as graph_evaluate
+from ..graph import native as graph_native
 from ..graph import node as graph_node
 from ..graph.device import Device
 from ..graph.subgraph import Subgraph, cut
@@ -121,6 +123,7 @@ class Jitted:
             self._sig = None
         self._cache: dict = {}
         self._flat: dict = {}
+        self._specs: dict = {}  # signature -> a one-kernel entry as the compiled recorder runs it
         self._subs: dict = {}  # signature -> traced body, for calls inside derivatives
         self._last = None
         self._lock = threading.Lock()
@@ -149,6 +152,10 @@ class Jitted:
                 return self.fn(*args, **kwargs)
         if not kwargs and not self.static_argnums:
             # fast path: flat positional arguments, the common shape of a step function
+            if self._specs:  # one kernel on ready host arrays: the compiled recorder runs it
+                result = _native_call(self._specs, args)
+                if result is not NotImplemented:
+                    return result
             try:
                 descs = []
                 for a in args:  # _describe, with a tensor's cached entry read inline
@@ -168,6 +175,9 @@ class Jitted:
                 entry = self._cache.get((tree, descs, ()))
                 if entry is not None:
                     self._flat[descs] = entry
+                    spec = _native_spec(entry, tree) if _native_call is not None else None
+                    if spec is not None:
+                        self._specs[descs] = spec
                 return result
         return self._call(args, kwargs)
 
@@ -425,7 +435,48 @@ class Jitted:
         with self._lock:
             self._cache.clear()
             self._flat.clear()
+            self._specs.clear()
             self._last = None
+
+
+_native_call = getattr(graph_native.module(), "jit_call", None)
+
+
+def _native_spec(entry: _Entry, tree) -> tuple | None:
+    """``entry`` as the compiled recorder replays it (``jit_call``; the layout is described
+    in ``qtrace/graph/_native.c``), or None when it is not a call of one small kernel on
+    flat tensor arguments whose results are fresh arrays, returned as a tuple or alone."""
+    plan = entry.plan
+    fast = getattr(plan, "_fast", None)
+    if fast is None or entry.mutated or not entry.all_tensors or any(k != "tensor" for k in entry.out_kinds):
+        return None
+    fn, extent, _pack, slots, allocs, outs, _extra = fast
+    if entry.flat_tuple:
+        mode = 0
+    elif len(outs) == 1 and pytree.unflatten(entry.out_tree, [_ONE]) is _ONE:
+        mode = 1
+    else:
+        return None
+    made = {s: j for j, (s, *_) in enumerate(allocs)}
+    if any(v not in made for v in outs):   # a result that is an argument's own buffer
+        return None
+    sources = []
+    for s in slots:
+        if s >= plan.n_leaves:
+            sources.append(-1 - made[s])
+            continue
+        src = entry.bind[s]
+        if src < 0:  # a constant the trace captured: passed as it is, if it can be
+            src = entry.captured[-src - 1]
+            if type(src) is not np.ndarray or not src.flags.c_contiguous:
+                return None
+        sources.append(src)
+    return (ctypes.cast(fn, ctypes.c_void_p).value, extent, tuple(sources),
+            tuple((shape, dtype, small) for _, shape, dtype, small in allocs),
+            tuple(made[v] for v in outs), tuple(entry.out_meta), mode)
+
+
+_ONE = object()
 
 
 def _template(n) -> graph_node.Node:

@@ -436,3 +436,95 @@ def test_containers_registered_with_optree_are_pytrees_without_jax():
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+def _leapfrog(x, v):
+    a = -4 * x
+    v = v + 0.01 * a
+    x = x + 0.01 * v
+    return x, v
+
+
+def _steps(step, x, v, n):
+    for _ in range(n):
+        x, v = step(x, v)
+    return x, v
+
+
+def test_one_kernel_calls_run_by_the_compiled_recorder_match_the_python_path(rng, fusion, device,
+                                                                               monkeypatch):
+    """A jitted step of one small kernel is replayed by the compiled recorder (no Python
+    per call): the same bits as the Python call path, the same stats, results that are
+    fresh tensors (a tuple, or the one result)."""
+    from qtrace.graph import native
+    from qtrace.tracer import jit as jit_module
+
+    x0, v0 = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    fast = qt.jit(_leapfrog)
+    got = _steps(fast, qt.asarray(x0, device=device), qt.asarray(v0, device=device), 40)
+    replayed = bool(fast._specs)
+    assert replayed == (native.active() and device == "cpu" and fusion)   # (unfused: 3 kernels)
+    with monkeypatch.context() as m:
+        m.setattr(jit_module, "_native_call", None)   # the Python call path
+        slow = qt.jit(_leapfrog)
+        want = _steps(slow, qt.asarray(x0, device=device), qt.asarray(v0, device=device), 40)
+        assert not slow._specs
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+    ref_x, ref_v = x0.astype(np.float64), v0.astype(np.float64)
+    for _ in range(40):
+        ref_x, ref_v = _leapfrog(ref_x, ref_v)
+    np.testing.assert_allclose(got[0].numpy(), ref_x, rtol=1e-4, atol=1e-5)
+    qt.reset_stats()
+    x, v = fast(*got)
+    s = qt.stats()
+    assert s["cache_hits_memory"] == 1 and s["tasks_run"] >= s["kernel_launches"] >= 1
+    if replayed:
+        assert s["kernel_launches"] == s["tasks_run"] == 1
+    assert x is not got[0] and x._node.buffer is not got[0]._node.buffer
+    one = qt.jit(lambda t: t * 2.5 + 1.0)
+    t = qt.asarray(x0, device=device)
+    for _ in range(3):
+        r = one(t)
+    assert isinstance(r, qt.Tensor)
+    np.testing.assert_allclose(r.numpy(), x0 * np.float32(2.5) + np.float32(1.0), rtol=1e-6)
+
+
+def test_one_kernel_calls_fall_back_for_what_they_do_not_take(rng, fusion):
+    """Arguments that are pending, strided views, or tensors of another signature, and
+    constants the trace captured: every call still gives NumPy's result."""
+    c = rng.standard_normal(64)
+    captured = qt.asarray(c)
+    step = qt.jit(lambda x: x * 0.5 + captured)
+    base = rng.standard_normal((64, 3))
+    for _ in range(3):
+        step(qt.asarray(base[:, 0].copy()))
+    cases = [qt.asarray(base[:, 1].copy()),            # ready: the compiled path
+             qt.asarray(base[:, 1].copy()) * 1.0,      # pending: evaluated by Python first
+             qt.asarray(base)[:, 2],                   # a strided view of an evaluated array
+             qt.asarray(base[:, 2].copy())]
+    for arg, col in zip(cases, (1, 1, 2, 2)):
+        np.testing.assert_allclose(step(arg).numpy(), base[:, col] * 0.5 + c, rtol=1e-15)
+
+
+def test_one_kernel_calls_from_threads_match_their_sequential_results(rng):
+    """Threads calling one jitted step on their own data get their own results (no state
+    shared between calls: each allocates its outputs)."""
+    import threading
+
+    step = qt.jit(_leapfrog)
+    starts = [(rng.standard_normal(256), rng.standard_normal(256)) for _ in range(4)]
+    want = [_steps(step, qt.asarray(x), qt.asarray(v), 200) for x, v in starts]
+    got = [None] * 4
+
+    def work(k):
+        got[k] = _steps(step, qt.asarray(starts[k][0]), qt.asarray(starts[k][1]), 200)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
