@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -78,11 +79,11 @@ def resolve_shape(shape: tuple, size: int, op: str) -> tuple:
     if shape.count(-1) > 1:
         raise ValueError(f"qt.{op}: can only specify one unknown dimension, got {shape}")
     if -1 in shape:
-        known = int(np.prod([d for d in shape if d != -1]))
+        known = math.prod(d for d in shape if d != -1)
         if known == 0 or size % known:
             raise ValueError(f"qt.{op}: cannot reshape array of size {size} into shape {shape}")
         shape = tuple(size // known if d == -1 else d for d in shape)
-    if any(d < 0 for d in shape) or int(np.prod(shape)) != size:
+    if any(d < 0 for d in shape) or math.prod(shape) != size:
         raise ValueError(f"qt.{op}: cannot reshape array of size {size} into shape {shape}")
     return shape
 
