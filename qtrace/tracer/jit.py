@@ -95,7 +95,7 @@ def _buffer(leaf, desc: int) -> np.ndarray:
         if isinstance(leaf, np.ndarray):  # the caller's memory, read in place
             buffers.borrow(buf)
     if not buf.flags.c_contiguous:
-        buf = np.ascontiguousarray(buf)
+        buf = buf.copy(order="C")  # (NumPy's or CuPy's: a strided view on either device)
     return buf
 
 
