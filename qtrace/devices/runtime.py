@@ -176,7 +176,9 @@ class Plan:
         if self.rt.sequences:
             self.steps = _sequences(self.steps)
         self.n_launches = sum(1 for s in self.steps if type(s) not in (LibraryCall, ViewStep))
-        self._fast = self._fast_path() if self.rt.kind == "cpu" else None
+        # the one-kernel case, (kernel, extent, pack, slots, allocations, output slots, empty
+        # slots), or None: run's short path, and what qt.jit hands the compiled extension
+        self.fast = self._fast_path() if self.rt.kind == "cpu" else None
 
     def _fast_path(self):
         """The common small case on the CPU, one kernel and nothing else to do: a shorter path."""
@@ -203,7 +205,7 @@ class Plan:
 
         ``graph``: the output nodes this run computes (a plan is shared by every graph of
         its structure): a failed check names the source lines that recorded them."""
-        fast = self._fast
+        fast = self.fast
         if fast is not None:
             fn, extent, pack, slots, allocs, outs, extra = fast
             bufs = [*leaf_buffers, *extra]

@@ -1819,11 +1819,10 @@ static int set_base(PyObject *st, PyObject *base)
     Py_XINCREF(views);
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(views); i++) {
         PyObject *ref = PyList_GET_ITEM(views, i);
-        PyObject *t = PyWeakref_Check(ref) ? PyWeakref_GetObject(ref) : NULL;
-        if (t == NULL || t == Py_None)
+        PyObject *t = PyWeakref_Check(ref) ? weak_target(ref) : NULL;   /* (new reference) */
+        if (t == NULL)
             continue;
         Py_INCREF(ref);
-        Py_INCREF(t);
         PyObject *v = SLOT(t, t_view);
         Py_XINCREF(v);
         PyObject *d = (v != NULL && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2

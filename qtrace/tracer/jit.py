@@ -447,7 +447,7 @@ def _native_spec(entry: _Entry, tree) -> tuple | None:
     in ``qtrace/graph/_native.c``), or None when it is not a call of one small kernel on
     flat tensor arguments whose results are fresh arrays, returned as a tuple or alone."""
     plan = entry.plan
-    fast = getattr(plan, "_fast", None)
+    fast = getattr(plan, "fast", None)
     if fast is None or entry.mutated or not entry.all_tensors or any(k != "tensor" for k in entry.out_kinds):
         return None
     fn, extent, _pack, slots, allocs, outs, _extra = fast
