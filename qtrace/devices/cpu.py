@@ -232,8 +232,8 @@ def _fast_pointer_ok() -> bool:
     return True
 
 
-_FAST_POINTER = _fast_pointer_ok()
-if _FAST_POINTER:
+FAST_POINTER = _fast_pointer_ok()
+if FAST_POINTER:
     def pointer(arr: np.ndarray, _words=_WORDS, _offset=_DATA_OFFSET) -> int:
         """The address of ``arr``'s first element."""
         return _words[(id(arr) + _offset) >> 3]
@@ -266,7 +266,7 @@ def _bind_native_calls() -> None:
     Python call path runs)."""
     from ..graph import native
     from ..stats import native_address
-    if native.active() and _FAST_POINTER:
+    if native.active() and FAST_POINTER:
         native.module().bind_jit(np.ndarray, np.empty, aligned_empty, _DATA_OFFSET,
                                  native_address("cache_hits_memory"),
                                  native_address("kernel_launches"), native_address("tasks_run"))

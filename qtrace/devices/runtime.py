@@ -14,6 +14,7 @@ The executor is target-free: kernels come from the device's
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 import threading
@@ -91,6 +92,11 @@ def view_of(buf, chain: tuple, xp):
                             for a, s, k in zip(*params, shape))]
         # wrt and stop_gradient: the value itself
     return buf
+
+
+def _address(fn) -> int:
+    """The machine address of a compiled function (a ctypes function pointer)."""
+    return ctypes.cast(fn, ctypes.c_void_p).value
 
 
 class CheckedTask(NamedTuple):
@@ -179,6 +185,8 @@ class Plan:
         # the one-kernel case, (kernel, extent, pack, slots, allocations, output slots, empty
         # slots), or None: run's short path, and what qt.jit hands the compiled extension
         self.fast = self._fast_path() if self.rt.kind == "cpu" else None
+        # the one-launch case as the compiled recorder's eager evaluation runs it, or None
+        self.native = self._native_record() if self.rt.kind == "cpu" and cpu.FAST_POINTER else None
 
     def _fast_path(self):
         """The common small case on the CPU, one kernel and nothing else to do: a shorter path."""
@@ -199,6 +207,34 @@ class Plan:
         extra = (None,) * (len(self.slot_meta) - self.n_leaves)
         return (step.kernel, step.extent, cpu.packer(len(slots)), slots, allocs,
                 [v for _, v in self.outputs], extra)
+
+    def _native_record(self):
+        """One launch and nothing else to do — a kernel, or a sequence of small kernels, with
+        no checks, on the calling thread, writing every output — as the record
+        ``(kind, entry address, a, b, slots, allocations, outputs, slot count)`` that
+        ``qtrace/graph/_native.c``'s ``flush`` runs (its layout is described there)."""
+        if len(self.steps) != 1 or self.checks or any(k != "slot" for k, _ in self.outputs):
+            return None
+        step = self.steps[0]
+        if type(step) is KernelStep:
+            if step.parallel or step.stack is not None or step.scratch or step.phases != 1:
+                return None
+            entry = (0, _address(step.kernel), step.extent, 1)
+        elif type(step) is SequenceStep:
+            seq = step.run
+            entry = (1, _address(seq.runner), seq.table_address, seq.n_tasks)
+        else:
+            return None
+        slots = step.slots
+        if any(v < self.n_leaves or v not in slots for _, v in self.outputs):
+            return None
+        allocs = []
+        for s in dict.fromkeys(slots):
+            if s >= self.n_leaves:
+                shape, dtype = self.slot_meta[s]
+                allocs.append((s, shape, dtype, math.prod(shape) * dtype.itemsize < cpu.SMALL))
+        return (*entry, tuple(slots), tuple(allocs), tuple(v for _, v in self.outputs),
+                len(self.slot_meta))
 
     def run(self, leaf_buffers, graph: tuple | None = None) -> list:
         """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers.
@@ -438,6 +474,20 @@ def evaluate(nodes: tuple) -> list:
     else:
         bump("cache_hits_memory")
     return plan.run([leaf.buffer for leaf in leaves], nodes)
+
+
+def _bind_native_plans() -> None:
+    """Hand the compiled recorder's eager evaluation the plans by structure (it runs a plan
+    found there; a miss is the Python function's), the codegen options that key them, and
+    the evaluations counter."""
+    from ..graph import native
+    from ..stats import native_address
+    if native.active() and cpu.FAST_POINTER:
+        native.module().bind_plans(_by_struct, config.codegen_options,
+                                   native_address("evaluations"))
+
+
+_bind_native_plans()
 
 
 def clear_plan_cache() -> None:

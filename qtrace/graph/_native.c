@@ -18,7 +18,7 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 5
+#define QTRACE_NATIVE_ABI 6
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -200,6 +200,8 @@ static PyObject *struct_of(PyObject *parts)
    identities are not reused while listed). Emptied with the sharing table. */
 #define MCACHE_SIZE 256
 static PyObject *mcache[MCACHE_SIZE];
+static unsigned short mused[MCACHE_SIZE];   /* the indices filled since it was emptied */
+static int n_mused;
 
 /* The identity a leaf list is remembered by: its one leaf, or the list (a leaf's list of
    itself is a new tuple at every access). */
@@ -217,6 +219,8 @@ static inline size_t mcache_index(PyObject *la, PyObject *lb)
 static void mcache_remember(PyObject *rec)
 {
     size_t i = mcache_index(PyTuple_GET_ITEM(rec, 0), PyTuple_GET_ITEM(rec, 1));
+    if (mcache[i] == NULL)
+        mused[n_mused++] = (unsigned short)i;
     Py_INCREF(rec);
     Py_XSETREF(mcache[i], rec);
 }
@@ -256,6 +260,8 @@ typedef struct {
 static REntry *rtab;
 static size_t rsize;                /* a power of two, or 0 before the first node */
 static Py_ssize_t rused;
+static size_t *rlist;               /* the indices of the rused filled entries (an evaluation
+                                       empties the table: only those are cleared) */
 
 /* The object `ref` (a weak reference) refers to (new reference), NULL when it died. */
 static PyObject *weak_target(PyObject *ref)
@@ -423,17 +429,21 @@ static size_t recent_home(void *st, void *a, void *b)
 
 static void forget_recent_table(void)
 {
-    for (size_t i = 0; i < MCACHE_SIZE; i++)
-        Py_CLEAR(mcache[i]);
-    for (size_t i = 0; i < rsize; i++)
-        Py_CLEAR(rtab[i].ref);   /* (a weak reference without a callback: no Python code) */
+    for (int k = 0; k < n_mused; k++)
+        Py_CLEAR(mcache[mused[k]]);
+    n_mused = 0;
+    for (Py_ssize_t k = 0; k < rused; k++) {
+        REntry *e = &rtab[rlist[k]];
+        Py_CLEAR(e->ref);   /* (a weak reference without a callback: no Python code) */
+        e->st = e->a = e->b = NULL;
+    }
     rused = 0;
     if (rsize > 8192) {          /* a long graph grew it: start small again */
         PyMem_Free(rtab);
+        PyMem_Free(rlist);
         rtab = NULL;
+        rlist = NULL;
         rsize = 0;
-    } else if (rtab != NULL) {
-        memset(rtab, 0, rsize * sizeof *rtab);
     }
 }
 
@@ -456,29 +466,34 @@ static int recent_reserve(void)
         forget_recent_table();
     if (rsize != 0 && (size_t)(rused + 1) * 2 <= rsize)
         return 0;
-    size_t old_size = rsize, size = rsize ? 2 * rsize : 1024;
+    size_t size = rsize ? 2 * rsize : 1024;
+    Py_ssize_t old_used = rused;
     REntry *old = rtab, *tab = PyMem_Calloc(size, sizeof *tab);
-    if (tab == NULL) {
+    size_t *old_list = rlist, *list = PyMem_Malloc(size / 2 * sizeof *list);
+    if (tab == NULL || list == NULL) {
+        PyMem_Free(tab);
+        PyMem_Free(list);
         PyErr_NoMemory();
         return -1;
     }
     rtab = tab;
+    rlist = list;
     rsize = size;
     rused = 0;
-    for (size_t i = 0; i < old_size; i++) {
-        REntry *e = &old[i];
-        if (e->ref == NULL)
-            continue;
+    for (Py_ssize_t k = 0; k < old_used; k++) {
+        REntry *e = &old[old_list[k]];
         PyObject *live = weak_target(e->ref);
         if (live == NULL) {   /* dead: not moved */
             Py_DECREF(e->ref);
             continue;
         }
         Py_DECREF(live);
-        *recent_slot(e->st, e->a, e->b) = *e;
-        rused++;
+        REntry *slot = recent_slot(e->st, e->a, e->b);
+        *slot = *e;
+        rlist[rused++] = (size_t)(slot - rtab);
     }
     PyMem_Free(old);
+    PyMem_Free(old_list);
     return 0;
 }
 
@@ -831,7 +846,7 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
         REntry *entry = recent_slot(st, a, b);
         if (entry->ref == NULL)
-            rused++;
+            rlist[rused++] = (size_t)(entry - rtab);
         entry->st = st;
         entry->a = a;
         entry->b = b;
@@ -867,6 +882,8 @@ static PyObject *scalar_node_fn;     /* convert.scalar_node(value, dtype, device
 static PyObject *scalars;            /* convert._scalars: recent eager scalars' 0-d inputs */
 static PyObject *consts;             /* convert._consts: recent constants */
 static Py_ssize_t t_node, t_view, s_special, s_pending, s_count;
+static PyTypeObject *storage_type;   /* views.Storage (bind_views) */
+static Py_ssize_t g_noted;          /* Storage.noted: the pending list it is listed in */
 static PyObject *str_s, *str_max_pending, *empty_tuple;
 
 /* thread_state's memo: the last thread that asked, and its ThreadState */
@@ -963,13 +980,22 @@ static int note_owner(PyObject *owner)
         Py_DECREF(s);
         return busy < 0 ? -1 : 0;
     }
-    PyObject *w = acyclic(PyWeakref_NewRef(owner, NULL));
-    if (w == NULL || PyList_Append(pending, w) < 0) {
-        Py_XDECREF(w);
-        Py_DECREF(s);
-        return -1;
+    /* a storage is listed once per pending list (written again and again: counted only) */
+    int listed = storage_type != NULL && Py_TYPE(owner) == storage_type;
+    if (listed && SLOT(owner, g_noted) != pending) {
+        Py_INCREF(pending);
+        set_slot(owner, g_noted, pending);
+        listed = 0;
     }
-    Py_DECREF(w);
+    if (!listed) {
+        PyObject *w = acyclic(PyWeakref_NewRef(owner, NULL));
+        if (w == NULL || PyList_Append(pending, w) < 0) {
+            Py_XDECREF(w);
+            Py_DECREF(s);
+            return -1;
+        }
+        Py_DECREF(w);
+    }
     Py_ssize_t n = PyLong_AsSsize_t(count);
     PyObject *next = (n == -1 && PyErr_Occurred()) ? NULL : PyLong_FromSsize_t(n + 1);
     if (next == NULL) {
@@ -1173,7 +1199,7 @@ static PyObject *leaf_view_fn;       /* views._leaf_view(base node, steps) */
 static PyObject *reshape_node_fn;    /* views.reshape_node (constants: a broadcast) */
 static PyObject *views_acquire;      /* views._views_lock.acquire (bound) */
 static PyObject *views_release;      /* views._views_lock.release (bound) */
-static Py_ssize_t g_node, g_views, g_prune_at;
+static Py_ssize_t g_node, g_views, g_prune_at, g_noted;
 static PyObject *str_slice, *str_reshape, *str_slice_update, *str_input, *str_add;
 static PyObject *str_acquire, *str_release;
 
@@ -1186,7 +1212,8 @@ static PyObject *bind_views(PyObject *self, PyObject *args)
         return NULL;
     if (slot_offset((PyTypeObject *)stt, "node", &g_node) < 0
         || slot_offset((PyTypeObject *)stt, "views", &g_views) < 0
-        || slot_offset((PyTypeObject *)stt, "prune_at", &g_prune_at) < 0)
+        || slot_offset((PyTypeObject *)stt, "prune_at", &g_prune_at) < 0
+        || slot_offset((PyTypeObject *)stt, "noted", &g_noted) < 0)
         return NULL;
     PyObject *acq = PyObject_GetAttr(lock, str_acquire), *rel = PyObject_GetAttr(lock, str_release);
     if (acq == NULL || rel == NULL) {
@@ -2397,6 +2424,456 @@ done:
     return result;
 }
 
+/* -- an eager evaluation (qtrace.tracer.pending.flush) ----------------------------------
+ *
+ * pending.flush's common case: every owner listed (and requested) is a tensor or a storage
+ * whose value is a node with evaluated leaves, the graph's plan is already in the
+ * runtime's table by structure (devices.runtime._by_struct, bound by bind_plans), and a
+ * plan of one launch (Plan.native: one kernel, or one sequence of small kernels, without
+ * checks) reads host arrays: then it runs here, else through Plan.run. Anything else
+ * answers NotImplemented before anything changed, and the Python function runs. The
+ * order of the nodes (requested first, then as listed) is the Python function's, so both
+ * find the same plans.
+ *
+ * Plan.native: (kind, entry address, a, b, slots, allocations, outputs, slot count) —
+ * kind 0: kernel(0, a = extent, pointers, NULL, NULL); kind 1: the sequence runner
+ * (a = its table's address, b = its task count, pointers, NULL); slots: the slot of each
+ * pointer; allocations: (slot, shape, dtype, small) made with numpy.empty (small) or
+ * cpu.aligned_empty; outputs: the slot of each output. */
+static PyObject *by_struct;          /* devices.runtime._by_struct */
+static PyObject *codegen_options_fn; /* config.codegen_options (bound) */
+static PyObject *graph_struct_fn;    /* graph.node.graph_struct */
+static PyObject *result_leaf_fn;     /* graph.node.result_leaf */
+static PyObject *array_view_fn;      /* tracer.views.array_view */
+static PyObject *flush_py_fn;        /* tracer.pending._flush (the Python evaluation) */
+static PyObject *str_native, *str_run;
+static Py_ssize_t struct_result = -1; /* Struct._result: (params, struct) of its result leaves */
+static int64_t *ctr_evaluations;
+#define MAX_FLUSH_NODES 64
+#define MAX_FLUSH_OWNERS 256
+typedef void (*sequence_fn)(void *, int64_t, void *, void *);
+
+static PyObject *bind_flush(PyObject *self, PyObject *args)
+{
+    PyObject *gs, *rl, *av, *fp, *stt;
+    if (!PyArg_ParseTuple(args, "OOOOO!:bind_flush", &gs, &rl, &av, &fp, &PyType_Type, &stt))
+        return NULL;
+    if (slot_offset((PyTypeObject *)stt, "_result", &struct_result) < 0)
+        return NULL;
+    PyObject **dst[] = {&graph_struct_fn, &result_leaf_fn, &array_view_fn, &flush_py_fn};
+    PyObject *src[] = {gs, rl, av, fp};
+    for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
+        Py_INCREF(src[i]);
+        Py_XSETREF(*dst[i], src[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *bind_plans(PyObject *self, PyObject *args)
+{
+    PyObject *bs, *co;
+    unsigned long long ev;
+    if (!PyArg_ParseTuple(args, "O!OK:bind_plans", &PyDict_Type, &bs, &co, &ev))
+        return NULL;
+    Py_INCREF(bs);
+    Py_XSETREF(by_struct, bs);
+    Py_INCREF(co);
+    Py_XSETREF(codegen_options_fn, co);
+    ctr_evaluations = (int64_t *)(uintptr_t)ev;
+    Py_RETURN_NONE;
+}
+
+/* The input leaf holding `buf`, the computed value of `node` (graph.node.result_leaf; its
+   Python definition makes the struct's result signature the first time). */
+static PyObject *result_leaf(PyObject *node, PyObject *buf)
+{
+    PyObject *st = SLOT(node, node_off[S_STRUCT]);
+    PyObject *res = st != NULL ? SLOT(st, struct_result) : NULL;
+    if (res == NULL || !PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2)
+        return PyObject_CallFunctionObjArgs(result_leaf_fn, node, buf, NULL);
+    PyObject *leaf = leaf_type->tp_alloc(leaf_type, 0);
+    if (leaf == NULL)
+        return NULL;
+    PyObject_GC_UnTrack(leaf);   /* (plain params, an array: no cycle; see plain_params) */
+    static const int copied[] = {S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE};
+    for (size_t c = 0; c < sizeof copied / sizeof copied[0]; c++) {
+        PyObject *v = SLOT(node, node_off[copied[c]]);
+        if (v == NULL) {
+            Py_DECREF(leaf);
+            PyErr_SetString(PyExc_TypeError, "qtrace: an incomplete node");
+            return NULL;
+        }
+        Py_INCREF(v);
+        set_slot(leaf, node_off[copied[c]], v);
+    }
+    Py_INCREF(str_input); set_slot(leaf, node_off[S_PRIM], str_input);
+    Py_INCREF(PyTuple_GET_ITEM(res, 0)); set_slot(leaf, node_off[S_PARAMS], PyTuple_GET_ITEM(res, 0));
+    Py_INCREF(PyTuple_GET_ITEM(res, 1)); set_slot(leaf, node_off[S_STRUCT], PyTuple_GET_ITEM(res, 1));
+    Py_INCREF(empty_tuple); set_slot(leaf, node_off[S_INPUTS], empty_tuple);
+    Py_INCREF(zero_long); set_slot(leaf, node_off[S_COUNT], zero_long);
+    Py_INCREF(buf); set_slot(leaf, node_off[S_BUFFER], buf);
+    Py_INCREF(Py_None); set_slot(leaf, node_off[S_SIG], Py_None);
+    return leaf;
+}
+
+static int is_int_tuple(PyObject *t, Py_ssize_t n)
+{
+    if (!PyTuple_Check(t) || (n >= 0 && PyTuple_GET_SIZE(t) != n))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++)
+        if (!PyLong_CheckExact(PyTuple_GET_ITEM(t, i)))
+            return 0;
+    return 1;
+}
+
+/* Run Plan.native `rec` on the host arrays `leaves` (their buffers): the output buffers
+   (a new list), or NULL with an exception. */
+static PyObject *run_native(PyObject *rec, PyObject *leaves)
+{
+    PyObject *slots = PyTuple_GET_ITEM(rec, 4), *allocs = PyTuple_GET_ITEM(rec, 5);
+    PyObject *outs = PyTuple_GET_ITEM(rec, 6);
+    Py_ssize_t n_slots = PyLong_AsSsize_t(PyTuple_GET_ITEM(rec, 7));
+    Py_ssize_t n_leaves = PyTuple_GET_SIZE(leaves), n_ptr = PyTuple_GET_SIZE(slots);
+    if (n_slots < n_leaves || !PyTuple_Check(allocs) || !is_int_tuple(slots, -1)
+        || !is_int_tuple(outs, -1)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "qtrace: a malformed native plan record");
+        return NULL;
+    }
+    PyObject *small_bufs[MAX_KERNEL_ARGS], **bufs = small_bufs, *result = NULL;
+    void *small_ptrs[MAX_KERNEL_ARGS], **ptrs = small_ptrs;
+    if (n_slots > MAX_KERNEL_ARGS)
+        bufs = PyMem_Malloc(n_slots * sizeof *bufs);
+    if (n_ptr > MAX_KERNEL_ARGS)
+        ptrs = PyMem_Malloc(n_ptr * sizeof *ptrs);
+    if (bufs == NULL || ptrs == NULL) {
+        if (bufs != small_bufs)
+            PyMem_Free(bufs);
+        if (ptrs != small_ptrs)
+            PyMem_Free(ptrs);
+        return PyErr_NoMemory();
+    }
+    memset(bufs, 0, n_slots * sizeof *bufs);
+    for (Py_ssize_t i = 0; i < n_leaves; i++) {
+        bufs[i] = SLOT(PyTuple_GET_ITEM(leaves, i), node_off[S_BUFFER]);
+        Py_INCREF(bufs[i]);
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(allocs); k++) {
+        PyObject *a = PyTuple_GET_ITEM(allocs, k);
+        Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(a, 0));
+        if (s < n_leaves || s >= n_slots || bufs[s] != NULL) {
+            PyErr_SetString(PyExc_TypeError, "qtrace: a malformed native plan record");
+            goto done;
+        }
+        PyObject *fn = PyTuple_GET_ITEM(a, 3) == Py_True ? np_empty_fn : aligned_empty_fn;
+        bufs[s] = PyObject_CallFunctionObjArgs(fn, PyTuple_GET_ITEM(a, 1), PyTuple_GET_ITEM(a, 2), NULL);
+        if (bufs[s] == NULL)
+            goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_ptr; i++) {
+        Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
+        if (s < 0 || s >= n_slots || bufs[s] == NULL || Py_TYPE(bufs[s]) != ndarray_type) {
+            PyErr_SetString(PyExc_TypeError, "qtrace: a native plan's buffer is not a host array");
+            goto done;
+        }
+        ptrs[i] = *(void **)((char *)bufs[s] + data_offset);
+    }
+    {
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(rec, 0));
+        void *entry = PyLong_AsVoidPtr(PyTuple_GET_ITEM(rec, 1));
+        int64_t a = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, 2));
+        int64_t b = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, 3));
+        if (entry == NULL || PyErr_Occurred())
+            goto done;
+        Py_BEGIN_ALLOW_THREADS
+        if (kind == 0)
+            ((kernel_fn)entry)(0, a, ptrs, NULL, NULL);
+        else
+            ((sequence_fn)entry)((void *)(uintptr_t)a, b, ptrs, NULL);
+        Py_END_ALLOW_THREADS
+        __atomic_fetch_add(ctr_launches, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(ctr_tasks, kind == 0 ? 1 : b, __ATOMIC_RELAXED);
+    }
+    result = PyList_New(PyTuple_GET_SIZE(outs));
+    for (Py_ssize_t j = 0; result != NULL && j < PyTuple_GET_SIZE(outs); j++) {
+        Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(outs, j));
+        if (s < 0 || s >= n_slots || bufs[s] == NULL) {
+            Py_CLEAR(result);
+            PyErr_SetString(PyExc_TypeError, "qtrace: a malformed native plan record");
+            break;
+        }
+        Py_INCREF(bufs[s]);
+        PyList_SET_ITEM(result, j, bufs[s]);
+    }
+done:
+    for (Py_ssize_t i = 0; i < n_slots; i++)
+        Py_XDECREF(bufs[i]);
+    if (bufs != small_bufs)
+        PyMem_Free(bufs);
+    if (ptrs != small_ptrs)
+        PyMem_Free(ptrs);
+    return result;
+}
+
+/* The node whose value owner `*o` (a new reference: replaced by the storage whose value
+   is computed) holds, borrowed; NULL: nothing to compute; -1 through *bail: not a case
+   for this path. */
+static PyObject *flush_owner(PyObject **o, int *bail)
+{
+    PyObject *node;
+    if (Py_TYPE(*o) == tensor_type) {
+        PyObject *v = SLOT(*o, t_view);
+        if (v != NULL && v != Py_None) {
+            PyObject *st;
+            if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 2
+                || Py_TYPE(st = PyTuple_GET_ITEM(v, 0)) != storage_type
+                || (node = SLOT(st, g_node)) == NULL || prim_is(node, str_input)) {
+                *bail = 1;   /* (a view of evaluated memory: the Python function decides) */
+                return NULL;
+            }
+            Py_INCREF(st);
+            Py_SETREF(*o, st);
+            return node;
+        }
+        node = SLOT(*o, t_node);
+    } else if (Py_TYPE(*o) == storage_type) {
+        node = SLOT(*o, g_node);
+    } else {
+        node = NULL;
+    }
+    if (node == NULL)
+        *bail = 1;
+    return node;
+}
+
+static PyObject *flush(PyObject *self, PyObject *requested)
+{
+    if (!PyTuple_Check(requested))
+        return PyErr_Format(PyExc_TypeError, "flush(requested): a tuple of tensors");
+    if (by_struct == NULL || flush_py_fn == NULL || tensor_type == NULL || storage_type == NULL
+        || ndarray_type == NULL || data_offset < 0 || struct_result < 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *s = thread_state();
+    if (s == NULL)
+        return NULL;
+    PyObject *pending = SLOT(s, s_pending);
+    if (pending == NULL || !PyList_Check(pending)) {
+        Py_DECREF(s);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_INCREF(pending);
+    PyObject *own[MAX_FLUSH_OWNERS], *nodes[MAX_FLUSH_NODES];
+    int of[MAX_FLUSH_OWNERS];
+    int n_own = 0, n_nodes = 0, bail = 0, native_ok = 1;
+    PyObject *result = NULL, *nodes_t = NULL, *skey = NULL, *leaves = NULL, *plan = NULL;
+    PyObject *rec = NULL, *bufs = NULL;
+    Py_ssize_t n_req = PyTuple_GET_SIZE(requested);
+    for (Py_ssize_t i = 0; !bail && i < n_req + PyList_GET_SIZE(pending); i++) {
+        int required = i < n_req;
+        PyObject *o;
+        if (required) {
+            o = PyTuple_GET_ITEM(requested, i);
+            Py_INCREF(o);
+        } else {
+            PyObject *ref = PyList_GET_ITEM(pending, i - n_req);
+            if (!PyWeakref_Check(ref)) {
+                bail = 1;
+                break;
+            }
+            if ((o = weak_target(ref)) == NULL)
+                continue;
+        }
+        PyObject *node = flush_owner(&o, &bail);
+        if (bail) {
+            Py_DECREF(o);
+            break;
+        }
+        if (prim_is(node, str_input) || (!required && prim_is(node, str_const))) {
+            Py_DECREF(o);
+            continue;
+        }
+        PyObject *ls = Py_TYPE(node) == node_type ? SLOT(node, node_off[S_LEAVES]) : NULL;
+        int ready = ls != NULL && PyTuple_Check(ls);
+        for (Py_ssize_t k = 0; ready && k < PyTuple_GET_SIZE(ls); k++) {
+            PyObject *b = SLOT(PyTuple_GET_ITEM(ls, k), node_off[S_BUFFER]);
+            if (b == NULL || b == Py_None)
+                ready = 0;   /* a value of a function being traced */
+            else if (Py_TYPE(b) != ndarray_type)
+                native_ok = 0;
+        }
+        if (!ready) {
+            Py_DECREF(o);
+            if (required || ls == NULL || !PyTuple_Check(ls)) {
+                bail = 1;   /* (the Python function raises what it raises) */
+                break;
+            }
+            continue;
+        }
+        int k = 0;
+        while (k < n_nodes && nodes[k] != node)
+            k++;
+        int dup = 0;
+        for (int j = 0; j < n_own && !dup; j++)
+            dup = own[j] == o;
+        if ((k == n_nodes && n_nodes == MAX_FLUSH_NODES) || (!dup && n_own == MAX_FLUSH_OWNERS)) {
+            Py_DECREF(o);
+            bail = 1;
+            break;
+        }
+        if (k == n_nodes) {
+            Py_INCREF(node);
+            nodes[n_nodes++] = node;
+        }
+        if (dup) {
+            Py_DECREF(o);
+        } else {
+            own[n_own] = o;
+            of[n_own++] = k;
+        }
+    }
+    if (bail)
+        goto not_mine;
+    if (n_nodes) {
+        /* the plan, by the graph's structure (graph.node.graph_struct) */
+        nodes_t = PyTuple_New(n_nodes);
+        if (nodes_t == NULL)
+            goto fail;
+        for (int k = 0; k < n_nodes; k++) {
+            Py_INCREF(nodes[k]);
+            PyTuple_SET_ITEM(nodes_t, k, nodes[k]);
+        }
+        if (n_nodes == 1) {
+            leaves = SLOT(nodes[0], node_off[S_LEAVES]);
+            Py_INCREF(leaves);
+            PyObject *n_leaves = PyLong_FromSsize_t(PyTuple_GET_SIZE(leaves));
+            skey = n_leaves == NULL ? NULL : PyTuple_Pack(2, SLOT(nodes[0], node_off[S_STRUCT]), n_leaves);
+            Py_XDECREF(n_leaves);
+        } else {
+            PyObject *r = PyObject_CallOneArg(graph_struct_fn, nodes_t);
+            if (r != NULL && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2
+                && PyTuple_Check(PyTuple_GET_ITEM(r, 1))) {
+                skey = PyTuple_GET_ITEM(r, 0);
+                leaves = PyTuple_GET_ITEM(r, 1);
+                Py_INCREF(skey);
+                Py_INCREF(leaves);
+            } else if (r != NULL) {
+                PyErr_SetString(PyExc_TypeError, "qtrace: graph_struct gave no (key, leaves)");
+            }
+            Py_XDECREF(r);
+        }
+        if (skey == NULL)
+            goto fail;
+        PyObject *opts = PyObject_CallNoArgs(codegen_options_fn);
+        PyObject *ck = opts == NULL ? NULL : PyTuple_Pack(2, skey, opts);
+        Py_XDECREF(opts);
+        if (ck == NULL)
+            goto fail;
+        plan = PyDict_GetItemWithError(by_struct, ck);
+        Py_DECREF(ck);
+        if (plan == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            goto not_mine;   /* compiled (or found by content) by the Python function */
+        }
+        Py_INCREF(plan);
+        rec = PyObject_GetAttr(plan, str_native);
+        if (rec == NULL)
+            goto fail;
+        if (rec != Py_None && (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != 8)) {
+            PyErr_SetString(PyExc_TypeError, "qtrace: a malformed native plan record");
+            goto fail;
+        }
+    }
+    /* from here on this is the evaluation: the pending list is taken */
+    {
+        PyObject *fresh = PyList_New(0);
+        if (fresh == NULL)
+            goto fail;
+        set_slot(s, s_pending, fresh);
+        Py_INCREF(zero_long);
+        set_slot(s, s_count, zero_long);
+        forget_recent_table();
+    }
+    if (n_nodes) {
+        __atomic_fetch_add(ctr_evaluations, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(ctr_hits, 1, __ATOMIC_RELAXED);
+        if (rec != Py_None && native_ok) {
+            bufs = run_native(rec, leaves);
+        } else {
+            PyObject *given = PyList_New(PyTuple_GET_SIZE(leaves));
+            for (Py_ssize_t i = 0; given != NULL && i < PyTuple_GET_SIZE(leaves); i++) {
+                PyObject *b = SLOT(PyTuple_GET_ITEM(leaves, i), node_off[S_BUFFER]);
+                Py_INCREF(b);
+                PyList_SET_ITEM(given, i, b);
+            }
+            if (given != NULL)
+                bufs = PyObject_CallMethodObjArgs(plan, str_run, given, nodes_t, NULL);
+            Py_XDECREF(given);
+        }
+        if (bufs == NULL)
+            goto fail;
+        if (!PyList_Check(bufs) || PyList_GET_SIZE(bufs) != n_nodes) {
+            PyErr_SetString(PyExc_TypeError, "qtrace: a plan gave the wrong number of buffers");
+            goto fail;
+        }
+        for (int k = 0; k < n_nodes; k++) {
+            PyObject *leaf = result_leaf(nodes[k], PyList_GET_ITEM(bufs, k));
+            if (leaf == NULL)
+                goto fail;
+            for (int j = 0; j < n_own; j++) {
+                if (of[j] != k)
+                    continue;
+                PyObject *o = own[j];
+                if (Py_TYPE(o) == storage_type) {
+                    if (SLOT(o, g_node) == nodes[k] && set_base(o, leaf) < 0) {
+                        Py_DECREF(leaf);
+                        goto fail;
+                    }
+                } else if (SLOT(o, t_node) == nodes[k]) {
+                    Py_INCREF(leaf);
+                    set_slot(o, t_node, leaf);
+                }
+            }
+            Py_DECREF(leaf);
+        }
+    }
+    result = PyList_New(n_req);
+    for (Py_ssize_t i = 0; result != NULL && i < n_req; i++) {
+        PyObject *t = PyTuple_GET_ITEM(requested, i), *n = SLOT(t, t_node), *arr;
+        PyObject *b = n != NULL ? SLOT(n, node_off[S_BUFFER]) : NULL;
+        if (n != NULL && prim_is(n, str_input) && b != NULL && b != Py_None) {
+            Py_INCREF(b);
+            arr = b;
+        } else if ((arr = PyObject_CallOneArg(array_view_fn, t)) == Py_None) {
+            Py_DECREF(arr);   /* written to by another thread meanwhile */
+            Py_SETREF(result, PyObject_CallOneArg(flush_py_fn, requested));
+            break;
+        }
+        if (arr == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, i, arr);
+    }
+    goto done;
+not_mine:
+    result = Py_NotImplemented;
+    Py_INCREF(result);
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    for (int j = 0; j < n_own; j++)
+        Py_DECREF(own[j]);
+    for (int k = 0; k < n_nodes; k++)
+        Py_DECREF(nodes[k]);
+    Py_XDECREF(nodes_t); Py_XDECREF(skey); Py_XDECREF(leaves); Py_XDECREF(plan);
+    Py_XDECREF(rec); Py_XDECREF(bufs);
+    Py_DECREF(pending);
+    Py_DECREF(s);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS,
      "bind(Node, Leaf, structs, struct_fn, merge2, merged, leafsets, make_node_py, iota,\n"
@@ -2430,6 +2907,14 @@ static PyMethodDef methods[] = {
      "Hand over what jitted calls allocate with, and the addresses of stats counters."},
     {"jit_call", (PyCFunction)(void (*)(void))jit_call, METH_FASTCALL,
      "jit_call(specs, args)\nA jitted call of one kernel (qtrace.tracer.jit), or NotImplemented."},
+    {"bind_flush", bind_flush, METH_VARARGS,
+     "bind_flush(graph_struct, result_leaf, array_view, flush_py, Struct)\n"
+     "Hand over what an eager evaluation follows and falls back to."},
+    {"bind_plans", bind_plans, METH_VARARGS,
+     "bind_plans(by_struct, codegen_options, evaluations)\n"
+     "Hand over the runtime's plans by structure and the evaluations counter's address."},
+    {"flush", flush, METH_O,
+     "flush(requested)\nAn eager evaluation (qtrace.tracer.pending.flush), or NotImplemented."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2457,11 +2942,13 @@ PyMODINIT_FUNC PyInit__native(void)
     str_release = PyUnicode_InternFromString("release");
     str_broadcast = PyUnicode_InternFromString("broadcast");
     str_setitem_op = PyUnicode_InternFromString("qt.Tensor.__setitem__");
+    str_native = PyUnicode_InternFromString("native");
+    str_run = PyUnicode_InternFromString("run");
     if (str_const == NULL || str_leaves == NULL || zero_t == NULL || one_t == NULL || zero_long == NULL
         || str_s == NULL || str_max_pending == NULL || empty_tuple == NULL || str_slice == NULL
         || str_reshape == NULL || str_slice_update == NULL || str_input == NULL || str_add == NULL
         || str_acquire == NULL || str_release == NULL || str_broadcast == NULL
-        || str_setitem_op == NULL)
+        || str_setitem_op == NULL || str_native == NULL || str_run == NULL)
         return NULL;
     if (PyType_Ready(&MethodType) < 0)
         return NULL;

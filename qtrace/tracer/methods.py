@@ -6,6 +6,7 @@ import numpy as np
 
 from ..config import config
 from ..graph import native as graph_native
+from ..graph import node as graph_node
 from . import array_api, composites, context, convert, indexing, linalg, pending, reductions, shape_ops, views
 from . import elementwise as ew
 from . import tensor as tensor_module
@@ -46,6 +47,9 @@ def _bind_native() -> None:
                       views._views_lock)
     native.bind_assign(indexing.assigned_values, views.apply_step, views.undo_step,
                        views.assign, ew.apply1)
+    native.bind_flush(graph_node.graph_struct, graph_node.result_leaf, views.array_view,
+                      pending._flush, graph_node.Struct)
+    pending.native_flush = native.flush
     tensor_module.install(native.note, pending.flush, views.array_view, views.array_of)
     views.assign = native.assign
     ew.apply1, ew.apply2 = native.apply1, native.apply2

@@ -57,7 +57,11 @@ def note(owner) -> None:
     s = state()
     if s.special:
         return
-    s.pending.append(weakref.ref(owner))
+    if type(owner) is not Storage or owner.noted is not s.pending:
+        # (a storage written again and again is listed once per pending list)
+        s.pending.append(weakref.ref(owner))
+        if type(owner) is Storage:
+            owner.noted = s.pending
     s.count += 1
     if s.count >= config.max_pending_nodes:
         _consider_cut(s, owner)
@@ -136,8 +140,21 @@ def _cut(policy: CutPolicy) -> None:
 def flush(requested: tuple) -> list:
     """Evaluate every live pending value of this thread, and ``requested`` (tensors).
 
-    Returns the buffer of each requested tensor.
+    Returns the buffer of each requested tensor. The compiled recorder's ``flush`` does
+    the common case (its plan already known) in C, and answers NotImplemented otherwise.
     """
+    if native_flush is not None:
+        out = native_flush(requested)
+        if out is not NotImplemented:
+            return out
+    return _flush(requested)
+
+
+native_flush = None   # the compiled recorder's flush (qtrace.tracer.methods binds it)
+
+
+def _flush(requested: tuple) -> list:
+    """:func:`flush` in Python: the reference, and every case the compiled one leaves."""
     s = state()
     refs, s.pending, s.count = s.pending, [], 0
     forget_recent()
@@ -168,7 +185,7 @@ def flush(requested: tuple) -> list:
             continue
         arr = array_view(t)
         if arr is None:  # written to by another thread meanwhile
-            return flush(requested)
+            return _flush(requested)
         out.append(arr)
     return out
 

@@ -46,12 +46,13 @@ _views_lock = threading.RLock()   # guards every Storage's list of views
 class Storage:
     """The memory that a base tensor and its views share (its current value: ``node``)."""
 
-    __slots__ = ("node", "views", "prune_at", "__weakref__")
+    __slots__ = ("node", "views", "prune_at", "noted", "__weakref__")
 
     def __init__(self, node: Node, first: Tensor):
         self.node = node
         self.views: list = [weakref.ref(first)]   # weak references to every tensor on this storage
         self.prune_at = 16
+        self.noted = None   # the pending list it is listed in (qtrace.tracer.pending.note)
 
     def add(self, t: Tensor) -> None:
         """Register view ``t``. References to views that died are dropped whenever the list
