@@ -315,3 +315,101 @@ def test_stale_build_is_refused():
     assert any("stale build" in str(w.message) for w in seen)
     real = types.SimpleNamespace(ABI=native.ABI)
     assert native.checked(real) is real
+
+
+def _stencil_steps(qt_mod, p, b, steps: int, held: list):
+    """Boundary writes, an interior update through a view, a reduction and a second live
+    value, evaluated every step (what an eager solver loop does)."""
+    for k in range(steps):
+        p[:, -1] = p[:, -2]
+        p[0, :] = p[1, :]
+        inner = p[1:-1, 1:-1]
+        inner += 0.25 * (p[1:-1, 2:] + p[1:-1, :-2] + p[2:, 1:-1] + p[:-2, 1:-1]) - b[1:-1, 1:-1]
+        p[-1, :] = 0
+        total = p.sum()
+        scaled = p * (0.5 + 0.01 * k)   # (not integral: a 0-d input, not a folded constant)
+        if qt_mod is qt:
+            qt.eval(p, total)
+        held.append((float(total), np.array(scaled)))
+    return p
+
+
+def _update_steps(qt_mod, p, b, steps: int, held: list):
+    """One elementwise update evaluated every step (one kernel: the shortest plan)."""
+    for k in range(steps):
+        p *= 0.999
+        p += b
+        if qt_mod is qt:
+            qt.eval(p)
+        held.append((0.0, np.array(p)))
+    return p
+
+
+def _matmul_steps(qt_mod, p, b, steps: int, held: list):
+    """A matrix product (a library step: the plan runs through ``Plan.run``)."""
+    m = b.T @ b * 0.5
+    for _ in range(steps):
+        p = p @ m
+        p = p + 0.01
+        if qt_mod is qt:
+            qt.eval(p)
+        held.append((0.0, np.array(p)))
+    return p
+
+
+@needs_native
+@pytest.mark.parametrize("program", [_stencil_steps, _update_steps, _matmul_steps],
+                         ids=["stencil", "update", "matmul"])
+def test_eager_evaluations_run_in_c_and_agree_with_python(program, fusion, monkeypatch):
+    """Repeated eager evaluations of a known plan run in the extension (the Python
+    evaluation runs only while the plans are new), with the Python path's results bit for
+    bit, NumPy's values, and the same stats; fused (one kernel) and unfused (a sequence of
+    small kernels, or a plan with a library step, run through ``Plan.run``)."""
+    from qtrace.tracer import pending
+
+    rng = np.random.default_rng()
+    p0, b = rng.standard_normal((9, 11)), rng.standard_normal((9, 11)) * 0.1
+    runs = {}
+    for name, native_flush in (("c", pending.native_flush), ("python", None)):
+        monkeypatch.setattr(pending, "native_flush", native_flush)
+        calls = []
+        real = pending._flush
+        monkeypatch.setattr(pending, "_flush", lambda req, real=real: calls.append(1) or real(req))
+        p, held = qt.asarray(p0.copy()), []
+        p = program(qt, p, qt.asarray(b), 3, held)   # the plans are made
+        qt.reset_stats()
+        calls.clear()
+        p = program(qt, p, qt.asarray(b), 40, held)
+        runs[name] = (p.numpy().copy(), held, qt.stats(), len(calls))
+    c, py = runs["c"], runs["python"]
+    assert c[3] == 0, "the known plans did not run in the extension"
+    assert py[3] >= py[2]["evaluations"] >= 40
+    np.testing.assert_array_equal(c[0], py[0])
+    for (tc, sc), (tp, sp) in zip(c[1], py[1]):
+        assert tc == tp
+        np.testing.assert_array_equal(sc, sp)
+    keys = ("evaluations", "kernel_launches", "tasks_run", "cache_hits_memory")
+    assert {k: c[2][k] for k in keys} == {k: py[2][k] for k in keys}
+    ref, held = p0.copy(), []
+    ref = program(np, ref, b, 43, held)
+    np.testing.assert_allclose(c[0], ref, rtol=1e-12, atol=1e-12)
+
+
+@needs_native
+def test_a_storage_written_again_is_listed_once():
+    """Slice assignments to one array note its storage as pending once per evaluation (the
+    evaluation's work does not grow with the number of writes), and every write lands."""
+    from qtrace.tracer.context import state
+
+    p = qt.asarray(np.zeros((5, 6)))
+    ref = np.zeros((5, 6))
+    qt.eval(p)
+    before = len(state().pending)
+    for k in range(200):
+        p[k % 5, :] = p[(k + 1) % 5, :] + 1.0
+        ref[k % 5, :] = ref[(k + 1) % 5, :] + 1.0
+    listed = len(state().pending) - before
+    assert listed < 200 * 3, listed     # the row views and sums, not 200 more storage entries
+    storages = [r() for r in state().pending if type(r()) is qt.tracer.views.Storage]
+    assert len(storages) == 1
+    np.testing.assert_array_equal(p.numpy(), ref)
