@@ -2825,7 +2825,10 @@ static PyObject *flush(PyObject *self, PyObject *requested)
                     continue;
                 PyObject *o = own[j];
                 if (Py_TYPE(o) == storage_type) {
-                    if (SLOT(o, g_node) == nodes[k] && set_base(o, leaf) < 0) {
+                    if (SLOT(o, g_node) != nodes[k])
+                        continue;   /* written again meanwhile (by another thread) */
+                    Py_INCREF(leaf);   /* (set_base takes a reference) */
+                    if (set_base(o, leaf) < 0) {
                         Py_DECREF(leaf);
                         goto fail;
                     }

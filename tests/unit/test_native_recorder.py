@@ -413,3 +413,28 @@ def test_a_storage_written_again_is_listed_once():
     storages = [r() for r in state().pending if type(r()) is qt.tracer.views.Storage]
     assert len(storages) == 1
     np.testing.assert_array_equal(p.numpy(), ref)
+
+
+def _poisson_steps(xp, steps: int, n: int = 11):
+    """A pressure-Poisson relaxation as NumPy code writes it (copies, interior updates
+    through slices, Neumann walls from neighbouring rows and columns), cut automatically."""
+    rng = np.random.default_rng(7)
+    p, b = xp.asarray(rng.standard_normal((n, n))), xp.asarray(rng.standard_normal((n, n)))
+    for _ in range(steps):
+        for _ in range(20):
+            pn = p.copy()
+            p[1:-1, 1:-1] = 0.25 * (pn[1:-1, 2:] + pn[1:-1, :-2] + pn[2:, 1:-1] + pn[:-2, 1:-1]
+                                    - 0.01 * b[1:-1, 1:-1])
+            p[:, -1] = p[:, -2]
+            p[0, :] = p[1, :]
+            p[:, 0] = p[:, 1]
+            p[-1, :] = 0
+    return np.asarray(p)
+
+
+@needs_native
+def test_automatic_evaluations_of_a_solver_keep_their_values(fusion):
+    """Many automatic evaluations of one loop, each run by the extension: the values held by
+    storages after each one stay alive and right (NumPy's result)."""
+    np.testing.assert_allclose(_poisson_steps(qt, 30), _poisson_steps(np, 30), rtol=1e-12,
+                               atol=1e-12)
