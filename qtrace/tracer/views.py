@@ -30,7 +30,7 @@ import weakref
 
 import numpy as np
 
-from ..graph.node import Node, c_strides, make_input, make_node
+from ..graph.node import Node, c_strides, leaf_like, make_input, make_node
 from . import tensor as tensor_module
 from .context import record, special
 from .tensor import Tensor
@@ -201,11 +201,7 @@ def _array_step(arr: np.ndarray, step: tuple) -> np.ndarray:
     """The NumPy view ``step`` of ``arr`` (never a copy)."""
     kind = step[0]
     if kind == "slice":
-        key = []
-        for start, st, n in zip(step[1], step[2], step[3]):
-            stop = start + st * n
-            key.append(slice(start, stop if stop >= 0 else None, st) if n else slice(0, 0))
-        return arr[tuple(key)]
+        return arr[_slice_key(step)]
     if kind == "reshape":
         return np.reshape(arr, step[1], copy=False)
     if kind == "transpose":
@@ -336,6 +332,27 @@ _leaf_views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _new_leaf_view(base: Node, steps: tuple):
+    """The leaf of the view ``steps`` of evaluated ``base`` (see :func:`_leaf_view`), or None.
+
+    Everything but the NumPy view itself depends only on ``base``'s structure (shape,
+    element strides, dtype): it is worked out once per structure and view, and the leaf of
+    each new base (every evaluation makes one) copies it."""
+    key = (base.struct, steps)
+    how = _view_recipes.get(key)
+    if how is None:
+        return _first_leaf_view(base, steps, key)
+    ops, template, flag_aligned = how
+    arr = base.buffer
+    for op, arg in ops:
+        arr = op(arr, arg)
+    if type(arr) is not np.ndarray:   # (a subclass of ndarray as the base's buffer)
+        return None
+    if not (arr.flags.aligned if flag_aligned else arr.ctypes.data % arr.dtype.itemsize == 0):
+        return None
+    return leaf_like(template, arr)
+
+
+def _first_leaf_view(base: Node, steps: tuple, key: tuple):
     arr = base.buffer
     try:
         for step in steps:
@@ -347,8 +364,33 @@ def _new_leaf_view(base: Node, steps: tuple):
     item = arr.dtype.itemsize
     if arr.ctypes.data % item or any(st % item for st in arr.strides):
         return None
-    return make_input(arr.shape, arr.dtype, base.device, strides=tuple(st // item for st in arr.strides),
-                      buffer=arr, weak=base.weak)
+    strides = tuple(st // item for st in arr.strides)
+    ops = tuple(_NUMPY_STEP[step[0]](step) for step in steps)
+    if type(base.buffer) is np.ndarray:
+        if len(_view_recipes) >= 4096:
+            _view_recipes.clear()
+        # (NumPy's aligned flag is this check where the dtype's alignment is its size)
+        _view_recipes[key] = (ops, make_input(arr.shape, arr.dtype, base.device, strides=strides,
+                                              weak=base.weak), arr.dtype.alignment == item)
+    return make_input(arr.shape, arr.dtype, base.device, strides=strides, buffer=arr, weak=base.weak)
+
+
+def _slice_key(step: tuple) -> tuple:
+    return tuple(slice(start, start + st * n if start + st * n >= 0 else None, st) if n else slice(0, 0)
+                 for start, st, n in zip(step[1], step[2], step[3]))
+
+
+# each view step as (NumPy function, argument): what _array_step does, its key built once
+_NUMPY_STEP = {
+    "slice": lambda step: (np.ndarray.__getitem__, _slice_key(step)),
+    "reshape": lambda step: (np.ndarray.reshape, step[1]),
+    "transpose": lambda step: (np.ndarray.transpose, step[1]),
+    "broadcast": lambda step: (np.broadcast_to, step[1]),
+}
+
+# (struct of a base, view steps) -> (NumPy steps, a leaf without buffer with the view's
+# signature, whether NumPy's aligned flag is the alignment check)
+_view_recipes: dict = {}
 
 
 def alias(t: Tensor) -> Tensor:

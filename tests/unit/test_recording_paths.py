@@ -11,7 +11,7 @@ import pytest
 
 import qtrace as qt
 from qtrace.devices import cpu
-from qtrace.graph.node import graph_key, graph_struct
+from qtrace.graph.node import graph_key, graph_struct, make_input
 from qtrace.tracer import elementwise as ew
 
 
@@ -124,3 +124,36 @@ def test_stats_count_every_thread_and_reset():
     assert qt.stats()["kernel_launches"] == 0
     f(x)
     assert qt.stats()["kernel_launches"] == 1
+
+
+@pytest.mark.parametrize("view", [
+    lambda p: p[1:-1, 2:], lambda p: p[:, -2], lambda p: p[3], lambda p: p.T[1:, ::2],
+    lambda p: p.reshape(-1)[5:40:3], lambda p: p[::-1, 1:4].T,
+], ids=["slice", "column", "row", "transpose-slice", "reshape-slice", "reversed-transpose"])
+def test_views_of_each_new_base_follow_the_first(view, rng):
+    """A view of an evaluated array is a leaf over NumPy's view of its buffer; its
+    signature is worked out for the first base of a structure and copied for the next
+    (every evaluation makes a new base): same signature, the new base's memory, NumPy's
+    values; a base whose buffer is not aligned for its dtype gives no leaf view."""
+    from qtrace.tracer import views
+
+    p = qt.asarray(rng.standard_normal((8, 9)))
+    first = None
+    for k in range(4):
+        p = p * 1.5 + k     # a new base with the same structure, each time
+        qt.eval(p)
+        v = view(p)
+        ref = view(p.numpy())
+        np.testing.assert_array_equal(v.numpy(), ref)
+        np.testing.assert_array_equal((v + 0.0).numpy(), ref)   # read by a kernel
+        leaf = views._leaf_view(p._node, v._view[1])
+        assert leaf is not None and leaf.prim == "input" and np.shares_memory(leaf.buffer, p.numpy())
+        if first is None:
+            first = leaf
+        assert leaf.struct is first.struct and leaf.params == first.params
+    raw = np.zeros(8 * 9 * 8 + 1, np.uint8)[1:].view(np.float64).reshape(8, 9)  # misaligned
+    raw[...] = rng.standard_normal((8, 9))
+    assert raw.ctypes.data % 8
+    base = make_input(raw.shape, raw.dtype, qt.Device("cpu"), buffer=raw)  # same structure
+    assert base.struct is p._node.struct
+    assert views._leaf_view(base, v._view[1]) is None
