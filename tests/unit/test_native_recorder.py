@@ -336,7 +336,7 @@ def _stencil_steps(qt_mod, p, b, steps: int, held: list):
 
 def _update_steps(qt_mod, p, b, steps: int, held: list):
     """One elementwise update evaluated every step (one kernel: the shortest plan)."""
-    for k in range(steps):
+    for _ in range(steps):
         p *= 0.999
         p += b
         if qt_mod is qt:
@@ -374,7 +374,7 @@ def test_eager_evaluations_run_in_c_and_agree_with_python(program, fusion, monke
         monkeypatch.setattr(pending, "native_flush", native_flush)
         calls = []
         real = pending._flush
-        monkeypatch.setattr(pending, "_flush", lambda req, real=real: calls.append(1) or real(req))
+        monkeypatch.setattr(pending, "_flush", lambda req, real=real, calls=calls: calls.append(1) or real(req))
         p, held = qt.asarray(p0.copy()), []
         p = program(qt, p, qt.asarray(b), 3, held)   # the plans are made
         qt.reset_stats()
