@@ -374,7 +374,8 @@ def test_eager_evaluations_run_in_c_and_agree_with_python(program, fusion, monke
         monkeypatch.setattr(pending, "native_flush", native_flush)
         calls = []
         real = pending._flush
-        monkeypatch.setattr(pending, "_flush", lambda req, real=real, calls=calls: calls.append(1) or real(req))
+        monkeypatch.setattr(pending, "_flush",
+                            lambda req, real=real, calls=calls: calls.append(1) or real(req))
         p, held = qt.asarray(p0.copy()), []
         p = program(qt, p, qt.asarray(b), 3, held)   # the plans are made
         qt.reset_stats()
