@@ -26,21 +26,28 @@ PARALLEL_MIN_WORK = 1 << 15
 
 
 class BufferPool:
-    """Reuse of large host buffers whose last array view has died.
+    """Reuse of host buffers whose last array view has died.
 
-    Large allocations come from ``mmap``; a fresh one costs a page fault per 4 KiB on
-    first touch, which for a 4 MB output is a good part of a memory-bound kernel's time.
-    The pool keeps every large raw block it handed out; a block whose only references
-    are the pool's own (no NumPy view alive: views keep their base alive) is free and is
-    handed out again for a request of the same size. Idle blocks beyond ``idle_cap``
-    bytes are released to the system.
+    An allocation NumPy serves from fresh memory costs a page fault per 4 KiB on first
+    touch, which for a kernel's output is a good part of a memory-bound kernel's time;
+    this happens for large arrays (``mmap``) and, once glibc has trimmed its heap, for
+    medium ones too. The pool keeps every raw block of at least ``MIN_BYTES`` it handed
+    out; a block whose only references are the pool's own (no NumPy view alive: views
+    keep their base alive) is free and is handed out again for a request of the same
+    size. A request looks at no more than ``SCAN`` blocks of its size, starting where the
+    last one stopped (so a program holding many live arrays of one size does not make
+    each allocation walk them all). Idle blocks beyond ``idle_cap`` bytes are released to
+    the system, looked for each time another quarter of ``idle_cap`` has been allocated.
     """
 
-    MIN_BYTES = 1 << 20
+    MIN_BYTES = 1 << 16
+    SCAN = 8
 
     def __init__(self, idle_cap: int = 256 << 20):
         self.idle_cap = idle_cap
         self._blocks: dict[int, list] = {}
+        self._cursor: dict[int, int] = {}   # size -> where its next search starts
+        self._since_trim = 0                # bytes allocated since idle blocks were released
         self._lock = threading.Lock()
         # the reference count an unused block shows through the same call depth: the pool's
         # list, the caller's loop variable, the method argument, getrefcount's argument
@@ -61,23 +68,37 @@ class BufferPool:
     def take(self, nbytes: int) -> np.ndarray:
         with self._lock:
             blocks = self._blocks.setdefault(nbytes, [])
-            for block in blocks:
+            n = len(blocks)
+            start = self._cursor.get(nbytes, 0)
+            for k in range(min(n, self.SCAN)):
+                i = (start + k) % n
+                block = blocks[i]   # (held as the calibration's loop variable is)
                 if self._idle(block):
+                    self._cursor[nbytes] = i + 1
                     return block
+            if n:
+                self._cursor[nbytes] = (start + self.SCAN) % n
             block = np.empty(nbytes + ALIGN, np.uint8)
             blocks.append(block)
-            self._trim()
+            self._since_trim += nbytes
+            if self._since_trim > self.idle_cap // 4:
+                self._trim()
             return block
 
     def _trim(self) -> None:
+        self._since_trim = 0
         idle = [(n, b) for n, blocks in self._blocks.items() for b in blocks if self._idle(b)]
         total = sum(n for n, _ in idle)
+        drop = set()
         for n, b in idle:
             if total <= self.idle_cap:
                 break
-            blocks = self._blocks[n]
-            del blocks[next(i for i, x in enumerate(blocks) if x is b)]  # by identity
+            drop.add(id(b))    # (by identity, never ==; the list above holds them meanwhile)
             total -= n
+        if drop:
+            for n, blocks in self._blocks.items():
+                blocks[:] = [b for b in blocks if id(b) not in drop]
+            self._cursor.clear()
 
     def idle_bytes(self) -> int:
         with self._lock:
@@ -86,6 +107,7 @@ class BufferPool:
     def clear(self) -> None:
         with self._lock:
             self._blocks.clear()
+            self._cursor.clear()
 
 
 buffers = BufferPool()

@@ -157,3 +157,22 @@ def test_views_of_each_new_base_follow_the_first(view, rng):
     base = make_input(raw.shape, raw.dtype, qt.Device("cpu"), buffer=raw)  # same structure
     assert base.struct is p._node.struct
     assert views._leaf_view(base, v._view[1]) is None
+
+
+def test_buffer_pool_reuses_free_blocks_without_walking_live_ones():
+    """A freed block is handed out again; with many live blocks of one size a request
+    looks at a bounded number of them (the search resumes where the last stopped), and a
+    block freed anywhere among them is found again within a few requests."""
+    pool = cpu.BufferPool()
+    size = cpu.BufferPool.MIN_BYTES
+    a = pool.take(size)
+    ident = id(a)
+    del a
+    assert id(pool.take(size)) == ident          # (the caller dropped it: reused)
+    live = [pool.take(size) for _ in range(300)]
+    assert len({id(b) for b in live}) == 300     # none handed out twice while alive
+    freed = id(live[137])
+    del live[137]
+    found = [pool.take(size) for _ in range(300 // cpu.BufferPool.SCAN + 2)]
+    assert freed in {id(b) for b in found}
+    assert len({id(b) for b in live + found}) == len(live) + len(found)
