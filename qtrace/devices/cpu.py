@@ -96,7 +96,7 @@ class BufferPool:
             drop.add(id(b))    # (by identity, never ==; the list above holds them meanwhile)
             total -= n
         if drop:
-            for n, blocks in self._blocks.items():
+            for blocks in self._blocks.values():
                 blocks[:] = [b for b in blocks if id(b) not in drop]
             self._cursor.clear()
 
