@@ -1671,10 +1671,20 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
         Py_INCREF(Py_None);
         set_slot(res, t_view, Py_None);
     } else {
-        Py_INCREF(vnode);
-        res = new_tensor(vnode);
+        /* a view of a pending base: its storage is the pending work (what an evaluation
+           computes for the view too), listed once (views.view_chain) */
+        res = tensor_type->tp_alloc(tensor_type, 0);
         if (res == NULL)
             goto done;
+        PyObject_GC_UnTrack(res);   /* (as in new_tensor) */
+        Py_INCREF(vnode);
+        set_slot(res, t_node, vnode);
+        Py_INCREF(Py_None);
+        set_slot(res, t_view, Py_None);
+        if (note_owner(st) < 0) {
+            Py_CLEAR(res);
+            goto done;
+        }
     }
     view_tuple = acyclic(PyTuple_Pack(2, st, all_steps));   /* the storage holds views weakly */
     if (view_tuple == NULL) {

@@ -295,11 +295,12 @@ def view_chain(t: Tensor, chain: tuple) -> Tensor:
         node = slice_node(t._node, starts, steps_, shape)
     else:
         node = derive(t._node, chain)
-    if st.node.prim == "input":
-        out = Tensor.__new__(Tensor)  # a view of evaluated memory: no pending work to note
+    out = Tensor.__new__(Tensor)
+    if st.node.prim == "input":  # a view of evaluated memory: no pending work to note
         out._node = _leaf_view(st.node, steps + chain) or node
-    else:
-        out = Tensor(node)
+    else:  # a view of a pending base: its storage is the pending work (what an evaluation
+        out._node = node  # computes for the view too), listed once
+        tensor_module._note(st)
     out._view = (st, steps + chain)
     st.add(out)
     return out
