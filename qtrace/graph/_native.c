@@ -2456,6 +2456,7 @@ static PyObject *graph_struct_fn;    /* graph.node.graph_struct */
 static PyObject *result_leaf_fn;     /* graph.node.result_leaf */
 static PyObject *array_view_fn;      /* tracer.views.array_view */
 static PyObject *flush_py_fn;        /* tracer.pending._flush (the Python evaluation) */
+static PyObject *recent_py;          /* graph.node._recent (sharing of other input counts) */
 static PyObject *str_native, *str_run;
 static Py_ssize_t struct_result = -1; /* Struct._result: (params, struct) of its result leaves */
 static int64_t *ctr_evaluations;
@@ -2465,13 +2466,14 @@ typedef void (*sequence_fn)(void *, int64_t, void *, void *);
 
 static PyObject *bind_flush(PyObject *self, PyObject *args)
 {
-    PyObject *gs, *rl, *av, *fp, *stt;
-    if (!PyArg_ParseTuple(args, "OOOOO!:bind_flush", &gs, &rl, &av, &fp, &PyType_Type, &stt))
+    PyObject *gs, *rl, *av, *fp, *stt, *rc;
+    if (!PyArg_ParseTuple(args, "OOOOO!O!:bind_flush", &gs, &rl, &av, &fp, &PyType_Type, &stt,
+                          &PyDict_Type, &rc))
         return NULL;
     if (slot_offset((PyTypeObject *)stt, "_result", &struct_result) < 0)
         return NULL;
-    PyObject **dst[] = {&graph_struct_fn, &result_leaf_fn, &array_view_fn, &flush_py_fn};
-    PyObject *src[] = {gs, rl, av, fp};
+    PyObject **dst[] = {&graph_struct_fn, &result_leaf_fn, &array_view_fn, &flush_py_fn, &recent_py};
+    PyObject *src[] = {gs, rl, av, fp, rc};
     for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
         Py_INCREF(src[i]);
         Py_XSETREF(*dst[i], src[i]);
@@ -2660,7 +2662,8 @@ static PyObject *flush(PyObject *self, PyObject *requested)
 {
     if (!PyTuple_Check(requested))
         return PyErr_Format(PyExc_TypeError, "flush(requested): a tuple of tensors");
-    if (by_struct == NULL || flush_py_fn == NULL || tensor_type == NULL || storage_type == NULL
+    if (by_struct == NULL || flush_py_fn == NULL || recent_py == NULL || leafsets == NULL
+        || merged == NULL || tensor_type == NULL || storage_type == NULL
         || ndarray_type == NULL || data_offset < 0 || struct_result < 0)
         Py_RETURN_NOTIMPLEMENTED;
     PyObject *s = thread_state();
@@ -2802,6 +2805,12 @@ static PyObject *flush(PyObject *self, PyObject *requested)
         set_slot(s, s_pending, fresh);
         Py_INCREF(zero_long);
         set_slot(s, s_count, zero_long);
+        /* graph.node.forget_recent: sharing starts afresh (the tables hold leaf lists, so
+           their buffers, until emptied) */
+        PyObject *tables[] = {recent_py, leafsets, merged};
+        for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+            if (PyDict_Check(tables[i]) && PyDict_GET_SIZE(tables[i]))
+                PyDict_Clear(tables[i]);
         forget_recent_table();
     }
     if (n_nodes) {
@@ -2921,7 +2930,7 @@ static PyMethodDef methods[] = {
     {"jit_call", (PyCFunction)(void (*)(void))jit_call, METH_FASTCALL,
      "jit_call(specs, args)\nA jitted call of one kernel (qtrace.tracer.jit), or NotImplemented."},
     {"bind_flush", bind_flush, METH_VARARGS,
-     "bind_flush(graph_struct, result_leaf, array_view, flush_py, Struct)\n"
+     "bind_flush(graph_struct, result_leaf, array_view, flush_py, Struct, recent)\n"
      "Hand over what an eager evaluation follows and falls back to."},
     {"bind_plans", bind_plans, METH_VARARGS,
      "bind_plans(by_struct, codegen_options, evaluations)\n"

@@ -48,7 +48,7 @@ def _bind_native() -> None:
     native.bind_assign(indexing.assigned_values, views.apply_step, views.undo_step,
                        views.assign, ew.apply1)
     native.bind_flush(graph_node.graph_struct, graph_node.result_leaf, views.array_view,
-                      pending._flush, graph_node.Struct)
+                      pending._flush, graph_node.Struct, graph_node._recent)
     pending.native_flush = native.flush
     tensor_module.install(native.note, pending.flush, views.array_view, views.array_of)
     views.assign = native.assign

@@ -439,3 +439,23 @@ def test_automatic_evaluations_of_a_solver_keep_their_values(fusion):
     storages after each one stay alive and right (NumPy's result)."""
     np.testing.assert_allclose(_poisson_steps(qt, 30), _poisson_steps(np, 30), rtol=1e-12,
                                atol=1e-12)
+
+
+@needs_native
+def test_evaluations_in_c_keep_no_input_alive():
+    """An evaluation by the extension empties the sharing tables as the Python one does
+    (they hold leaf lists, so buffers): inputs a program dropped are freed."""
+    import gc
+
+    from qtrace.tracer import pending
+
+    refs = []
+    for _ in range(4):   # the first evaluation compiles (Python), the next ones run in C
+        a, b, e = (qt.asarray(np.random.default_rng().standard_normal(6)) for _ in range(3))
+        refs += [weakref.ref(t._node.buffer) for t in (a, b, e)]
+        d = ((a + b) * (e * 2.0) + a * e) * 0.5   # merged leaf lists of several leaves
+        qt.eval(d)
+        del a, b, e, d
+    assert pending.native_flush is not None
+    gc.collect()
+    assert [r() is None for r in refs] == [True] * len(refs)
