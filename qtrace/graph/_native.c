@@ -2286,6 +2286,31 @@ static void *leaf_data(PyObject *leaf)
     return *(void **)((char *)buf + data_offset);
 }
 
+/* A new input leaf holding `buf`, slots `copied[:n]` taken from `from`, no inputs, count
+   0 (new reference); NULL with TypeError naming `what` where `from` lacks one. */
+static PyObject *leaf_from(PyObject *from, const int *copied, size_t n, PyObject *buf,
+                           const char *what)
+{
+    PyObject *leaf = leaf_type->tp_alloc(leaf_type, 0);
+    if (leaf == NULL)
+        return NULL;
+    PyObject_GC_UnTrack(leaf);   /* (plain params, an array: no cycle; see plain_params) */
+    for (size_t c = 0; c < n; c++) {
+        PyObject *v = SLOT(from, node_off[copied[c]]);
+        if (v == NULL) {
+            Py_DECREF(leaf);
+            PyErr_Format(PyExc_TypeError, "qtrace: %s is incomplete", what);
+            return NULL;
+        }
+        Py_INCREF(v);
+        set_slot(leaf, node_off[copied[c]], v);
+    }
+    Py_INCREF(empty_tuple); set_slot(leaf, node_off[S_INPUTS], empty_tuple);
+    Py_INCREF(zero_long); set_slot(leaf, node_off[S_COUNT], zero_long);
+    Py_INCREF(buf); set_slot(leaf, node_off[S_BUFFER], buf);
+    return leaf;
+}
+
 static PyObject *jit_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]))
@@ -2384,26 +2409,13 @@ static PyObject *jit_call(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto fail;
     for (Py_ssize_t j = 0; j < n_out; j++) {
         Py_ssize_t a = PyLong_AsSsize_t(PyTuple_GET_ITEM(outs, j));
-        PyObject *tmpl = PyTuple_GET_ITEM(templates, j);
-        PyObject *leaf = leaf_type->tp_alloc(leaf_type, 0), *t = NULL;
-        if (leaf == NULL)
-            goto fail;
-        PyObject_GC_UnTrack(leaf);   /* (plain params, an array: no cycle; see plain_params) */
         static const int copied[] = {S_PRIM, S_PARAMS, S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE,
                                      S_STRUCT, S_SIG};
-        for (size_t c = 0; c < sizeof copied / sizeof copied[0]; c++) {
-            PyObject *v = SLOT(tmpl, node_off[copied[c]]);
-            if (v == NULL) {
-                Py_DECREF(leaf);
-                PyErr_SetString(PyExc_TypeError, "qtrace: a jit result template is incomplete");
-                goto fail;
-            }
-            Py_INCREF(v);
-            set_slot(leaf, node_off[copied[c]], v);
-        }
-        Py_INCREF(empty_tuple); set_slot(leaf, node_off[S_INPUTS], empty_tuple);
-        Py_INCREF(zero_long); set_slot(leaf, node_off[S_COUNT], zero_long);
-        Py_INCREF(allocated[a]); set_slot(leaf, node_off[S_BUFFER], allocated[a]);
+        PyObject *leaf = leaf_from(PyTuple_GET_ITEM(templates, j), copied,
+                                   sizeof copied / sizeof copied[0], allocated[a],
+                                   "a jit result template"), *t = NULL;
+        if (leaf == NULL)
+            goto fail;
         t = tensor_type->tp_alloc(tensor_type, 0);
         if (t == NULL) {
             Py_DECREF(leaf);
@@ -2503,27 +2515,13 @@ static PyObject *result_leaf(PyObject *node, PyObject *buf)
     PyObject *res = st != NULL ? SLOT(st, struct_result) : NULL;
     if (res == NULL || !PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2)
         return PyObject_CallFunctionObjArgs(result_leaf_fn, node, buf, NULL);
-    PyObject *leaf = leaf_type->tp_alloc(leaf_type, 0);
+    static const int copied[] = {S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE};
+    PyObject *leaf = leaf_from(node, copied, sizeof copied / sizeof copied[0], buf, "a node");
     if (leaf == NULL)
         return NULL;
-    PyObject_GC_UnTrack(leaf);   /* (plain params, an array: no cycle; see plain_params) */
-    static const int copied[] = {S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE};
-    for (size_t c = 0; c < sizeof copied / sizeof copied[0]; c++) {
-        PyObject *v = SLOT(node, node_off[copied[c]]);
-        if (v == NULL) {
-            Py_DECREF(leaf);
-            PyErr_SetString(PyExc_TypeError, "qtrace: an incomplete node");
-            return NULL;
-        }
-        Py_INCREF(v);
-        set_slot(leaf, node_off[copied[c]], v);
-    }
     Py_INCREF(str_input); set_slot(leaf, node_off[S_PRIM], str_input);
     Py_INCREF(PyTuple_GET_ITEM(res, 0)); set_slot(leaf, node_off[S_PARAMS], PyTuple_GET_ITEM(res, 0));
     Py_INCREF(PyTuple_GET_ITEM(res, 1)); set_slot(leaf, node_off[S_STRUCT], PyTuple_GET_ITEM(res, 1));
-    Py_INCREF(empty_tuple); set_slot(leaf, node_off[S_INPUTS], empty_tuple);
-    Py_INCREF(zero_long); set_slot(leaf, node_off[S_COUNT], zero_long);
-    Py_INCREF(buf); set_slot(leaf, node_off[S_BUFFER], buf);
     Py_INCREF(Py_None); set_slot(leaf, node_off[S_SIG], Py_None);
     return leaf;
 }
