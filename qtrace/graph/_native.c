@@ -2656,6 +2656,65 @@ static PyObject *flush_owner(PyObject **o, int *bail)
     return node;
 }
 
+/* graph.node.graph_struct of several outputs: the structure key (each output's struct and
+   the positions of its leaves in the merged list, first seen first) and the merged leaf
+   list, both new references; both NULL (no error) where there are more than
+   MAX_MERGED leaves (the Python definition then), -1 on an error. */
+#define MAX_MERGED 256
+static int merge_leaves(PyObject **outs, int n, PyObject **skey, PyObject **leaves)
+{
+    PyObject *seen[MAX_MERGED];
+    Py_ssize_t n_seen = 0;
+    *skey = *leaves = NULL;
+    PyObject *key = PyTuple_New(2 * n);
+    if (key == NULL)
+        return -1;
+    for (int k = 0; k < n; k++) {
+        PyObject *ls = SLOT(outs[k], node_off[S_LEAVES]);
+        Py_ssize_t m = PyTuple_GET_SIZE(ls);
+        PyObject *pos = PyTuple_New(m);
+        if (pos == NULL) {
+            Py_DECREF(key);
+            return -1;
+        }
+        PyObject *st = SLOT(outs[k], node_off[S_STRUCT]);
+        Py_INCREF(st);
+        PyTuple_SET_ITEM(key, 2 * k, st);
+        PyTuple_SET_ITEM(key, 2 * k + 1, pos);
+        for (Py_ssize_t i = 0; i < m; i++) {
+            PyObject *leaf = PyTuple_GET_ITEM(ls, i);
+            Py_ssize_t j = 0;
+            while (j < n_seen && seen[j] != leaf)
+                j++;
+            if (j == n_seen) {
+                if (n_seen == MAX_MERGED) {
+                    Py_DECREF(key);
+                    return 0;
+                }
+                seen[n_seen++] = leaf;
+            }
+            PyObject *v = PyLong_FromSsize_t(j);
+            if (v == NULL) {
+                Py_DECREF(key);
+                return -1;
+            }
+            PyTuple_SET_ITEM(pos, i, v);
+        }
+    }
+    PyObject *merged_leaves = PyTuple_New(n_seen);
+    if (merged_leaves == NULL) {
+        Py_DECREF(key);
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < n_seen; j++) {
+        Py_INCREF(seen[j]);
+        PyTuple_SET_ITEM(merged_leaves, j, seen[j]);
+    }
+    *skey = key;
+    *leaves = merged_leaves;
+    return 0;
+}
+
 static PyObject *flush(PyObject *self, PyObject *requested)
 {
     if (!PyTuple_Check(requested))
@@ -2759,7 +2818,9 @@ static PyObject *flush(PyObject *self, PyObject *requested)
             PyObject *n_leaves = PyLong_FromSsize_t(PyTuple_GET_SIZE(leaves));
             skey = n_leaves == NULL ? NULL : PyTuple_Pack(2, SLOT(nodes[0], node_off[S_STRUCT]), n_leaves);
             Py_XDECREF(n_leaves);
-        } else {
+        } else if (merge_leaves(nodes, n_nodes, &skey, &leaves) < 0) {
+            goto fail;
+        } else if (skey == NULL) {   /* many leaves: the Python definition */
             PyObject *r = PyObject_CallOneArg(graph_struct_fn, nodes_t);
             if (r != NULL && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2
                 && PyTuple_Check(PyTuple_GET_ITEM(r, 1))) {
