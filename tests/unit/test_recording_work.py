@@ -8,6 +8,7 @@ a thousand operations pending over the same arrays.
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import numpy as np
@@ -27,6 +28,14 @@ def _no_cache_trim(monkeypatch):
 
 
 def _work(fn) -> int:
+    """Python trace events (calls, lines) of ``fn()``, run twice before untraced: what it
+    records is then interned (the intern tables are emptied at a size cap, which earlier
+    tests may leave a few structures away: a run reaching it re-interns what it made
+    before; two runs, and the second has everything), and the cyclic collector is off
+    meanwhile (a collection landing in the window runs unrelated weak-reference callbacks:
+    other tests' garbage, not ``fn``'s work)."""
+    fn()
+    fn()
     events = 0
 
     def tracer(frame, event, arg):
@@ -34,11 +43,16 @@ def _work(fn) -> int:
         events += 1
         return tracer
 
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
     sys.settrace(tracer)
     try:
         fn()
     finally:
         sys.settrace(None)
+        if was:
+            gc.enable()
     return events
 
 
