@@ -34,14 +34,15 @@ class BufferPool:
     medium ones too. The pool keeps every raw block of at least ``MIN_BYTES`` it handed
     out; a block whose only references are the pool's own (no NumPy view alive: views
     keep their base alive) is free and is handed out again for a request of the same
-    size. A request looks at no more than ``SCAN`` blocks of its size, starting where the
-    last one stopped (so a program holding many live arrays of one size does not make
-    each allocation walk them all). Idle blocks beyond ``idle_cap`` bytes are released to
-    the system, looked for each time another quarter of ``idle_cap`` has been allocated.
+    size. A request looks at the first ``SCAN`` blocks of its size (the ones reused most,
+    likely still in cache), then at ``SCAN`` of the others, starting where the last such
+    search stopped (so a program holding many live arrays of one size does not make each
+    allocation walk them all). Idle blocks beyond ``idle_cap`` bytes are released to the
+    system, looked for each time another quarter of ``idle_cap`` has been allocated.
     """
 
     MIN_BYTES = 1 << 16
-    SCAN = 8
+    SCAN = 16
 
     def __init__(self, idle_cap: int = 256 << 20):
         self.idle_cap = idle_cap
@@ -69,15 +70,19 @@ class BufferPool:
         with self._lock:
             blocks = self._blocks.setdefault(nbytes, [])
             n = len(blocks)
-            start = self._cursor.get(nbytes, 0)
-            for k in range(min(n, self.SCAN)):
-                i = (start + k) % n
-                block = blocks[i]   # (held as the calibration's loop variable is)
-                if self._idle(block):
-                    self._cursor[nbytes] = i + 1
+            for i in range(min(n, self.SCAN)):   # the first blocks: the ones reused most,
+                block = blocks[i]   # likely still in cache (held as the calibration's
+                if self._idle(block):   # loop variable is)
                     return block
-            if n:
-                self._cursor[nbytes] = (start + self.SCAN) % n
+            if n > self.SCAN:   # then a window of the others, resumed where the last stopped
+                start = self._cursor.get(nbytes, self.SCAN)
+                for k in range(min(n - self.SCAN, self.SCAN)):
+                    i = self.SCAN + (start - self.SCAN + k) % (n - self.SCAN)
+                    block = blocks[i]
+                    if self._idle(block):
+                        self._cursor[nbytes] = i + 1
+                        return block
+                self._cursor[nbytes] = self.SCAN + (start - self.SCAN + self.SCAN) % (n - self.SCAN)
             block = np.empty(nbytes + ALIGN, np.uint8)
             blocks.append(block)
             self._since_trim += nbytes
