@@ -881,9 +881,9 @@ static PyObject *apply2_fn;          /* elementwise.apply2(name, x, y) */
 static PyObject *scalar_node_fn;     /* convert.scalar_node(value, dtype, device) */
 static PyObject *scalars;            /* convert._scalars: recent eager scalars' 0-d inputs */
 static PyObject *consts;             /* convert._consts: recent constants */
-static Py_ssize_t t_node, t_view, s_special, s_pending, s_count;
+static Py_ssize_t t_node, t_view, s_special, s_pending, s_epoch, s_count;
 static PyTypeObject *storage_type;   /* views.Storage (bind_views) */
-static Py_ssize_t g_noted;          /* Storage.noted: the pending list it is listed in */
+static Py_ssize_t g_noted;          /* Storage.noted: the epoch of the list it is listed in */
 static PyObject *str_s, *str_max_pending, *empty_tuple;
 
 /* thread_state's memo: the last thread that asked, and its ThreadState */
@@ -902,6 +902,7 @@ static PyObject *bind_tensors(PyObject *self, PyObject *args)
         || slot_offset((PyTypeObject *)tt, "_view", &t_view) < 0
         || slot_offset((PyTypeObject *)st, "special", &s_special) < 0
         || slot_offset((PyTypeObject *)st, "pending", &s_pending) < 0
+        || slot_offset((PyTypeObject *)st, "epoch", &s_epoch) < 0
         || slot_offset((PyTypeObject *)st, "count", &s_count) < 0)
         return NULL;
     Py_CLEAR(last_state);   /* (thread_state's memo is of the old local) */
@@ -980,11 +981,13 @@ static int note_owner(PyObject *owner)
         Py_DECREF(s);
         return busy < 0 ? -1 : 0;
     }
-    /* a storage is listed once per pending list (written again and again: counted only) */
+    /* a storage is listed once per pending list (written again and again: counted only),
+       marked by the list's epoch token (ThreadState.epoch) */
     int listed = storage_type != NULL && Py_TYPE(owner) == storage_type;
-    if (listed && SLOT(owner, g_noted) != pending) {
-        Py_INCREF(pending);
-        set_slot(owner, g_noted, pending);
+    PyObject *epoch = SLOT(s, s_epoch);
+    if (listed && (epoch == NULL || SLOT(owner, g_noted) != epoch)) {
+        Py_XINCREF(epoch);
+        set_slot(owner, g_noted, epoch);
         listed = 0;
     }
     if (!listed) {
@@ -2859,9 +2862,14 @@ static PyObject *flush(PyObject *self, PyObject *requested)
     /* from here on this is the evaluation: the pending list is taken */
     {
         PyObject *fresh = PyList_New(0);
-        if (fresh == NULL)
+        PyObject *epoch = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+        if (fresh == NULL || epoch == NULL) {
+            Py_XDECREF(fresh);
+            Py_XDECREF(epoch);
             goto fail;
+        }
         set_slot(s, s_pending, fresh);
+        set_slot(s, s_epoch, epoch);
         Py_INCREF(zero_long);
         set_slot(s, s_count, zero_long);
         /* graph.node.forget_recent: sharing starts afresh (the tables hold leaf lists, so

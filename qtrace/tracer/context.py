@@ -16,11 +16,12 @@ from ..graph.primitives import PRIMITIVES, lookup
 class ThreadState:
     """What one thread is doing: tracing depth, differentiation depth, pending tensors."""
 
-    __slots__ = ("depth", "special", "ad", "pending", "count", "cut")
+    __slots__ = ("depth", "special", "ad", "pending", "epoch", "count", "cut")
 
     def __init__(self):
         self.depth = self.special = self.ad = 0
         self.pending = []   # weak references to tensors and storages holding pending values
+        self.epoch = object()   # a new token with each new pending list (Storage.noted)
         self.count = 0      # operations recorded since this thread last evaluated
         self.cut = None     # the cut policy's memory (qtrace.tracer.pending)
 

@@ -57,11 +57,12 @@ def note(owner) -> None:
     s = state()
     if s.special:
         return
-    if type(owner) is not Storage or owner.noted is not s.pending:
-        # (a storage written again and again is listed once per pending list)
+    if type(owner) is not Storage or owner.noted is not s.epoch:
+        # (a storage written again and again is listed once per pending list; marked by the
+        # list's epoch token, not the list itself, which it would keep alive)
         s.pending.append(weakref.ref(owner))
         if type(owner) is Storage:
-            owner.noted = s.pending
+            owner.noted = s.epoch
     s.count += 1
     if s.count >= config.max_pending_nodes:
         _consider_cut(s, owner)
@@ -156,7 +157,7 @@ native_flush = None   # the compiled recorder's flush (qtrace.tracer.methods bin
 def _flush(requested: tuple) -> list:
     """:func:`flush` in Python: the reference, and every case the compiled one leaves."""
     s = state()
-    refs, s.pending, s.count = s.pending, [], 0
+    refs, s.pending, s.count, s.epoch = s.pending, [], 0, object()
     forget_recent()
     nodes: list = []
     owners: dict = {}   # id(node) -> [owners]

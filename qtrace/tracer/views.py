@@ -52,7 +52,7 @@ class Storage:
         self.node = node
         self.views: list = [weakref.ref(first)]   # weak references to every tensor on this storage
         self.prune_at = 16
-        self.noted = None   # the pending list it is listed in (qtrace.tracer.pending.note)
+        self.noted = None   # the epoch of the pending list it is listed in (pending.note)
 
     def add(self, t: Tensor) -> None:
         """Register view ``t``. References to views that died are dropped whenever the list

@@ -413,7 +413,9 @@ def test_a_storage_written_again_is_listed_once():
     assert listed < 200 * 3, listed     # the row views and sums, not 200 more storage entries
     storages = [r() for r in state().pending if type(r()) is qt.tracer.views.Storage]
     assert len(storages) == 1
+    listed = state().pending
     np.testing.assert_array_equal(p.numpy(), ref)
+    assert sys.getrefcount(listed) == 2, "a storage keeps an evaluated pending list alive"
 
 
 def _poisson_steps(xp, steps: int, n: int = 11):
