@@ -198,12 +198,7 @@ class Plan:
         slots = step.slots
         if any(v not in slots for _, v in self.outputs):  # an output no kernel writes (empty)
             return None
-        allocs = []
-        for s in dict.fromkeys(slots):
-            if s >= self.n_leaves:
-                shape, dtype = self.slot_meta[s]
-                small = math.prod(shape) * dtype.itemsize < cpu.SMALL  # plain np.empty
-                allocs.append((s, shape, dtype, small))
+        allocs = self._allocations(slots)
         extra = (None,) * (len(self.slot_meta) - self.n_leaves)
         return (step.kernel, step.extent, cpu.packer(len(slots)), slots, allocs,
                 [v for _, v in self.outputs], extra)
@@ -228,13 +223,18 @@ class Plan:
         slots = step.slots
         if any(v < self.n_leaves or v not in slots for _, v in self.outputs):
             return None
+        return (*entry, tuple(slots), tuple(self._allocations(slots)),
+                tuple(v for _, v in self.outputs), len(self.slot_meta))
+
+    def _allocations(self, slots: list) -> list:
+        """``(slot, shape, dtype, small)`` of each slot of ``slots`` a run allocates (not a
+        leaf's), in order; ``small``: below ``cpu.SMALL`` bytes, a plain ``numpy.empty``."""
         allocs = []
         for s in dict.fromkeys(slots):
             if s >= self.n_leaves:
                 shape, dtype = self.slot_meta[s]
                 allocs.append((s, shape, dtype, math.prod(shape) * dtype.itemsize < cpu.SMALL))
-        return (*entry, tuple(slots), tuple(allocs), tuple(v for _, v in self.outputs),
-                len(self.slot_meta))
+        return allocs
 
     def run(self, leaf_buffers, graph: tuple | None = None) -> list:
         """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers.

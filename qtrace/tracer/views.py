@@ -198,15 +198,10 @@ def undo_step(parent: Node, step: tuple, new: Node) -> Node:
 
 
 def _array_step(arr: np.ndarray, step: tuple) -> np.ndarray:
-    """The NumPy view ``step`` of ``arr`` (never a copy)."""
-    kind = step[0]
-    if kind == "slice":
-        return arr[_slice_key(step)]
-    if kind == "reshape":
-        return np.reshape(arr, step[1], copy=False)
-    if kind == "transpose":
-        return arr.transpose(step[1])
-    return np.broadcast_to(arr, step[1])
+    """The NumPy view ``step`` of ``arr`` (never a copy: a reshape NumPy cannot view raises
+    ValueError)."""
+    op, arg = _NUMPY_STEP[step[0]](step)
+    return op(arr, arg)
 
 
 def derive(base: Node, steps: tuple) -> Node:
@@ -381,10 +376,14 @@ def _slice_key(step: tuple) -> tuple:
                  for start, st, n in zip(step[1], step[2], step[3]))
 
 
-# each view step as (NumPy function, argument): what _array_step does, its key built once
+def _reshape_view(arr: np.ndarray, shape: tuple) -> np.ndarray:
+    return np.reshape(arr, shape, copy=False)
+
+
+# each view step as (NumPy function, its argument), the argument built once for a recipe
 _NUMPY_STEP = {
     "slice": lambda step: (np.ndarray.__getitem__, _slice_key(step)),
-    "reshape": lambda step: (np.ndarray.reshape, step[1]),
+    "reshape": lambda step: (_reshape_view, step[1]),
     "transpose": lambda step: (np.ndarray.transpose, step[1]),
     "broadcast": lambda step: (np.broadcast_to, step[1]),
 }

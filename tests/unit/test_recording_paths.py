@@ -130,7 +130,8 @@ def test_stats_count_every_thread_and_reset():
     lambda p: p[1:-1, 2:], lambda p: p[:, -2], lambda p: p[3], lambda p: p.T[1:, ::2],
     lambda p: p.reshape(-1)[5:40:3], lambda p: p[::-1, 1:4].T,
 ], ids=["slice", "column", "row", "transpose-slice", "reshape-slice", "reversed-transpose"])
-def test_views_of_each_new_base_follow_the_first(view, rng):
+@pytest.mark.cpu_only("leaf views over NumPy views of host buffers")
+def test_views_of_each_new_base_follow_the_first(view, fusion, rng):
     """A view of an evaluated array is a leaf over NumPy's view of its buffer; its
     signature is worked out for the first base of a structure and copied for the next
     (every evaluation makes a new base): same signature, the new base's memory, NumPy's
