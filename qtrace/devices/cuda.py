@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -26,6 +27,7 @@ from . import adstack
 from .registry import DeviceRuntime
 
 THREAD_CAP = 65536   # at most this many threads of a launch own an adstack each
+_CURRENT = contextlib.nullcontext()
 
 _lock = threading.Lock()
 _probe: list = []
@@ -89,7 +91,7 @@ _streams_lock = threading.Lock()
 
 def note_stream(stream) -> None:
     """Record that qtrace work was queued on ``stream`` (a CuPy stream of the current device)."""
-    key = (_cupy().cuda.Device().id, stream.ptr)
+    key = (_cupy().cuda.runtime.getDevice(), stream.ptr)
     if key not in _streams:
         with _streams_lock:
             _streams[key] = stream
@@ -101,8 +103,10 @@ def order_reads() -> None:
     if not _streams:
         return
     cuda = _cupy().cuda
-    device = cuda.Device().id
+    device = cuda.runtime.getDevice()
     current = cuda.get_current_stream()
+    if len(_streams) == 1 and (device, current.ptr) in _streams:
+        return   # (the common case: only this stream has qtrace work; it is in order)
     with _streams_lock:
         noted = [(k, st) for k, st in _streams.items() if k[0] == device]
     for key, stream in noted:
@@ -268,6 +272,11 @@ class CudaRuntime(DeviceRuntime):
         self.device = self.cp.cuda.Device(index)
         self._kept = threading.local()
 
+    def scope(self):
+        """A context in which this GPU is the current device: nothing to do when it already
+        is (the common case; entering CuPy's device context costs a few microseconds)."""
+        return _CURRENT if self.cp.cuda.runtime.getDevice() == self.index else self.device
+
     def _stacks(self, nbytes: int):
         """At least ``nbytes`` of device memory for adstacks, kept between launches per
         calling thread and stream (a launch on the same stream runs after the previous
@@ -285,7 +294,7 @@ class CudaRuntime(DeviceRuntime):
         return block
 
     def empty(self, shape: tuple, dtype):
-        with self.device:
+        with self.scope():
             return self.cp.empty(shape, dtype)
 
     def pointer(self, buf) -> int:
@@ -305,7 +314,7 @@ class CudaRuntime(DeviceRuntime):
         if not array.flags.c_contiguous:   # (np.ascontiguousarray would make a 0-d array 1-d)
             array = np.array(array, order="C")
         bump("bytes_host_to_device", array.nbytes)
-        with self.device:
+        with self.scope():
             buf = self.cp.empty(array.shape, array.dtype)
             if array.nbytes > Staging.LARGEST:   # (no pinned copy of it kept): copied now
                 buf.set(array)
@@ -330,12 +339,11 @@ class CudaRuntime(DeviceRuntime):
         if phases != 1:   # (the GPU's lowering splits no scan: it scans long rows in blocks)
             raise NotImplementedError("qtrace: phased launches are a CPU mechanism")
         stride, threads, block = 0, None, None
-        if scratch:   # zeroed, freed in stream order after the launch
-            with self.device:
+        with self.scope():   # (current stream, scratch, stack block and fills: this device's)
+            if scratch:   # zeroed, freed in stream order after the launch
                 block = self.cp.zeros(scratch, np.uint8)
-            scratch = block.data.ptr
-        with self.device:   # (current stream, stack block and fills: this device's)
-            if levels is not None and not scratch:
+                scratch = block.data.ptr
+            elif levels is not None:
                 # interleaved (``Levels.interleaved``): the threads' headers, then their
                 # stacks word by word, each thread's header HEADER bytes from the previous
                 # one's; else a block of ``size`` bytes per thread
@@ -350,7 +358,7 @@ class CudaRuntime(DeviceRuntime):
             kernel.launch(extent, pointers, status, scratch, stride, threads)
 
     def queue(self) -> None:
-        with self.device:   # reads data other streams computed: wait for them, then note
+        with self.scope():   # reads data other streams computed: wait for them, then note
             order_reads()
             note_stream(self.cp.cuda.get_current_stream())
 

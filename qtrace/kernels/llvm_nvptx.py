@@ -19,6 +19,7 @@ whatever a kernel does not call is removed by LLVM's optimiser.
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import hashlib
 import os
@@ -205,12 +206,16 @@ def compile_module(module: ir.Module, symbols: list, arch: str) -> bytes:
 
 
 class CudaKernel:
-    """A loaded kernel: launches over a flat extent with the grid-strided entry."""
+    """A loaded kernel: launches over a flat extent with the grid-strided entry.
+
+    A launch hands ``cuLaunchKernel`` the parameters from this thread's argument block
+    (:func:`_argument_block`): no CuPy argument conversion, no object per argument."""
 
     BLOCK = 256
 
     def __init__(self, module, function, max_blocks: int):
         self.module, self.function, self.max_blocks = module, function, max_blocks  # the module stays loaded
+        self.ptr = function.ptr
 
     def grid(self, extent: int, threads: int | None = None) -> int:
         """Blocks of a launch over ``extent`` elements (at most ``threads`` threads)."""
@@ -220,13 +225,36 @@ class CudaKernel:
 
     def launch(self, extent: int, pointers: list, status: int, scratch: int, stride: int,
                threads: int | None = None, stream=None) -> None:
-        """Run over ``[0, extent)``; ``threads`` caps the grid (each thread owns a scratch
-        stride, so adstack memory is ``threads * stride``, independent of ``extent``)."""
-        import numpy as np
-        grid = self.grid(extent, threads)
-        params = tuple(np.uint64(p) for p in pointers) + (
-            np.uint64(status), np.uint64(scratch), np.int64(stride), np.int64(extent))
-        self.function((grid, 1, 1), (self.BLOCK, 1, 1), params, stream=stream)
+        """Run over ``[0, extent)`` on ``stream`` (None: CuPy's current stream of the current
+        device); ``threads`` caps the grid (each thread owns a scratch stride, so adstack
+        memory is ``threads * stride``, independent of ``extent``)."""
+        import cupy
+        values, params = _argument_block(len(pointers) + 4)
+        values[:] = (*pointers, status, scratch, stride, extent)
+        if stream is None:
+            stream = cupy.cuda.get_current_stream()
+        cupy.cuda.driver.launchKernel(self.ptr, self.grid(extent, threads), 1, 1, self.BLOCK, 1, 1,
+                                      0, stream.ptr, params, 0)
+
+
+_blocks = threading.local()
+
+
+def _argument_block(n: int) -> tuple:
+    """This thread's block of ``n`` 8-byte kernel parameters, and the address of the array
+    of their addresses that ``cuLaunchKernel`` reads. The driver copies the values when the
+    launch is queued (or captured into a CUDA graph), so the block may be rewritten as soon
+    as the launch call returns; each thread has its own (no lock, no shared state)."""
+    table = getattr(_blocks, "table", None)
+    if table is None:
+        table = _blocks.table = {}
+    block = table.get(n)
+    if block is None:
+        values = (ctypes.c_uint64 * n)()
+        base = ctypes.addressof(values)
+        addresses = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+        block = table[n] = (values, ctypes.addressof(addresses), addresses)
+    return block[0], block[1]
 
 
 def load(payload: bytes, symbols: list, device_index: int) -> dict:

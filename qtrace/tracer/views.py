@@ -25,6 +25,7 @@ Tensors that nobody viewed have no storage: a write rebinds them to the updated 
 
 from __future__ import annotations
 
+import operator
 import threading
 import weakref
 
@@ -380,11 +381,16 @@ def _reshape_view(arr: np.ndarray, shape: tuple) -> np.ndarray:
     return np.reshape(arr, shape, copy=False)
 
 
-# each view step as (NumPy function, its argument), the argument built once for a recipe
+def _transpose_view(arr: np.ndarray, axes: tuple) -> np.ndarray:
+    return arr.transpose(axes)
+
+
+# each view step as (function, its argument), the argument built once for a recipe; the
+# functions take NumPy and CuPy arrays alike (a GPU tensor's buffer is a CuPy array)
 _NUMPY_STEP = {
-    "slice": lambda step: (np.ndarray.__getitem__, _slice_key(step)),
+    "slice": lambda step: (operator.getitem, _slice_key(step)),
     "reshape": lambda step: (_reshape_view, step[1]),
-    "transpose": lambda step: (np.ndarray.transpose, step[1]),
+    "transpose": lambda step: (_transpose_view, step[1]),
     "broadcast": lambda step: (np.broadcast_to, step[1]),
 }
 
