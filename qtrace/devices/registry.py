@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from ..graph.device import per_device
 
+ONE_LAUNCH = (("kernel_launches", 1), ("tasks_run", 1))   # the stats of a one-kernel run
+
 
 class DeviceRuntime:
     """The interface a plan runs against (one instance per device)."""
@@ -54,6 +56,11 @@ class DeviceRuntime:
 
     def sync(self) -> None:
         """Wait until every launch of this device has finished."""
+
+    def run_kernel(self, one: tuple, leaf_buffers: list) -> list:
+        """Run a plan of one kernel and nothing else, ``(kernel, extent, slots, allocations,
+        output slots)`` (``Plan._one_kernel``), on ``leaf_buffers``; its output buffers."""
+        raise NotImplementedError
 
     def queue(self) -> None:
         """A run is about to queue work (a GPU runtime notes on which stream, so that reads

@@ -32,14 +32,11 @@ from ..kernels.lowering import interleaves_stacks, split_phases, split_scratch_b
 from ..kernels.target import target_for
 from ..stats import bump, bump_many
 from . import adstack, cpu, library
-from .registry import runtime_for
+from .registry import ONE_LAUNCH, runtime_for
 
 _lock = threading.RLock()
 _plans: dict = {}
 _kernels: dict = {}
-
-
-_ONE_LAUNCH = (("kernel_launches", 1), ("tasks_run", 1))
 
 
 class KernelStep(NamedTuple):
@@ -185,23 +182,35 @@ class Plan:
         # the one-kernel case, (kernel, extent, pack, slots, allocations, output slots, empty
         # slots), or None: run's short path, and what qt.jit hands the compiled extension
         self.fast = self._fast_path() if self.rt.kind == "cpu" else None
+        # the one-kernel case on another device: its runtime's short path (run_kernel)
+        self.one = self._one_kernel() if self.rt.kind != "cpu" else None
         # the one-launch case as the compiled recorder's eager evaluation runs it, or None
         self.native = self._native_record() if self.rt.kind == "cpu" and cpu.FAST_POINTER else None
 
-    def _fast_path(self):
-        """The common small case on the CPU, one kernel and nothing else to do: a shorter path."""
+    def _one_kernel(self):
+        """The common small case, one kernel and nothing else to do, as ``(kernel, extent,
+        slots, allocations, output slots)``, or None: run's short path (on a CPU, only for
+        a kernel short enough to run on the calling thread)."""
         if len(self.steps) != 1 or self.checks or any(k != "slot" for k, _ in self.outputs):
             return None
         step = self.steps[0]
-        if type(step) is not KernelStep or step.parallel or step.stack is not None or step.scratch:
+        if (type(step) is not KernelStep or step.stack is not None or step.scratch or step.phases != 1
+                or (step.parallel and self.rt.kind == "cpu")):
             return None
         slots = step.slots
         if any(v not in slots for _, v in self.outputs):  # an output no kernel writes (empty)
             return None
-        allocs = self._allocations(slots)
+        return (step.kernel, step.extent, slots, self._allocations(slots), [v for _, v in self.outputs])
+
+    def _fast_path(self):
+        """:meth:`_one_kernel` on the CPU as ``(kernel, extent, pack, slots, allocations,
+        output slots, empty slots)``: what ``qt.jit`` hands the compiled extension."""
+        one = self._one_kernel()
+        if one is None:
+            return None
+        kernel, extent, slots, allocs, outs = one
         extra = (None,) * (len(self.slot_meta) - self.n_leaves)
-        return (step.kernel, step.extent, cpu.packer(len(slots)), slots, allocs,
-                [v for _, v in self.outputs], extra)
+        return (kernel, extent, cpu.packer(len(slots)), slots, allocs, outs, extra)
 
     def _native_record(self):
         """One launch and nothing else to do — a kernel, or a sequence of small kernels, with
@@ -250,9 +259,11 @@ class Plan:
                 bufs[s] = empty(shape, dtype) if small else cpu.aligned_empty(shape, dtype)
             pointer = cpu.pointer
             fn(0, extent, pack(*[pointer(bufs[s]) for s in slots]), None, None)
-            bump_many(_ONE_LAUNCH)
+            bump_many(ONE_LAUNCH)
             return [bufs[s] for s in outs]
         rt = self.rt
+        if self.one is not None:
+            return rt.run_kernel(self.one, leaf_buffers)
         host = None
         if rt.kind != "cpu":  # host data (NumPy arguments, Python scalars) goes to the device
             rt.queue()
