@@ -18,7 +18,7 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 6
+#define QTRACE_NATIVE_ABI 7
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -881,9 +881,10 @@ static PyObject *apply2_fn;          /* elementwise.apply2(name, x, y) */
 static PyObject *scalar_node_fn;     /* convert.scalar_node(value, dtype, device) */
 static PyObject *scalars;            /* convert._scalars: recent eager scalars' 0-d inputs */
 static PyObject *consts;             /* convert._consts: recent constants */
-static Py_ssize_t t_node, t_view, s_special, s_pending, s_epoch, s_count;
+static Py_ssize_t t_node, t_view, s_special, s_pending, s_epoch, s_count, s_gate;
 static PyTypeObject *storage_type;   /* views.Storage (bind_views) */
 static Py_ssize_t g_noted;          /* Storage.noted: the epoch of the list it is listed in */
+static Py_ssize_t g_node;           /* Storage.node (bind_views) */
 static PyObject *str_s, *str_max_pending, *empty_tuple;
 
 /* thread_state's memo: the last thread that asked, and its ThreadState */
@@ -903,7 +904,8 @@ static PyObject *bind_tensors(PyObject *self, PyObject *args)
         || slot_offset((PyTypeObject *)st, "special", &s_special) < 0
         || slot_offset((PyTypeObject *)st, "pending", &s_pending) < 0
         || slot_offset((PyTypeObject *)st, "epoch", &s_epoch) < 0
-        || slot_offset((PyTypeObject *)st, "count", &s_count) < 0)
+        || slot_offset((PyTypeObject *)st, "count", &s_count) < 0
+        || slot_offset((PyTypeObject *)st, "gate", &s_gate) < 0)
         return NULL;
     Py_CLEAR(last_state);   /* (thread_state's memo is of the old local) */
     last_tstate = NULL;
@@ -964,6 +966,33 @@ static int quiet(void)
     return q;
 }
 
+/* pending._at_gate: whether the cut policy must look at `owner`'s new value, the
+   `count`-th operation past `limit` — always while it learns (no gate), once anchored only
+   for an operation of the anchor's primitive and shape (ThreadState.gate), or four times
+   past the limit. 0 with an error set on failure. */
+static int at_gate(PyObject *s, PyObject *owner, Py_ssize_t count, PyObject *limit)
+{
+    PyObject *gate = SLOT(s, s_gate);
+    Py_ssize_t lim = PyLong_AsSsize_t(limit);
+    if (lim == -1 && PyErr_Occurred())
+        return 0;
+    if (gate == NULL || !PyTuple_Check(gate) || PyTuple_GET_SIZE(gate) != 2 || count >= 4 * lim)
+        return 1;
+    PyObject *node = (storage_type != NULL && Py_TYPE(owner) == storage_type)
+                     ? SLOT(owner, g_node) : SLOT(owner, t_node);
+    if (node == NULL)
+        return 1;
+    PyObject *prim = SLOT(node, node_off[S_PRIM]), *shape = SLOT(node, node_off[S_SHAPE]);
+    if (prim == NULL || shape == NULL)
+        return 1;
+    int eq = PyObject_RichCompareBool(prim, PyTuple_GET_ITEM(gate, 0), Py_EQ);
+    if (eq > 0)
+        eq = PyObject_RichCompareBool(shape, PyTuple_GET_ITEM(gate, 1), Py_EQ);
+    if (eq < 0)
+        PyErr_Clear();   /* (the policy's Python code meets the error again) */
+    return eq != 0;
+}
+
 static int note_owner(PyObject *owner)
 {
     PyObject *s = thread_state();
@@ -1009,6 +1038,8 @@ static int note_owner(PyObject *owner)
     set_slot(s, s_count, next);
     PyObject *limit = PyObject_GetAttr(config_obj, str_max_pending);
     int over = limit == NULL ? -1 : PyObject_RichCompareBool(next, limit, Py_GE);
+    if (over > 0 && !at_gate(s, owner, n + 1, limit))
+        over = PyErr_Occurred() ? -1 : 0;
     Py_XDECREF(limit);
     Py_DECREF(next);
     if (over > 0) {

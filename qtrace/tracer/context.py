@@ -16,7 +16,7 @@ from ..graph.primitives import PRIMITIVES, lookup
 class ThreadState:
     """What one thread is doing: tracing depth, differentiation depth, pending tensors."""
 
-    __slots__ = ("depth", "special", "ad", "pending", "epoch", "count", "cut")
+    __slots__ = ("depth", "special", "ad", "pending", "epoch", "count", "cut", "gate")
 
     def __init__(self):
         self.depth = self.special = self.ad = 0
@@ -24,6 +24,8 @@ class ThreadState:
         self.epoch = object()   # a new token with each new pending list (Storage.noted)
         self.count = 0      # operations recorded since this thread last evaluated
         self.cut = None     # the cut policy's memory (qtrace.tracer.pending)
+        self.gate = None    # (prim, shape) of its anchor while it has one: past the limit, only
+                            # such an operation (or four times the limit) consults the policy
 
 
 _local = threading.local()

@@ -64,8 +64,20 @@ def note(owner) -> None:
         if type(owner) is Storage:
             owner.noted = s.epoch
     s.count += 1
-    if s.count >= config.max_pending_nodes:
+    if s.count >= config.max_pending_nodes and _at_gate(s, owner):
         _consider_cut(s, owner)
+
+
+def _at_gate(s, owner) -> bool:
+    """Whether the cut policy must look at ``owner``'s new value (past the limit): always
+    while it learns; once anchored, only for an operation of its anchor's primitive and
+    shape, or four times past the limit (where it learns again) — the compiled recorder's
+    ``note`` asks the same."""
+    gate = s.gate
+    if gate is None or s.count >= 4 * config.max_pending_nodes:
+        return True
+    node = owner.node if type(owner) is Storage else owner._node
+    return node.prim == gate[0] and node.shape == gate[1]
 
 
 def note_results(tensors) -> None:
@@ -100,6 +112,19 @@ def _site(skip: int = 2):
     return tuple(site), depth
 
 
+def _at_site(site: tuple, skip: int = 2) -> bool:
+    """Whether the current operation is recorded at ``site`` (what :func:`_site` would
+    return first), without walking the rest of the stack."""
+    f = sys._getframe(skip)
+    while f is not None and f.f_globals.get("__name__", "").startswith("qtrace"):
+        f = f.f_back
+    for code, offset in site:
+        if f is None or f.f_code is not code or f.f_lasti != offset:
+            return False
+        f = f.f_back
+    return len(site) == 2 or f is None
+
+
 def _consider_cut(s, owner) -> None:
     policy = s.cut
     if policy is None:
@@ -108,13 +133,15 @@ def _consider_cut(s, owner) -> None:
     limit = config.max_pending_nodes
     if policy.phase == ANCHORED:
         prim, shape, site = policy.anchor
-        if node.prim == prim and node.shape == shape and _site()[0] == site:
+        if node.prim == prim and node.shape == shape and _at_site(site):
             _cut(policy)
         elif s.count >= 4 * limit:  # the anchor is not recorded here: learn another
             policy.phase = LEARN
+            s.gate = None
             _cut(policy)
         return
     policy.phase = LEARN
+    s.gate = None
     site, depth = _site()
     entry = policy.seen.get(site)
     if entry is None:
@@ -129,6 +156,7 @@ def _consider_cut(s, owner) -> None:
     policy.anchor = (prim, shape, best[0])
     policy.seen = {}
     policy.phase = ANCHORED
+    s.gate = (prim, shape)
     _cut(policy)
 
 
@@ -232,7 +260,8 @@ def pending_nodes() -> tuple:
 
 def reset() -> None:
     """Forget this thread's cut policy (the next automatic cut learns its anchor again)."""
-    state().cut = None
+    s = state()
+    s.cut = s.gate = None
 
 
 def describe() -> dict:

@@ -453,6 +453,47 @@ def test_work_is_queued_on_the_current_stream_and_read_after_it(rng, monkeypatch
 
 
 @gpu
+@pytest.mark.parametrize("kernels", [1, 2])
+def test_threads_launching_one_plan_each_get_their_own_arguments(rng, kernels):
+    """Kernel parameters are packed in a per-thread argument block: 6 threads calling the
+    same jitted plan (one kernel: the runtime's short path; two: the general one) with their
+    own arguments, 60 times each and concurrently, each get exactly their sequential
+    results (a block shared between threads would hand one thread's pointers to another)."""
+    import threading
+
+    @qt.jit
+    def step(x, v):
+        v = v - 0.01 * x * qt.cos(x)
+        return (x + 0.01 * v, v) if kernels == 1 else (x + 0.01 * v, v * (1.0 / qt.max(qt.abs(v))))
+
+    n, calls = 50_000, 60
+    starts = [(rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)) for _ in range(6)]
+
+    def run(x, v):
+        x, v = qt.asarray(x, device="cuda"), qt.asarray(v, device="cuda")
+        for _ in range(calls):
+            x, v = step(x, v)
+        return x.numpy(), v.numpy()
+
+    want = [run(*s) for s in starts]
+    got = [None] * len(starts)
+    barrier = threading.Barrier(len(starts))
+
+    def worker(k):
+        barrier.wait()
+        got[k] = run(*starts[k])
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(starts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g[0], w[0])
+        np.testing.assert_array_equal(g[1], w[1])
+
+
+@gpu
 def test_uploads_are_asynchronous_and_never_overwrite_data_in_flight(rng, monkeypatch):
     """Host data goes to the GPU through pinned staging memory by asynchronous copies: a
     jitted step called with NumPy arrays and Python scalars queues everything without a

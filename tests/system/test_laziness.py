@@ -316,3 +316,85 @@ def test_kept_losses_are_stored_not_recomputed(rng, fusion):
         wn = wn - 0.02 * (xn.T @ (2 * h * (1 - h ** 2)))
     np.testing.assert_allclose(long, want, rtol=1e-10)
     np.testing.assert_allclose(w, wn, rtol=1e-10)
+
+
+GATE_PROGRAM = r'''
+import json, sys
+import numpy as np
+import qtrace as qt
+from qtrace.graph import native
+from qtrace.tracer import pending
+from qtrace.tracer.context import state
+
+
+class Counting(pending.CutPolicy):
+    """The cut policy, counting how often it is consulted (each consultation reads its phase)."""
+    __slots__ = ("_phase", "reads")
+
+    def __init__(self):
+        self.reads = 0
+        super().__init__()
+
+    @property
+    def phase(self):
+        self.reads += 1
+        return self._phase
+
+    @phase.setter
+    def phase(self, value):
+        self._phase = value
+
+
+qt.config.max_pending_nodes = 60
+pending.reset()
+state().cut = policy = Counting()
+rng = np.random.default_rng(int(sys.argv[1]))
+y0, z0 = rng.standard_normal(16), rng.standard_normal(3)
+y, z = qt.asarray(y0), qt.asarray(z0)
+qt.reset_stats()
+reads = []
+for i in range(60):
+    for _ in range(40):
+        y = y * 0.999        # 40 multiplications of shape (16,) an iteration
+    z = z + 1.0             # the anchor: the rarest operation of the loop
+    reads.append((policy.reads, qt.stats()["auto_evaluations"]))
+w = qt.asarray(rng.standard_normal(7))
+for i in range(300):    # another loop: the anchor is never recorded; it must cut, learn again
+    w = w * 0.5 + 0.25
+ref_y, ref_z, ref_w = y0 * 0.999 ** 2400, z0 + 60.0, np.asarray(w.numpy())
+(r0, c0), (r1, c1) = reads[20], reads[-1]
+print(json.dumps({"native": native.active(), "reads_per_cut": (r1 - r0) / max(1, c1 - c0),
+                  "cuts": c1 - c0, "anchor": [policy.anchor[0], list(policy.anchor[1])],
+                  "w_count": w._node.count, "err": float(max(np.max(np.abs(y.numpy() - ref_y)),
+                                                             np.max(np.abs(z.numpy() - ref_z))))}))
+'''
+
+
+@pytest.mark.parametrize("recorder", ["compiled", "python"])
+def test_an_anchored_cut_policy_is_consulted_only_by_its_anchors_operations(recorder):
+    """Past the pending limit the learned policy is asked only by operations of its anchor's
+    primitive and shape (``ThreadState.gate``): a loop of 40 other operations between two
+    anchors consults it about once per cut, not at every operation; the cuts still land on
+    the anchor; and a loop that never records the anchor is cut at four times the limit and
+    learns a new one (its graph stays bounded). Both recorders (the compiled one's ``note``
+    and the Python one's) ask the same."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from qtrace.graph import native
+    if recorder == "compiled" and not native.active():
+        pytest.skip("the compiled recorder is not built here")
+    env = dict(os.environ, QTRACE_NATIVE="1" if recorder == "compiled" else "0")
+    seed = int(np.random.default_rng().integers(1 << 30))
+    out = subprocess.run([sys.executable, "-c", GATE_PROGRAM, str(seed)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["native"] == (recorder == "compiled")
+    assert got["cuts"] >= 10
+    assert got["reads_per_cut"] <= 2, got        # (without the gate: ~40 per cut)
+    assert got["anchor"] != ["add", [3]]         # the second loop learned its own anchor
+    assert got["w_count"] <= 4 * 60 + 4
+    assert got["err"] <= 1e-9
