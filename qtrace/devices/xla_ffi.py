@@ -152,6 +152,25 @@ def _stream(frame: CallFrame) -> int:
     return args.stream or 0
 
 
+class _StreamHandle:
+    """A raw ``cudaStream_t`` under the CUDA stream protocol (``__cuda_stream__``)."""
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> tuple:
+        return (0, self.ptr)
+
+
+def _cupy_stream(cupy, ptr: int):
+    """XLA's stream ``ptr`` as a CuPy stream: ``Stream.from_external`` through the CUDA
+    stream protocol (CuPy 14 deprecates ``ExternalStream``, which older CuPy needs)."""
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_StreamHandle(ptr))
+    return cupy.cuda.ExternalStream(ptr)
+
+
 def _metadata_query(frame: CallFrame) -> bool:
     """If XLA asks for the handler's metadata, answer it; returns whether it asked."""
     ext = frame.extension_start
@@ -196,7 +215,7 @@ def handler(run, platform: str = "cpu"):
             if gpu:   # on the GPU of the call's buffers, on XLA's stream
                 import cupy
                 device = (args + rets)[0].device.id if args or rets else 0
-                with cupy.cuda.Device(device), cupy.cuda.ExternalStream(_stream(frame)):
+                with cupy.cuda.Device(device), _cupy_stream(cupy, _stream(frame)):
                     run(args, rets)
                     from .cuda import check_deferred
                     check_deferred()   # (waits for the stream: a failed check is this call's error)
