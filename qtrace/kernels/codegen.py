@@ -70,6 +70,7 @@ class KernelEmitter:
         self.vector_lanes = bool(task.lanes) and lowering.lanes > 0
         self.identity_clamps = frozenset()  # clamps known to be the identity where emitted
         self.trig_bad = None   # optimistic pass: i1 cell, "an argument left the fast range"
+        self.invariant_loads: dict = {}   # (arg, constant index) -> value loaded in the entry
         self._alias_metadata(module, name)
 
     # -- structure --------------------------------------------------------------------
@@ -242,6 +243,25 @@ class KernelEmitter:
             return ir.Constant(I64, ix.const)
         return b.add(acc, ir.Constant(I64, ix.const)) if ix.const else acc
 
+    def _load(self, ptr: ir.Value, dt: np.dtype) -> ir.Value:
+        b = self.b
+        v = b.load(ptr, typ=mem_type(dt))
+        if self.noalias_loads is not None:
+            v.set_metadata("noalias", self.noalias_loads)
+        return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if dt.kind == "b" else v
+
+    def _invariant_load(self, arg: int, ix, dt: np.dtype) -> ir.Value:
+        """The element at constant index ``ix`` of input ``arg`` (an eager scalar's 0-d
+        buffer, a broadcast element), loaded once in the kernel's entry block: the same for
+        every element, and unwritten by the task. (Inside the element loop, a GPU kernel
+        reloaded it for every element: LLVM may not move a load ahead of the loop's guard.)"""
+        key = (arg, ix.const)
+        v = self.invariant_loads.get(key)
+        if v is None:
+            with self.b.goto_entry_block():
+                v = self.invariant_loads[key] = self._load(self.pointer(arg, ix, []), dt)
+        return v
+
     def pointer(self, arg: int, ix, values) -> ir.Value:
         return self.b.gep(self.ptrs[arg], [self.index(ix, values)], inbounds=True,
                           source_etype=mem_type(self.dt[arg]))
@@ -318,12 +338,10 @@ class KernelEmitter:
                 v = scalar.const(dt, instr.value)
             elif op == "load" and dt.kind == "c":
                 v = complexmath.load(b, self.ptrs[instr.arg], self.index(instr.ix, values), dt)
+            elif op == "load" and instr.ix.is_const and instr.arg not in self.t.writes:
+                v = self._invariant_load(instr.arg, instr.ix, dt)
             elif op == "load":
-                v = b.load(self.pointer(instr.arg, instr.ix, values), typ=mem_type(dt))
-                if self.noalias_loads is not None:
-                    v.set_metadata("noalias", self.noalias_loads)
-                if dt.kind == "b":
-                    v = b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+                v = self._load(self.pointer(instr.arg, instr.ix, values), dt)
             elif op == "op":
                 args = [values[a] for a in instr.args]
                 v = scalar.lower(b, instr.prim, args, [dts[a] for a in instr.args], dt)
