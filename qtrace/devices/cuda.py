@@ -357,24 +357,14 @@ class CudaRuntime(DeviceRuntime):
                 scratch = block.data.ptr
             kernel.launch(extent, pointers, status, scratch, stride, threads)
 
-    def run_kernel(self, one: tuple, leaf_buffers: list) -> list:
+    def run_kernel(self, one: tuple, bufs: list) -> list:
         kernel, extent, slots, allocs, outs = one
-        cp = self.cp
-        bufs = list(leaf_buffers)
         with self.scope():
-            order_reads()   # (the queue step, inline)
-            stream = cp.cuda.get_current_stream()
-            note_stream(stream)
-            for i, b in enumerate(bufs):
-                if isinstance(b, np.ndarray):   # host data (NumPy arguments, Python scalars)
-                    bufs[i] = self.from_host(b)
-            made = {}
             for s, shape, dtype, _small in allocs:
-                made[s] = cp.empty(shape, dtype)
-            kernel.launch(extent, [(made[s] if s in made else bufs[s]).data.ptr for s in slots],
-                          0, 0, 0, None, stream)
+                bufs[s] = self.cp.empty(shape, dtype)
+            kernel.launch(extent, [bufs[s].data.ptr for s in slots], 0, 0, 0)
         bump_many(ONE_LAUNCH)
-        return [made[s] if s in made else bufs[s] for s in outs]
+        return [bufs[s] for s in outs]
 
     def queue(self) -> None:
         with self.scope():   # reads data other streams computed: wait for them, then note

@@ -57,9 +57,10 @@ class DeviceRuntime:
     def sync(self) -> None:
         """Wait until every launch of this device has finished."""
 
-    def run_kernel(self, one: tuple, leaf_buffers: list) -> list:
+    def run_kernel(self, one: tuple, bufs: list) -> list:
         """Run a plan of one kernel and nothing else, ``(kernel, extent, slots, allocations,
-        output slots)`` (``Plan._one_kernel``), on ``leaf_buffers``; its output buffers."""
+        output slots)`` (``Plan._one_kernel``), on ``bufs`` (a buffer of this device per
+        slot, the leaves' first, None for what the run allocates); its output buffers."""
         raise NotImplementedError
 
     def queue(self) -> None:

@@ -262,8 +262,6 @@ class Plan:
             bump_many(ONE_LAUNCH)
             return [bufs[s] for s in outs]
         rt = self.rt
-        if self.one is not None:
-            return rt.run_kernel(self.one, leaf_buffers)
         host = None
         if rt.kind != "cpu":  # host data (NumPy arguments, Python scalars) goes to the device
             rt.queue()
@@ -271,6 +269,8 @@ class Plan:
             leaf_buffers = [rt.from_host(b) if h is not None else b for b, h in zip(leaf_buffers, host)]
         bufs = list(leaf_buffers)
         bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
+        if self.one is not None:   # (another device's one-kernel plan)
+            return rt.run_kernel(self.one, bufs)
         spare: dict = {}
         status = None
         if self.checks:

@@ -96,12 +96,18 @@ def note_results(tensors) -> None:
             s.count += 1
 
 
+def _user_frame(skip: int):
+    """The innermost frame outside qtrace, ``skip`` frames up from the caller's caller."""
+    f = sys._getframe(skip + 1)
+    while f is not None and f.f_globals.get("__name__", "").startswith("qtrace"):
+        f = f.f_back
+    return f
+
+
 def _site(skip: int = 2):
     """The source location recording the current operation: ``(code, offset)`` of the
     innermost user frames (outside qtrace) and how deep the user's stack is."""
-    f = sys._getframe(skip)
-    while f is not None and f.f_globals.get("__name__", "").startswith("qtrace"):
-        f = f.f_back
+    f = _user_frame(skip)
     site = []
     depth = 0
     while f is not None:
@@ -115,9 +121,7 @@ def _site(skip: int = 2):
 def _at_site(site: tuple, skip: int = 2) -> bool:
     """Whether the current operation is recorded at ``site`` (what :func:`_site` would
     return first), without walking the rest of the stack."""
-    f = sys._getframe(skip)
-    while f is not None and f.f_globals.get("__name__", "").startswith("qtrace"):
-        f = f.f_back
+    f = _user_frame(skip)
     for code, offset in site:
         if f is None or f.f_code is not code or f.f_lasti != offset:
             return False
