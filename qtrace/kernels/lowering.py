@@ -49,7 +49,10 @@ class Lowering:
     functions the kernels call (:mod:`qtrace.kernels.outline`; the back end then adds their
     vector variants), not inline at every call site. ``interleaved_stacks``: the adstack
     rows of a launch's threads are interleaved word by word (a GPU: a warp's pushes
-    coalesce; see ``qtrace.kernels.codegen``), not a block per worker.
+    coalesce; see ``qtrace.kernels.codegen``), not a block per worker. ``ldexp``: the math
+    library scales by powers of two with ``llvm.ldexp`` (the host has an instruction for
+    it: AVX-512's ``vscalef``, one correctly rounded operation), not with exponent-bit
+    arithmetic and two multiplications (where LLVM would make ``llvm.ldexp`` a C call).
     """
 
     math: str = "ir"
@@ -62,6 +65,7 @@ class Lowering:
     vector_hints: bool = False
     outline_math: bool = False
     interleaved_stacks: bool = False
+    ldexp: bool = False
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""

@@ -177,6 +177,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .builder import lowering_of
+
 __all__ = ["SUPPORTED", "emit_math"]
 
 _F64 = ir.DoubleType()
@@ -435,8 +437,19 @@ class _E:
         n = self.b.sext(n32, _I64)
         return self.from_bits(self.b.shl(self.b.add(n, self.ki(1023)), self.ki(52)))
 
-    def scale2(self, y, n32):
-        """y * 2**n for n in [-2044, 2046] with a single final rounding."""
+    def scale2(self, y, n32, narrow: bool = False):
+        """y * 2**n for n in [-2044, 2046] (float32: [-252, 254]) with a single final
+        rounding; ``narrow``: n is known to lie in the normal exponents' range, so
+        2**n is one number. Where the lowering has ``ldexp``, one ``llvm.ldexp``."""
+        if lowering_of(self.b).ldexp:
+            ty = self.k(0.0).type
+            name = f"llvm.ldexp.{'f32' if ty == ir.FloatType() else 'f64'}.i32"
+            fn = self.mod.globals.get(name)
+            if fn is None:
+                fn = ir.Function(self.mod, ir.FunctionType(ty, [ty, _I32]), name=name)
+            return self.b.call(fn, [self.v(y), n32])
+        if narrow:
+            return self.mul(y, self.pow2(n32))
         n1 = self.b.ashr(n32, self.ki(1, _I32))
         n2 = self.b.sub(n32, n1)
         return self.mul(self.mul(y, self.pow2(n1)), self.pow2(n2))

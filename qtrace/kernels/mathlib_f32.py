@@ -139,7 +139,6 @@ class E32(_E):
         """2.0**n for i32 n in [-126, 127], built from exponent bits."""
         return self.from_bits(self.b.shl(self.b.add(n32, self.ki(127)), self.ki(23)))
 
-    # scale2 (inherited): y * 2**n for n in [-252, 254], one final rounding
 
 
 # ---------------------------------------------------------------------------
@@ -163,7 +162,7 @@ def _exp_core(E: E32, x, shift: int = 0, narrow: bool = False):
     ki = E.to_i32(k)
     if shift:
         ki = E.b.add(ki, E.ki(shift))
-    return E.mul(p, E.pow2(ki)) if narrow else E.scale2(p, ki)
+    return E.scale2(p, ki, narrow)
 
 
 def _expm1_core(E: E32, x):

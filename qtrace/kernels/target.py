@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 
@@ -31,12 +32,18 @@ class Target:
     """The interface every target implements (see the module docstring)."""
 
     kind = ""
-    lowering = _lowering.CPU
+    lowering = _lowering.CPU   # what plans read before anything is compiled
+
+    @property
+    def emitting(self) -> _lowering.Lowering:
+        """The lowering kernels are emitted under: :attr:`lowering`, completed where a
+        choice depends on the machine (asked only when code is generated or looked up)."""
+        return self.lowering
 
     def info(self) -> dict:
         """The target's identity as named parts (compared by the disk cache to explain a
         miss): its machine (:meth:`machine`) and its lowering options."""
-        return {**self.machine(), "lowering": dataclasses.asdict(self.lowering)}
+        return {**self.machine(), "lowering": dataclasses.asdict(self.emitting)}
 
     def machine(self) -> dict:
         """Device kind, architecture and compiler versions."""
@@ -77,6 +84,13 @@ class CpuTarget(Target):
     kind = "cpu"
     lowering = _lowering.CPU
 
+    @functools.cached_property
+    def emitting(self) -> _lowering.Lowering:
+        """The CPU's lowering completed with what the host's LLVM tells: ``ldexp`` where
+        the host has AVX-512."""
+        from . import llvm_cpu
+        return dataclasses.replace(self.lowering, ldexp=llvm_cpu.vector_bits() == 512)
+
     def machine(self) -> dict:
         from . import llvm_cpu
         return {"device": "cpu", **llvm_cpu.target_info()}
@@ -87,7 +101,7 @@ class CpuTarget(Target):
 
     def lower(self, task, module, symbol: str, check_bounds: bool) -> None:
         from . import codegen
-        codegen.lower_task(task, module, symbol, check_bounds, self.lowering)
+        codegen.lower_task(task, module, symbol, check_bounds, self.emitting)
 
     def compile(self, module, symbols: list) -> tuple[dict, bytes]:
         from . import llvm_cpu

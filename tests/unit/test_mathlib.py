@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from qtrace.kernels import mathlib
+from qtrace.kernels import lowering, mathlib
+from qtrace.kernels.builder import KernelBuilder
 from qtrace.kernels.mathlib import SUPPORTED, emit_math
 
 BINARY = {"arctan2", "hypot", "power"}
@@ -48,8 +49,9 @@ def _ir_type(dtype):
     return ir.FloatType() if dtype == F32 else ir.DoubleType()
 
 
-def _build_module(names, dtype) -> ir.Module:
-    """One function per name: void f_<name>(i64 n, ptr out, ptr a, ptr b)."""
+def _build_module(names, dtype, lowering=None) -> ir.Module:
+    """One function per name: void f_<name>(i64 n, ptr out, ptr a, ptr b); emitted under
+    ``lowering`` (a plain llvmlite builder, i.e. the CPU's default, when None)."""
     ty = _ir_type(dtype)
     mod = ir.Module(name="mathlib_test")
     ptr = ir.PointerType()
@@ -62,7 +64,7 @@ def _build_module(names, dtype) -> ir.Module:
         entry = fn.append_basic_block("entry")
         loop = fn.append_basic_block("loop")
         done = fn.append_basic_block("done")
-        bld = ir.IRBuilder(entry)
+        bld = ir.IRBuilder(entry) if lowering is None else KernelBuilder(entry, lowering)
         zero = ir.Constant(n.type, 0)
         bld.cbranch(bld.icmp_signed(">", n, zero), loop, done)
         bld.position_at_end(loop)
@@ -82,9 +84,9 @@ def _build_module(names, dtype) -> ir.Module:
 
 
 class _Compiled:
-    def __init__(self, names, dtype):
+    def __init__(self, names, dtype, lowering=None):
         tm = _target_machine()
-        self.source = _build_module(names, dtype)
+        self.source = _build_module(names, dtype, lowering)
         mod = llvm.parse_assembly(str(self.source))
         mod.triple = llvm.get_process_triple()
         mod.data_layout = str(tm.target_data)
@@ -368,6 +370,31 @@ def test_straight_line_and_no_libm(dtype):
             assert libm == {mathlib._LIBM_F64[name]}, (name, libm)
         else:
             assert not libm, (name, libm)
+
+
+SCALED = ["exp", "exp2", "expm1", "sinh", "cosh", "tanh", "power"]  # end in a scaling by 2^k
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["float32", "float64"])
+def test_ldexp_scaling_gives_the_same_bits(dtype, rng):
+    """The ``ldexp`` lowering (one ``llvm.ldexp``: AVX-512's vscalef, elsewhere a C call)
+    and exponent-bit arithmetic give bit-identical results, overflow and gradual underflow
+    included (random bit patterns, and arguments across each function's whole range)."""
+    itype, bits = (np.uint32, 32) if dtype == F32 else (np.uint64, 64)
+    top = 800.0 if dtype == F64 else 110.0
+    x = np.concatenate([
+        rng.integers(0, 2 ** bits, 200_000, dtype=np.uint64).astype(itype).view(dtype),
+        rng.uniform(-top, top, 200_000).astype(dtype),
+        rng.uniform(-2, 2, 50_000).astype(dtype),
+    ])
+    y = rng.permutation(x)
+    plain = _Compiled(SCALED, dtype)
+    scaled = _Compiled(SCALED, dtype, lowering.Lowering(ldexp=True))
+    assert "llvm.ldexp" in str(scaled.source) and "llvm.ldexp" not in str(plain.source)
+    for name in SCALED:
+        a, b = plain(name, x, y), scaled(name, x, y)
+        same = a.view(itype) == b.view(itype)
+        assert same.all(), f"{name}: x={x[~same][:3]}: {a[~same][:3]} vs {b[~same][:3]}"
 
 
 def test_intrinsics_declared_once_and_reused():
