@@ -438,6 +438,33 @@ def test_containers_registered_with_optree_are_pytrees_without_jax():
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
 
 
+def test_calls_on_plain_arguments_import_no_pytree_library():
+    """Tuples of arrays and numbers (in and out) are flattened by qtrace itself: a process
+    that only calls jitted functions on arrays never imports optree; the first container
+    (a list, a dict with keys, None) goes through the library, and both kinds of call give
+    the same values and keep their own cache entries."""
+    script = textwrap.dedent("""
+        import sys, numpy as np, qtrace as qt
+        f = qt.jit(lambda x, p: (x * p[0], (x + p[1], 2.0 * x)))
+        x = np.arange(4.0)
+        a, (b, c) = f(x, (np.float32(3.0), 1))
+        np.testing.assert_array_equal(a.numpy(), x * 3.0)
+        np.testing.assert_array_equal(b.numpy(), x + 1)
+        np.testing.assert_array_equal(c.numpy(), 2.0 * x)
+        one = qt.jit(lambda x: x * 2.0)(qt.asarray(x))
+        np.testing.assert_array_equal(one.numpy(), 2.0 * x)
+        assert "optree" not in sys.modules and "jax" not in sys.modules
+        a2, (b2, c2) = f(x, [3.0, 1])
+        assert "optree" in sys.modules
+        np.testing.assert_array_equal(a2.numpy(), a.numpy())
+        np.testing.assert_array_equal(b2.numpy(), b.numpy())
+        assert qt.stats()["traces"] == 3, qt.stats()["traces"]
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
 def _leapfrog(x, v):
     a = -4 * x
     v = v + 0.01 * a
