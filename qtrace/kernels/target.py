@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 
@@ -84,7 +83,7 @@ class CpuTarget(Target):
     kind = "cpu"
     lowering = _lowering.CPU
 
-    @functools.cached_property
+    @property
     def emitting(self) -> _lowering.Lowering:
         """The CPU's lowering completed with what the host's LLVM tells: ``ldexp`` where
         the host has AVX-512."""
