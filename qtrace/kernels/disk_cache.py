@@ -264,8 +264,9 @@ class Entry:
     configuration. ``load`` returns the kernels or None (a miss); ``store`` writes them."""
 
     def __init__(self, directory: str, kernels: list, symbols: list, options: dict | None = None,
-                 target: Target | None = None):
+                 target: Target | None = None, counted: bool = True):
         self.dir = directory
+        self.counted = counted    # whether a load counts in qt.stats()["cache_hits_disk"]
         self.kernels = sorted(kernels)
         self.symbols = list(symbols)
         self.target = target or _cpu()
@@ -305,7 +306,8 @@ class Entry:
             kernels = self.target.load(payload, self.symbols)
         except Exception as exc:  # a valid checksum over bad code: still never a crash
             return self._bad(f"object code failed to load ({exc})")
-        bump("cache_hits_disk", len(self.symbols))
+        if self.counted:
+            bump("cache_hits_disk", len(self.symbols))
         try:
             os.utime(self.path)   # recently used: the last to be trimmed
         except OSError:

@@ -9,7 +9,6 @@ disk cache stores; loading them again skips every compile step.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import threading
@@ -20,14 +19,12 @@ from llvmlite import ir
 
 from ..config import config
 from ..stats import bump
-from . import interrupt, loop_hints, outline
+from . import elf_loader, interrupt, loop_hints, outline
 
 _lock = threading.RLock()
 _state: dict = {}
 
-# void kernel(i64 start, i64 end, ptr args, ptr status, ptr scratch)
-KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                          ctypes.c_void_p)
+KERNEL = elf_loader.KERNEL
 
 
 def _init():
@@ -130,7 +127,16 @@ def compile_module(module: ir.Module, symbols: list, counted: bool = True) -> tu
 
 
 def load_object(obj: bytes, symbols: list) -> dict:
-    """Add compiled object code to the engine; returns ``{symbol: callable}``."""
+    """``{symbol: callable}`` of compiled object code: mapped by qtrace's own loader
+    (:mod:`qtrace.kernels.elf_loader`) where it applies, else by MCJIT."""
+    try:
+        return elf_loader.kernels(obj, symbols)
+    except elf_loader.Unsupported:
+        return mcjit_load(obj, symbols)
+
+
+def mcjit_load(obj: bytes, symbols: list) -> dict:
+    """Add compiled object code to an MCJIT engine; returns ``{symbol: callable}``."""
     with _lock:
         s = _init()
         # one engine per object: relocations of a second object added to one MCJIT engine

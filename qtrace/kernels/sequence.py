@@ -2,7 +2,8 @@
 
 A plan over small arrays is many tasks of a few thousand elements each, and calling each
 one from Python (ctypes, an argument block per call) costs far more than the kernel
-itself. The sequence runner is one compiled function, the same for every plan:
+itself. The sequence runner is one compiled function, the same for every plan (kept in the disk
+cache like a kernel, so a warm start loads it without LLVM):
 
     void qt_run_sequence(i64 *table, i64 n_tasks, ptr *slots, i8 *status)
 
@@ -18,13 +19,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from llvmlite import ir
-
-from . import llvm_cpu
-
-I64 = ir.IntType(64)
-PTR = ir.PointerType()
 NAME = "qt_run_sequence"
+KEY = "qtrace-sequence-runner"   # its disk cache entry (the key adds qtrace's source digest)
 MAX_ARGS = 512      # the argument block on the runner's stack; tasks with more run alone
 HEADER = 4          # table words before a task's argument slots
 
@@ -34,7 +30,9 @@ _lock = threading.Lock()
 _runner = None
 
 
-def _emit(module: ir.Module) -> None:
+def _emit(module) -> None:
+    from llvmlite import ir
+    I64, PTR = ir.IntType(64), ir.PointerType()
     kernel_ty = ir.FunctionType(ir.VoidType(), [I64, I64, PTR, PTR, PTR])
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, PTR, PTR]), name=NAME)
     table, n, slots, status = fn.args
@@ -93,11 +91,24 @@ def runner():
     if _runner is None:
         with _lock:
             if _runner is None:
-                module = llvm_cpu.new_module("qt_sequence")
-                _emit(module)
-                (fn,) = llvm_cpu.compile_module(module, [NAME], counted=False)[0].values()
+                (fn,) = _load_or_compile().values()
                 _runner = RUNNER(ctypes.cast(fn, ctypes.c_void_p).value)
     return _runner
+
+
+def _load_or_compile() -> dict:
+    from . import disk_cache
+    directory = disk_cache.usable_dir()
+    entry = disk_cache.Entry(directory, [KEY], [NAME], {}, counted=False) if directory else None
+    fns = entry.load() if entry is not None else None
+    if fns is None:
+        from . import llvm_cpu
+        module = llvm_cpu.new_module("qt_sequence")
+        _emit(module)
+        fns, obj = llvm_cpu.compile_module(module, [NAME], counted=False)
+        if entry is not None:
+            entry.store(obj)
+    return fns
 
 
 def address(kernel) -> int:

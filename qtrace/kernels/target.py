@@ -87,12 +87,12 @@ class CpuTarget(Target):
     def emitting(self) -> _lowering.Lowering:
         """The CPU's lowering completed with what the host's LLVM tells: ``ldexp`` where
         the host has AVX-512."""
-        from . import llvm_cpu
-        return dataclasses.replace(self.lowering, ldexp=llvm_cpu.vector_bits() == 512)
+        avx512 = "+avx512f" in self.machine()["features"].split(",")
+        return dataclasses.replace(self.lowering, ldexp=avx512)
 
     def machine(self) -> dict:
-        from . import llvm_cpu
-        return {"device": "cpu", **llvm_cpu.target_info()}
+        from . import host
+        return {"device": "cpu", **host.target_info()}
 
     def new_module(self, name: str):
         from . import llvm_cpu
@@ -107,8 +107,12 @@ class CpuTarget(Target):
         return llvm_cpu.compile_module(module, symbols)
 
     def load(self, payload: bytes, symbols: list) -> dict:
-        from . import llvm_cpu
-        return llvm_cpu.load_object(payload, symbols)
+        from . import elf_loader
+        try:   # (without importing LLVM: a warm start compiles nothing)
+            return elf_loader.kernels(payload, symbols)
+        except elf_loader.Unsupported:
+            from . import llvm_cpu
+            return llvm_cpu.mcjit_load(payload, symbols)
 
 
 class CudaTarget(Target):

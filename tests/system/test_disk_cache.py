@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import qtrace as qt
-from qtrace.kernels import disk_cache, llvm_cpu
+from qtrace.kernels import disk_cache, llvm_cpu, sequence
 from qtrace.kernels.disk_cache import QtraceCacheWarning
 
 # The program every process runs: a jitted step with transcendental functions, a
@@ -88,8 +88,23 @@ def run_program(cache_dir, config=None, start=None, **env) -> dict:
 
 
 def entry_files(cache_dir) -> list:
+    """The cache's kernel entries (not the sequence runner's, which a program launching a
+    run of small kernels adds)."""
     d = os.path.join(cache_dir, "kernels")
-    return sorted(os.path.join(d, n) for n in os.listdir(d)) if os.path.isdir(d) else []
+    runner = disk_cache._kernels_id([sequence.KEY])
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if not n.startswith(runner)) \
+        if os.path.isdir(d) else []
+
+
+def single_entry(cache_dir) -> str:
+    """The kernels' one entry, after removing the sequence runner's (for tests counting
+    the entries of the cache)."""
+    d = os.path.join(cache_dir, "kernels")
+    for n in os.listdir(d):
+        if n.startswith(disk_cache._kernels_id([sequence.KEY])):
+            os.unlink(os.path.join(d, n))
+    (entry,) = entry_files(cache_dir)
+    return entry
 
 
 def assert_valid_entry(path) -> dict:
@@ -144,6 +159,68 @@ def test_new_process_loads_instead_of_compiling(tmp_path):
     # identities baked into the code are content hashes: the loaded kernel reports alike
     assert second["index_error"] == first["index_error"] is not None
     assert len(entry_files(tmp_path)) == 1
+
+
+WARM = r"""
+import json, sys
+import numpy as np
+import qtrace as qt
+from qtrace.kernels import sequence
+x = np.linspace(-1.0, 1.0, 200, dtype=np.float32)
+ys = [qt.sin(qt.asarray(x) * float(k)) + float(k) for k in range(6)]
+qt.eval(*ys)
+print(json.dumps({"llvm": "llvmlite.binding" in sys.modules, "stats": qt.stats(),
+                  "sequence": sequence._runner is not None,
+                  "values": [float(v) for y in ys for v in y.numpy()[::7]]}))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64",
+                    reason="kernels load without LLVM where qtrace's ELF loader applies")
+def test_a_warm_start_does_not_load_llvm(tmp_path):
+    """A process whose kernels (and the sequence runner that launches runs of small
+    kernels) are all in the disk cache neither imports LLVM's binding nor asks it for the
+    host's identity (read from the machine record the first process wrote)."""
+    reports = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", WARM], env=_env(tmp_path, QTRACE_FUSION=0),
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        reports.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    first, second = reports
+    assert first["llvm"] and first["stats"]["compiles"] > 0 and first["sequence"]
+    assert not second["llvm"], "a warm start loaded LLVM"
+    assert second["stats"]["compiles"] == 0 and second["sequence"]
+    assert second["stats"]["cache_hits_disk"] == first["stats"]["compiles"]
+    assert second["values"] == first["values"]
+    x = np.linspace(-1.0, 1.0, 200, dtype=np.float32)
+    want = [float(v) for k in range(6) for v in (np.sin(x * np.float32(k)) + k)[::7]]
+    np.testing.assert_allclose(second["values"], want, rtol=1e-6, atol=1e-6)
+    records = [n for n in os.listdir(tmp_path) if n.startswith("machine-")]
+    assert len(records) == 1
+
+
+def test_machine_record_is_read_or_rebuilt(tmp_path, monkeypatch):
+    """The host's identity comes from its record when the record is sound; a missing,
+    damaged or foreign-shaped record is replaced by LLVM's answer."""
+    from qtrace.kernels import host
+    monkeypatch.setattr(qt.config, "cache_dir", str(tmp_path))
+    if host.fingerprint() is None:
+        pytest.skip("no /proc/cpuinfo: LLVM is always asked")
+    truth = llvm_cpu.target_info()
+    path = host._record_path()
+    for damage in (None, "{not json", json.dumps({"cpu": 1}), json.dumps({**truth, "extra": "x"})):
+        if damage is not None:
+            with open(path, "w") as f:
+                f.write(damage)
+        monkeypatch.setattr(host, "_info", [])
+        assert host.target_info() == truth
+        assert host._read(path) == truth
+    fake = {**truth, "cpu": "a-cpu-from-the-record"}
+    with open(path, "w") as f:
+        json.dump(fake, f)
+    monkeypatch.setattr(host, "_info", [])
+    assert host.target_info() == fake     # read, not asked again
 
 
 def _truncate_payload(data: bytes) -> bytes:
@@ -420,7 +497,7 @@ def test_cache_info_and_clear(tmp_path):
     out = _cli(tmp_path, "cache", "info")
     assert str(tmp_path / "kernels") in out and "entries    0" in out
     run_program(tmp_path)
-    (entry,) = entry_files(tmp_path)
+    entry = single_entry(tmp_path)
     out = _cli(tmp_path, "cache", "info")
     assert "entries    1" in out and "state      enabled" in out
     assert f"({os.path.getsize(entry)} bytes)" in out
@@ -490,7 +567,7 @@ def test_cache_command_on_an_unreadable_directory(tmp_path, monkeypatch, capsys,
 
 def test_cache_command_counts_and_clears_corrupt_entries(tmp_path, monkeypatch, capsys):
     run_program(tmp_path)
-    (entry,) = entry_files(tmp_path)
+    entry = single_entry(tmp_path)
     kernels = tmp_path / "kernels"
     (kernels / ("0" * 16 + "-garbage" + disk_cache.SUFFIX)).write_bytes(b"\x00garbage")
     (kernels / ("1" * 16 + "-truncated" + disk_cache.SUFFIX)).write_bytes(b'{"format": "qtr')
@@ -507,7 +584,7 @@ def test_cache_command_counts_and_clears_corrupt_entries(tmp_path, monkeypatch, 
 
 def test_cache_clear_reports_a_file_it_cannot_remove(tmp_path, monkeypatch, capsys):
     run_program(tmp_path)
-    (entry,) = entry_files(tmp_path)
+    entry = single_entry(tmp_path)
 
     def unlink(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))
