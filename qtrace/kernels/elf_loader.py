@@ -13,9 +13,10 @@ object itself:
 2. symbols resolve to their section's address, ``_GLOBAL_OFFSET_TABLE_`` to the GOT, and
    undefined symbols through a resolver (the process's own symbols by default, like
    MCJIT's);
-3. the relocations of the loaded sections are applied (absolute, PC-relative and GOT-based
-   64-bit forms, 32-bit forms where the value fits, calls through a stub per external
-   function);
+3. the relocations of the loaded sections are applied: 64-bit absolute, GOT-relative and
+   GOT-slot forms (the large code model), 32-bit PC-relative ones to a symbol or its GOT
+   slot where the value fits (the small model; a call to an external function goes
+   through a stub);
 4. code pages become read+execute and data pages read-only (never writable and executable
    at once).
 
@@ -52,13 +53,13 @@ PAGE = mmap.PAGESIZE
 # section types and flags
 _PROGBITS, _SYMTAB, _STRTAB, _RELA, _NOBITS, _REL, _NOTE = 1, 2, 3, 4, 8, 9, 7
 _UNWIND = 0x70000001    # .eh_frame: not loaded (no exception ever unwinds through a kernel)
-_ALLOC, _WRITE, _EXEC = 0x2, 0x1, 0x4
+_ALLOC, _WRITE, _EXEC, _TLS = 0x2, 0x1, 0x4, 0x400
 _UNDEF, _ABS, _COMMON = 0, 0xFFF1, 0xFFF2
 
-# x86-64 relocation types: name, width in bytes, signed range check for 4-byte forms
-_R64, _PC32, _PLT32, _GOTPCREL, _R32, _R32S, _PC64 = 1, 2, 4, 9, 10, 11, 24
-_GOTOFF64, _GOTPC32, _GOT64, _GOTPCREL64, _GOTPC64, _GOTPLT64, _PLTOFF64 = 25, 26, 27, 28, 29, 30, 31
-_GOT_USERS = {_GOTPCREL, _GOT64, _GOTPCREL64, _GOTPLT64}
+# x86-64 relocation types handled (those LLVM emits for the host's code models; each is
+# exercised by the tests): absolute, PC-relative (and calls), GOT-relative 64-bit forms
+_R64, _PC32, _PLT32, _GOTOFF64, _GOT64, _GOTPC64 = 1, 2, 4, 25, 27, 29
+_GOTPCRELX = (9, 41, 42)     # GOTPCREL, GOTPCRELX, REX_GOTPCRELX: a GOT slot, PC-relative
 _STUB = 16        # movabs $target, %r11; jmp *%r11 (13 bytes), padded
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -155,8 +156,8 @@ def _layout(sec: _Sections, stubs: int, got: int):
         for i, (_, typ, flags, _, _, size, _, _, align, _) in enumerate(sec.headers):
             if not flags & _ALLOC or size == 0 or typ == _UNWIND:
                 continue
-            if typ not in (_PROGBITS, _NOBITS, _NOTE):
-                raise Unsupported(f"section {sec.names[i]!r} of type {typ:#x}")
+            if typ not in (_PROGBITS, _NOBITS, _NOTE) or flags & _TLS:
+                raise Unsupported(f"section {sec.names[i]!r} of type {typ:#x}, flags {flags:#x}")
             if kind == ("code" if flags & _EXEC else "data" if flags & _WRITE else "const"):
                 align = max(align, 1)
                 at = -(-at // align) * align
@@ -190,9 +191,9 @@ def load(obj: bytes, symbols: list, resolve=process_symbol) -> dict:
                 relocs.append((h[7], r_offset, info & 0xFFFFFFFF, info >> 32, addend))
     # a GOT slot per symbol loaded through it; a call stub per external function that a
     # PLT-style relocation reaches
-    got_syms = sorted({k for _, _, kind, k, _ in relocs if kind in _GOT_USERS})
+    got_syms = sorted({k for _, _, kind, k, _ in relocs if kind == _GOT64 or kind in _GOTPCRELX})
     stub_syms = sorted({k for _, _, kind, k, _ in relocs
-                        if kind in (_PLT32, _PLTOFF64) and table[k][2] == _UNDEF})
+                        if kind == _PLT32 and table[k][2] == _UNDEF})
     offsets, stubs_at, got_at, zones, size = _layout(sec, len(stub_syms), len(got_syms))
 
     base = _libc.mmap(None, size, _PROT_R | _PROT_W, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)
@@ -257,40 +258,22 @@ def _apply(mem, base: int, at: int, kind: int, k: int, addend: int, address, got
            slot: dict, stub: dict) -> None:
     """Write relocation ``kind`` of symbol ``k`` at offset ``at`` of the mapping."""
     place = base + at
-    if kind == _R64:
-        value, width = address(k) + addend, 8
-    elif kind == _PC64:
-        value, width = address(k) + addend - place, 8
+    if kind in (_PC32, _PLT32):
+        value, form = (stub.get(k) or address(k)) + addend - place, "<i"
+    elif kind in _GOTPCRELX:
+        value, form = got + slot[k] + addend - place, "<i"
+    elif kind == _R64:
+        value, form = address(k) + addend, "<Q"
     elif kind == _GOTOFF64:
-        value, width = address(k) + addend - got, 8
+        value, form = address(k) + addend - got, "<Q"
     elif kind == _GOTPC64:
-        value, width = got + addend - place, 8
-    elif kind in (_GOT64, _GOTPLT64):
-        value, width = slot[k] + addend, 8
-    elif kind == _GOTPCREL64:
-        value, width = got + slot[k] + addend - place, 8
-    elif kind == _PLTOFF64:
-        value, width = (stub.get(k) or address(k)) + addend - got, 8
-    elif kind in (_PC32, _PLT32):
-        target = stub.get(k) or address(k)
-        value, width = target + addend - place, 4
-    elif kind == _GOTPCREL:
-        value, width = got + slot[k] + addend - place, 4
-    elif kind == _GOTPC32:
-        value, width = got + addend - place, 4
-    elif kind == _R32S:
-        value, width = address(k) + addend, 4
-    elif kind == _R32:
-        value, width = address(k) + addend, -4
+        value, form = got + addend - place, "<Q"
+    elif kind == _GOT64:
+        value, form = slot[k] + addend, "<Q"
     else:
         raise Unsupported(f"relocation type {kind}")
-    if width == 8:
-        struct.pack_into("<Q", mem, at, value & 0xFFFFFFFFFFFFFFFF)
-    elif width == -4:
-        if not 0 <= value < 1 << 32:
-            raise Unsupported("32-bit relocation out of range")
-        struct.pack_into("<I", mem, at, value)
-    else:
-        if not -(1 << 31) <= value < 1 << 31:
-            raise Unsupported("32-bit relocation out of range")
-        struct.pack_into("<i", mem, at, value)
+    if form == "<Q":
+        value &= 0xFFFFFFFFFFFFFFFF
+    elif not -(1 << 31) <= value < 1 << 31:
+        raise Unsupported(f"32-bit relocation (type {kind}) out of range")
+    struct.pack_into(form, mem, at, value)

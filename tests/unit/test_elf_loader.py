@@ -90,13 +90,14 @@ def test_elf_loader_and_mcjit_give_identical_results(monkeypatch, fusion, rng):
         assert a.tobytes() == b.tobytes(), f"result {i} differs"
 
 
-def _object(code_model: str = "jitdefault", reloc: str = "pic") -> tuple[bytes, str]:
-    """An object of one kernel (float32 sin, whose exact re-run calls sinf) for the host."""
+def _object(code_model: str = "jitdefault", reloc: str = "pic", n: int = 10) -> tuple[bytes, str]:
+    """An object of one kernel (float32 sin, whose exact re-run calls sinf) over ``n``
+    elements for the host (from 2^16 elements it polls the abort flag)."""
     from qtrace.graph.plan import build_plan
     from qtrace.kernels import llvm_cpu
     from qtrace.kernels.target import target_for
     target = target_for(qt.Device("cpu"))
-    spec = build_plan((qt.sin(qt.asarray(np.ones(10, np.float32)) * 3.0)._node,), True)
+    spec = build_plan((qt.sin(qt.asarray(np.ones(n, np.float32)) * 3.0)._node,), True)
     (task,) = spec.tasks
     module = target.new_module("loader_test")
     sym = target.symbol(task)
@@ -115,13 +116,15 @@ def _run(kernel, x: np.ndarray) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("code_model", ["jitdefault", "small"])
-def test_code_models_load_and_run(code_model, rng):
-    """The large model (GOT-relative 64-bit forms, qtrace's default) and the small one
-    (PC-relative 32-bit forms, calls through stubs to the C library) both load and run
-    like MCJIT's copy; the code is never writable, the data never executable."""
+@pytest.mark.parametrize("code_model, reloc", [("jitdefault", "pic"), ("small", "pic"),
+                                               ("large", "static")])
+def test_code_models_load_and_run(code_model, reloc, rng):
+    """The large model with position-independent code (GOT-relative 64-bit forms, qtrace's
+    default), the small one (PC-relative 32-bit forms, calls through stubs to the C
+    library) and absolute 64-bit addresses all load and run like MCJIT's copy; the code is
+    never writable."""
     from qtrace.kernels import llvm_cpu
-    obj, sym = _object(code_model)
+    obj, sym = _object(code_model, reloc, n=1 << 17)   # (reads the abort flag)
     x = rng.uniform(-3, 3, 4099).astype(np.float32)
     x[::101] = 1e7                                    # takes the exact path: calls sinf
     ours = elf_loader.kernels(obj, [sym])[sym]
@@ -150,19 +153,17 @@ def test_refuses_what_it_does_not_map():
         elf_loader.load(obj, [sym], resolve=lambda name: None)
 
 
-def test_absolute_32_bit_addresses_are_refused_not_truncated():
-    """A non-PIC small-model object addresses its constants with 32-bit absolute values,
-    which cannot reach memory mapped above 4 GiB: refused (MCJIT then loads it)."""
-    obj, sym = _object("small", "static")
-    try:
-        got = elf_loader.load(obj, [sym])
-    except elf_loader.Unsupported as exc:
-        assert "out of range" in str(exc)
-    else:   # mapped low enough: then it must run right
-        x = np.linspace(-1, 1, 33, dtype=np.float32)
-        kernel = elf_loader.KERNEL(got[sym])
-        want = np.sin((x * np.float32(3.0)).astype(np.float64))
-        np.testing.assert_allclose(_run(kernel, x), want, rtol=0, atol=1.2e-7)
+def test_a_32_bit_reference_out_of_reach_is_refused_not_truncated():
+    """A PC-relative 32-bit field whose target lies beyond +-2 GiB is refused (MCJIT then
+    loads the object), never written truncated."""
+    mem = (ctypes.c_char * 16)()
+    base = ctypes.addressof(mem)
+    for target in (base + (1 << 31) + 8, base - (1 << 31) - 8):
+        with pytest.raises(elf_loader.Unsupported, match="out of range"):
+            elf_loader._apply(mem, base, 4, elf_loader._PC32, 0, -4, lambda k, t=target: t, 0, {}, {})
+    assert mem.raw == bytes(16)
+    elf_loader._apply(mem, base, 4, elf_loader._PC32, 0, -4, lambda k: base + 1000, 0, {}, {})
+    assert int.from_bytes(mem.raw[4:8], "little", signed=True) == 1000 - 4 - 4
 
 
 def test_process_symbols():
