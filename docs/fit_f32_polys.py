@@ -110,6 +110,9 @@ def main():
     tc = tan_coeffs(41)
     fit("_TAN", 0.0, 0.7056, lambda z: series(z, lambda k: tc[k + 1]),
         lambda z: np.ones_like(z), 7, lambda z, p: p)
+    # tanh(x) = x + x^3 P(z), z = x^2, |x| <= 0.625 (tanh's series is tan's with alternating signs)
+    fit("_TANH", 0.0, 0.625 ** 2, lambda z: series(z, lambda k: (-1) ** (k + 1) * tc[k + 1]),
+        lambda z: z, 4, lambda z, p: 1 + z * p)
 
     # power's log2: 2 atanh(s) = 2 s + (2/3) s^3 + s^3 z Q(z), z = s^2 <= 0.0295 (Q's error
     # relative to itself: the s^3 z Q term is below 2^-12.5 of the result)
