@@ -455,7 +455,7 @@ def test_calls_on_plain_arguments_import_no_pytree_library():
         np.testing.assert_array_equal(one.numpy(), 2.0 * x)
         assert "optree" not in sys.modules and "jax" not in sys.modules
         a2, (b2, c2) = f(x, [3.0, 1])
-        assert "optree" in sys.modules
+        assert "optree" in sys.modules or "jax" in sys.modules   # (JAX's where optree is missing)
         np.testing.assert_array_equal(a2.numpy(), a.numpy())
         np.testing.assert_array_equal(b2.numpy(), b.numpy())
         assert qt.stats()["traces"] == 3, qt.stats()["traces"]

@@ -91,12 +91,12 @@ def _inputs(name, rng):
     ])
 
 
-def _check(name, x, got, y=None):
+def _check(name, x, got, y=None, limit=2):
     ref = reference(name, (x,) if y is None else (x, y), F32)
     d = ulp_distance(got, ref, F32)
     i = int(np.argmax(d))
     at = f"x={x[i]!r}" if y is None else f"x={x[i]!r}, y={y[i]!r}"
-    assert d[i] <= 2, f"{name}: {d[i]} ulp at {at}: got {got[i]!r}, want {ref[i]!r}"
+    assert d[i] <= limit, f"{name}: {d[i]} ulp at {at}: got {got[i]!r}, want {ref[i]!r}"
     assert np.array_equal(np.isnan(got), np.isnan(ref)), f"{name}: NaN mismatch"
     bad = np.isinf(got) != np.isinf(ref)
     assert not bad.any(), f"{name}: inf mismatch at x={x[bad][:5]}: got {got[bad][:5]}"
@@ -105,12 +105,17 @@ def _check(name, x, got, y=None):
     assert not bad.any(), f"{name}: zero/sign mismatch at x={x[bad][:5]}: got {got[bad][:5]}"
 
 
+# A GPU computes with NVIDIA's libdevice, whose documented maximum errors (CUDA Math API,
+# single precision) exceed 2 ulp for these; elsewhere it is held to qtrace's own bound.
+LIBDEVICE_ULP = {"tan": 4, "arctanh": 3}
+
+
 @pytest.mark.parametrize("name", SWEPT)
-def test_dense_sweep_through_qtrace(name, fusion, rng):
+def test_dense_sweep_through_qtrace(name, fusion, device, rng):
     x = _inputs(name, rng)
     got = getattr(qt, name)(qt.asarray(x)).numpy()
     assert got.dtype == F32
-    _check(name, x, got)
+    _check(name, x, got, limit=LIBDEVICE_ULP.get(name, 2) if device.kind == "cuda" else 2)
 
 
 @pytest.mark.parametrize("name", NOT_IN_QTRACE)
