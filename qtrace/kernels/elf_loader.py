@@ -40,7 +40,6 @@ Example:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import struct
 import sys
@@ -71,7 +70,7 @@ _PROT_R, _PROT_W, _PROT_X = 1, 2, 4
 _MAP_PRIVATE, _MAP_ANONYMOUS = 0x02, 0x20
 
 _lock = threading.Lock()
-_libraries: list = []     # where undefined symbols are looked up (filled at first use)
+_libraries: list = []     # where undefined symbols are looked up, once the C math library is added
 
 
 class Unsupported(Exception):
@@ -94,13 +93,19 @@ def process_symbol(name: str) -> int | None:
     the process's global symbols and the C math library that defines it."""
     if name == interrupt.SYMBOL:
         return interrupt.address()
-    with _lock:
-        if not _libraries:
-            _libraries.append(_libc)
-            libm = ctypes.util.find_library("m")
-            if libm:
-                _libraries.append(ctypes.CDLL(libm))
-    for lib in _libraries:
+    found = _lookup(_libraries or [_libc], name)
+    if found is None and not _libraries:   # not among the process's symbols: add libm, once
+        with _lock:
+            if not _libraries:
+                from ctypes.util import find_library  # (~7 ms: only when needed)
+                libm = find_library("m")
+                _libraries.extend([_libc] + ([ctypes.CDLL(libm)] if libm else []))
+        found = _lookup(_libraries, name)
+    return found
+
+
+def _lookup(libraries: list, name: str) -> int | None:
+    for lib in libraries:
         try:
             return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
         except AttributeError:
