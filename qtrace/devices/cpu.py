@@ -23,6 +23,7 @@ from ..kernels import interrupt
 ALIGN = 64
 SMALL = 1 << 14
 PARALLEL_MIN_WORK = 1 << 15
+PART = 64           # elements: ranges are split at multiples of this (64-byte aligned for any type)
 
 
 class BufferPool:
@@ -157,7 +158,8 @@ class WorkerPool:
 
     def run(self, fn, extent: int, args, status, scratch=None, stride: int = 0, start: int = 0) -> None:
         """Run ``fn`` over ``[start, start + extent)`` split evenly across the pool (caller
-        included).
+        included), at multiples of ``PART`` elements (where a kernel's streaming entry can
+        take every part: see ``qtrace.kernels.codegen.streams``).
 
         Part ``i`` gets the scratch block ``scratch + i * stride`` (its own adstack).
         """
@@ -165,7 +167,7 @@ class WorkerPool:
         if parts <= 1:
             fn(start, start + extent, args, status, scratch)
             return
-        bounds = [start + extent * i // parts for i in range(parts + 1)]
+        bounds = [start + extent * i // parts // PART * PART for i in range(parts)] + [start + extent]
         with self._lock:  # one parallel launch at a time: the workers are shared
             for i in range(1, parts):
                 block = scratch + i * stride if scratch is not None else None
@@ -205,8 +207,8 @@ def interruptible(fn, start: int, end: int, args, status, scratch) -> None:
         elapsed = time.perf_counter() - t0
         done = stop - start
         start = stop
-        if elapsed > 0:
-            piece = max(1, int(done * SLICE_SECONDS / elapsed))
+        if elapsed > 0:   # (whole multiples of PART elements, as the workers' parts)
+            piece = max(PART, int(done * SLICE_SECONDS / elapsed) // PART * PART)
         else:
             piece = end - start
 

@@ -37,7 +37,15 @@ from . import (
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
 from .loop_hints import narrow_accumulation, vector_hint
-from .lowering import CPU, Lowering, interleaves_stacks, reduce_segments, scan_segments
+from .lowering import (
+    CPU,
+    STREAM_SUFFIX,
+    Lowering,
+    interleaves_stacks,
+    reduce_segments,
+    scan_segments,
+)
+from .mathlib import SUPPORTED
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -674,11 +682,36 @@ class KernelEmitter:
                     st.set_metadata("noalias", self.noalias_store[arg])
 
     # -- task kinds -------------------------------------------------------------------
-    def emit(self) -> ir.Function:
+    def emit(self, streaming=None) -> ir.Function:
+        """The kernel; ``streaming``: its streaming entry (:func:`streams`), which it enters
+        when every output is 64-byte aligned at the start of its range (True: this is that
+        entry, which ends with a store fence)."""
         t = self.t
+        if isinstance(streaming, ir.Function):
+            self._enter_streaming(streaming)
         getattr(self, "emit_" + t.kind)()
+        if streaming is True:   # non-temporal stores are weakly ordered: drain them
+            sfence = self.fn.module.globals.get("llvm.x86.sse.sfence") or ir.Function(
+                self.fn.module, ir.FunctionType(ir.VoidType(), []), name="llvm.x86.sse.sfence")
+            self.b.call(sfence, [])
         self.b.ret_void()
         return self.fn
+
+    def _enter_streaming(self, entry: ir.Function) -> None:
+        b = self.b
+        aligned = ir.Constant(ir.IntType(1), 1)
+        for arg in sorted(self.t.writes):
+            size = ir.Constant(I64, self.dt[arg].itemsize)
+            at = b.add(b.ptrtoint(self.ptrs[arg], I64), b.mul(self.start, size))
+            ok = b.icmp_unsigned("==", b.and_(at, ir.Constant(I64, 63)), ir.Constant(I64, 0))
+            aligned = b.and_(aligned, ok)
+        go = self.fn.append_basic_block("streamed")
+        rest = self.fn.append_basic_block("cached")
+        b.cbranch(aligned, go, rest)
+        b.position_at_end(go)
+        b.call(entry, list(self.fn.args))
+        b.ret_void()
+        b.position_at_end(rest)
 
     def emit_map(self) -> None:
         def body():
@@ -949,11 +982,39 @@ def _arg_better(b: ir.IRBuilder, is_max: bool, v, best, dt: np.dtype):
     return cmp(">" if is_max else "<", v, best)
 
 
+def streams(task, lowering: Lowering) -> bool:
+    """Whether ``task`` gets a streaming entry (``Lowering.stream_bytes``): a map over one
+    axis without loops or transcendental functions (memory-bound: the second copy of its
+    body compiles quickly) whose every store writes a 4- or 8-byte element at the
+    loop's own index, ``stream_bytes`` or more in all. The streaming entry's vector stores
+    are made non-temporal by the back end (:func:`qtrace.kernels.llvm_cpu.optimize`): its
+    vector loop starts at the range's start and steps by whole vectors, so with every
+    output 64-byte aligned there each vector store is aligned to its own width (or 64)."""
+    if (not lowering.stream_bytes or task.kind != "map" or task.has_loops or task.lanes
+            or len(task.domain) != 1 or task.inner or not task.stores):
+        return False
+    if any(i.kind == "op" and i.prim in SUPPORTED for i in task.instrs):
+        return False
+    own = ix_.Ix(0, ((("v", 0), 1),))
+    sizes = [task.arg_nodes[arg].dtype.itemsize for arg, _, _ in task.stores]
+    if any(ix != own for _, ix, _ in task.stores) or len({a for a, _, _ in task.stores}) != len(sizes):
+        return False
+    if any(task.arg_nodes[arg].dtype.kind in "bc" for arg, _, _ in task.stores) or min(sizes) < 4:
+        return False
+    return task.domain[0] * sum(sizes) >= lowering.stream_bytes
+
+
 def lower_task(task, module: ir.Module, name: str, check_bounds: bool,
                lowering: Lowering = CPU) -> ir.Function:
     """Emit ``task`` into ``module`` as function ``name``
-    (``void name(i64 start, i64 end, ptr args, ptr status, ptr scratch)``)."""
-    return KernelEmitter(task, module, name, check_bounds, lowering).emit()
+    (``void name(i64 start, i64 end, ptr args, ptr status, ptr scratch)``), with its
+    streaming entry ``name`` + ``STREAM_SUFFIX`` where :func:`streams`."""
+    entry = None
+    if streams(task, lowering):
+        entry = KernelEmitter(task, module, name + STREAM_SUFFIX, check_bounds, lowering).emit(True)
+        entry.linkage = "internal"
+        entry.attributes.add("noinline")
+    return KernelEmitter(task, module, name, check_bounds, lowering).emit(entry)
 
 
 __all__ = ["lower_task", "intrinsic"]

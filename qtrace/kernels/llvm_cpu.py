@@ -20,6 +20,7 @@ from llvmlite import ir
 from ..config import config
 from ..stats import bump
 from . import elf_loader, interrupt, loop_hints, outline
+from .lowering import STREAM_SUFFIX
 
 _lock = threading.RLock()
 _state: dict = {}
@@ -106,7 +107,34 @@ def optimize(module: ir.Module) -> llvm.ModuleRef:
     pto.slp_vectorization = True
     pb = llvm.create_pass_builder(s["tm"], pto)
     pb.getModulePassManager().run(mod, pb)
+    if any(name.endswith(STREAM_SUFFIX) for name in module.globals):
+        mod = llvm.parse_assembly(nontemporal(str(mod)))
     return mod
+
+
+_VECTOR_STORE = re.compile(r"^(\s*store <(\d+) x (float|double|i32|i64)> .*?, align )(\d+)(.*)$")
+_BITS = {"float": 32, "double": 64, "i32": 32, "i64": 64}
+_NT = "!{i32 1}"
+
+
+def nontemporal(text: str) -> str:
+    """Optimised IR with the vector stores of each streaming entry (a function named
+    ``*`` + ``STREAM_SUFFIX``: :func:`qtrace.kernels.codegen.streams`) non-temporal and
+    aligned to their width (at most 64 bytes), as that entry's callers guarantee."""
+    lines, inside, changed = text.split("\n"), False, False
+    node = 1 + max((int(n) for n in re.findall(r"^!(\d+) = ", text, flags=re.M)), default=0)
+    for k, line in enumerate(lines):
+        if line.startswith("define "):
+            inside = re.search(rf'@"?[\w.$]+{STREAM_SUFFIX}"?\(', line) is not None
+        elif line.startswith("}"):
+            inside = False
+        elif inside:
+            m = _VECTOR_STORE.match(line)
+            if m is not None:
+                width = int(m[2]) * _BITS[m[3]] // 8
+                lines[k] = f"{m[1]}{min(width, 64)}{m[5]}, !nontemporal !{node}"
+                changed = True
+    return "\n".join(lines) + (f"\n!{node} = {_NT}\n" if changed else "")
 
 
 def compile_module(module: ir.Module, symbols: list, counted: bool = True) -> tuple[dict, bytes]:

@@ -53,6 +53,12 @@ class Lowering:
     library scales by powers of two with ``llvm.ldexp`` (the host has an instruction for
     it: AVX-512's ``vscalef``, one correctly rounded operation), not with exponent-bit
     arithmetic and two multiplications (where LLVM would make ``llvm.ldexp`` a C call).
+    ``stream_bytes``: a map kernel that stores at least this many bytes, every output at
+    the loop's own index, with no transcendental function (memory-bound), gets a second
+    entry whose vector stores are non-temporal (x86 ``movnt``: the outputs bypass the
+    caches, so no line is read before it is overwritten — a third less memory traffic for
+    ``y = a * x``); the kernel enters it when every output is 64-byte aligned at the start
+    of its range (:func:`qtrace.kernels.codegen.streams`). 0: never.
     """
 
     math: str = "ir"
@@ -66,6 +72,7 @@ class Lowering:
     outline_math: bool = False
     interleaved_stacks: bool = False
     ldexp: bool = False
+    stream_bytes: int = 0
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""
@@ -76,6 +83,8 @@ CPU = Lowering(split_reductions="contiguous", vector_hints=True, outline_math=Tr
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
                  split_reductions="interleaved", interleaved_stacks=True)
 
+STREAM_BYTES = 1 << 24     # outputs from which a CPU kernel streams its stores (past the caches)
+STREAM_SUFFIX = "_nt"      # the streaming entry of kernel ``k`` is ``k_nt``
 THREADS = 1 << 18          # an interleaved split aims at outputs x segments threads in flight
 MIN_SEGMENT = 32           # elements per interleaved segment at least
 CHUNK = 1 << 16            # elements per contiguous segment at least (a worker's share)

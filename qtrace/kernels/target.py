@@ -86,9 +86,12 @@ class CpuTarget(Target):
     @property
     def emitting(self) -> _lowering.Lowering:
         """The CPU's lowering completed with what the host's LLVM tells: ``ldexp`` where
-        the host has AVX-512."""
-        avx512 = "+avx512f" in self.machine()["features"].split(",")
-        return dataclasses.replace(self.lowering, ldexp=avx512)
+        the host has AVX-512, streaming stores on x86-64."""
+        machine = self.machine()
+        avx512 = "+avx512f" in machine["features"].split(",")
+        x86 = machine["triple"].startswith("x86_64")
+        return dataclasses.replace(self.lowering, ldexp=avx512,
+                                   stream_bytes=_lowering.STREAM_BYTES if x86 else 0)
 
     def machine(self) -> dict:
         from . import host
