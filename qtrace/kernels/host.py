@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -97,3 +98,35 @@ def target_info() -> dict:
                 _write(path, info)
         _info.append(info)
         return info
+
+
+@functools.cache
+def last_level_cache() -> int:
+    """Bytes of the CPU's last-level cache as Linux reports it (0 where it does not).
+
+    Example:
+        >>> from qtrace.kernels import host
+        >>> host.last_level_cache() >= 0
+        True
+    """
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    best = (0, 0)
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            with open(os.path.join(base, name, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(base, name, "size")) as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        try:
+            size = int(text.rstrip("KMGkmg")) * scale
+        except ValueError:
+            continue
+        best = max(best, (level, size))
+    return best[1]

@@ -83,7 +83,8 @@ CPU = Lowering(split_reductions="contiguous", vector_hints=True, outline_math=Tr
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
                  split_reductions="interleaved", interleaved_stacks=True)
 
-STREAM_BYTES = 1 << 24     # outputs from which a CPU kernel streams its stores (past the caches)
+STREAM_BYTES = 1 << 24     # outputs from which a CPU kernel streams its stores (at least;
+                           # the CPU target raises it to its last-level cache)
 STREAM_SUFFIX = "_nt"      # the streaming entry of kernel ``k`` is ``k_nt``
 THREADS = 1 << 18          # an interleaved split aims at outputs x segments threads in flight
 MIN_SEGMENT = 32           # elements per interleaved segment at least

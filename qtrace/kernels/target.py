@@ -86,12 +86,14 @@ class CpuTarget(Target):
     @property
     def emitting(self) -> _lowering.Lowering:
         """The CPU's lowering completed with what the host's LLVM tells: ``ldexp`` where
-        the host has AVX-512, streaming stores on x86-64."""
+        the host has AVX-512, streaming stores on x86-64 (from the larger of
+        ``STREAM_BYTES`` and the last-level cache)."""
         machine = self.machine()
         avx512 = "+avx512f" in machine["features"].split(",")
         x86 = machine["triple"].startswith("x86_64")
-        return dataclasses.replace(self.lowering, ldexp=avx512,
-                                   stream_bytes=_lowering.STREAM_BYTES if x86 else 0)
+        from . import host  # (outputs larger than the last-level cache cannot stay cached)
+        stream = max(_lowering.STREAM_BYTES, host.last_level_cache()) if x86 else 0
+        return dataclasses.replace(self.lowering, ldexp=avx512, stream_bytes=stream)
 
     def machine(self) -> dict:
         from . import host
