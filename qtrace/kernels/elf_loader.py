@@ -50,10 +50,10 @@ from . import interrupt
 PAGE = mmap.PAGESIZE
 
 # section types and flags
-_PROGBITS, _SYMTAB, _STRTAB, _RELA, _NOBITS, _REL, _NOTE = 1, 2, 3, 4, 8, 9, 7
+_PROGBITS, _SYMTAB, _RELA, _NOBITS, _REL, _NOTE = 1, 2, 4, 8, 9, 7
 _UNWIND = 0x70000001    # .eh_frame: not loaded (no exception ever unwinds through a kernel)
 _ALLOC, _WRITE, _EXEC, _TLS = 0x2, 0x1, 0x4, 0x400
-_UNDEF, _ABS, _COMMON = 0, 0xFFF1, 0xFFF2
+_UNDEF, _ABS = 0, 0xFFF1
 
 # x86-64 relocation types handled (those LLVM emits for the host's code models; each is
 # exercised by the tests): absolute, PC-relative (and calls), GOT-relative 64-bit forms
@@ -61,15 +61,11 @@ _R64, _PC32, _PLT32, _GOTOFF64, _GOT64, _GOTPC64 = 1, 2, 4, 25, 27, 29
 _GOTPCRELX = (9, 41, 42)     # GOTPCREL, GOTPCRELX, REX_GOTPCRELX: a GOT slot, PC-relative
 _STUB = 16        # movabs $target, %r11; jmp *%r11 (13 bytes), padded
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long]
-_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _PROT_R, _PROT_W, _PROT_X = 1, 2, 4
 _MAP_PRIVATE, _MAP_ANONYMOUS = 0x02, 0x20
 
 _lock = threading.Lock()
+_libc: list = []          # the C library, set up at first use (on Linux)
 _libraries: list = []     # where undefined symbols are looked up, once the C math library is added
 
 
@@ -88,18 +84,32 @@ def kernels(obj: bytes, symbols: list) -> dict:
     return {sym: KERNEL(addr) for sym, addr in load(obj, symbols).items()}
 
 
+def _c() -> ctypes.CDLL:
+    """The process's C library, with the memory calls typed (Linux only: see _Sections)."""
+    with _lock:
+        if not _libc:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.mmap.restype = ctypes.c_void_p
+            libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_int, ctypes.c_long]
+            libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            _libc.append(libc)
+        return _libc[0]
+
+
 def process_symbol(name: str) -> int | None:
     """The address of ``name`` in this process: the kernels' abort flag, else the first of
     the process's global symbols and the C math library that defines it."""
     if name == interrupt.SYMBOL:
         return interrupt.address()
-    found = _lookup(_libraries or [_libc], name)
+    found = _lookup(_libraries or [_c()], name)
     if found is None and not _libraries:   # not among the process's symbols: add libm, once
         with _lock:
             if not _libraries:
                 from ctypes.util import find_library  # (~7 ms: only when needed)
                 libm = find_library("m")
-                _libraries.extend([_libc] + ([ctypes.CDLL(libm)] if libm else []))
+                _libraries.extend([_libc[0]] + ([ctypes.CDLL(libm)] if libm else []))
         found = _lookup(_libraries, name)
     return found
 
@@ -201,14 +211,14 @@ def load(obj: bytes, symbols: list, resolve=process_symbol) -> dict:
                         if kind == _PLT32 and table[k][2] == _UNDEF})
     offsets, stubs_at, got_at, zones, size = _layout(sec, len(stub_syms), len(got_syms))
 
-    base = _libc.mmap(None, size, _PROT_R | _PROT_W, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)
+    base = _c().mmap(None, size, _PROT_R | _PROT_W, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)
     if base in (None, ctypes.c_void_p(-1).value):
         raise Unsupported(f"mmap failed (errno {ctypes.get_errno()})")
     try:
         return _fill(sec, table, relocs, symbols, resolve, base, size, offsets, stubs_at, got_at,
                      zones, got_syms, stub_syms)
     except Unsupported:
-        _libc.munmap(ctypes.c_void_p(base), ctypes.c_size_t(size))
+        _c().munmap(base, size)
         raise
 
 
@@ -250,7 +260,7 @@ def _fill(sec, table, relocs, symbols, resolve, base, size, offsets, stubs_at, g
         _apply(mem, base, offsets[shndx] + r_offset, kind, k, addend, address, got, slot, stub)
     for start, end, prot in zones:
         lo, hi = start, -(-end // PAGE) * PAGE
-        if hi > lo and _libc.mprotect(base + lo, hi - lo, prot) != 0:
+        if hi > lo and _c().mprotect(base + lo, hi - lo, prot) != 0:
             raise Unsupported(f"mprotect failed (errno {ctypes.get_errno()})")
     defined = {name: (shndx, value) for name, _, shndx, value in table if shndx in offsets}
     missing = [sym for sym in symbols if sym not in defined]
