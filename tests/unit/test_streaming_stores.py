@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -87,7 +88,8 @@ PROGRAMS = {
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.cpu_only("streaming stores are a CPU back-end mechanism")
 def test_streaming_gives_the_same_bits(stream_from, name, threads, fusion, rng, monkeypatch):
-    n = 100_003   # (not a multiple of the vector width: the scalar remainder runs too)
+    n = 300_007   # (parts split at multiples of 64 from 2^18 elements; an odd length: the
+                  # scalar remainder runs too)
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     k = rng.integers(-1000, 1000, n).astype(np.int32)
@@ -121,3 +123,29 @@ def test_a_misaligned_start_takes_the_ordinary_stores(rng):
     for lo, hi in ((0, 1), (1, 4097), (4097, 6000), (6016, 8192), (6000, 6016)):
         kernel(lo, hi, args, None, None)
     assert out.tobytes() == (x * y - x).tobytes()
+
+
+def test_long_ranges_split_at_multiples_of_64_elements():
+    """Workers' parts and the calling thread's pieces of a long range start on multiples of
+    64 elements (where every part can stream); short ranges split evenly as before."""
+    seen = []
+    lock = threading.Lock()
+
+    def record(lo, hi, *_):
+        with lock:
+            seen.append((lo, hi))
+    pool = cpu.WorkerPool(3)
+    for extent, aligned in ((cpu.LONG + 5, True), (1000, False)):
+        seen.clear()
+        pool.run(record, extent, None, None)
+        parts = sorted(seen)
+        assert parts[0][0] == 0 and parts[-1][1] == extent
+        assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+        starts = [lo for lo, _ in parts]
+        if aligned:
+            assert all(lo % cpu.PART == 0 for lo in starts) and len(starts) == 3
+        else:
+            assert starts == [0, 333, 666]
+    seen.clear()
+    cpu.interruptible(record, 0, cpu.LONG * 3 + 7, None, None, None)
+    assert all(lo % cpu.PART == 0 for lo, _ in seen) and seen[-1][1] == cpu.LONG * 3 + 7
