@@ -259,6 +259,23 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
+def write_atomically(path: str, data: bytes, prefix: str) -> None:
+    """``path`` holds ``data`` or what it held before, never part of it: written to a
+    temporary file (``.<prefix>-*.tmp``) in the same directory, then renamed into place;
+    the temporary file is removed on failure (the OSError is raised)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{prefix}-", suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 class Entry:
     """The disk cache slot of one set of kernels compiled together under the current
     configuration. ``load`` returns the kernels or None (a miss); ``store`` writes them."""
@@ -327,25 +344,13 @@ class Entry:
                   "payload_bytes": len(obj), "payload_sha256": hashlib.sha256(obj).hexdigest(),
                   "created": time.time()}
         blob = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("ascii") + b"\n"
-        tmp = None
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.prefix}-", suffix=".tmp", dir=self.dir)
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.write(obj)
-            os.replace(tmp, self.path)
-            tmp = None
+            write_atomically(self.path, blob + obj, self.prefix)
             trim(self.dir, config.cache_max_bytes)
         except OSError as exc:
             _warn_once(("write", self.dir, type(exc).__name__),
                        f"qtrace disk cache: cannot write to {self.dir} ({exc}); kernels stay in "
                        "memory only")
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
 
     def explain_miss(self) -> str:
         """Which key component differs from the closest entry for the same kernels."""

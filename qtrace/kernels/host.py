@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import threading
 
 _lock = threading.Lock()
@@ -72,12 +71,10 @@ def _read(path: str) -> dict | None:
 
 
 def _write(path: str, info: dict) -> None:
-    """Atomically (a temporary file renamed into place); a failure leaves no record."""
+    """Atomically; a failure leaves no record (LLVM is asked again next time)."""
+    from . import disk_cache
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".machine-", suffix=".tmp", dir=os.path.dirname(path))
-        with os.fdopen(fd, "w") as f:
-            json.dump(info, f, sort_keys=True)
-        os.replace(tmp, path)
+        disk_cache.write_atomically(path, json.dumps(info, sort_keys=True).encode(), "machine")
     except OSError:
         pass
 
