@@ -148,9 +148,10 @@ def word_stacks(instrs) -> bool:
                for k in i.pushed)
 
 
-def uses_f32_trig(instr) -> bool:
-    """A float32 ``sin``, ``cos`` or ``tan`` (which targets may lower with a fast path)."""
-    return instr.kind == "op" and instr.prim in ("sin", "cos", "tan") and instr.dt == "<f4"
+def uses_fast_trig(instr) -> bool:
+    """A float32 or float64 ``sin``, ``cos`` or ``tan`` (which targets may lower with a
+    fast path)."""
+    return instr.kind == "op" and instr.prim in ("sin", "cos", "tan") and instr.dt in ("<f4", "<f8")
 
 
 def nesting(prog: Prog) -> int:

@@ -20,7 +20,7 @@ from ..graph.instrs import (
     STACK_WORD,
     nesting,
     stack_rows,
-    uses_f32_trig,
+    uses_fast_trig,
     walk,
 )
 from . import (
@@ -277,7 +277,7 @@ class KernelEmitter:
     def body(self) -> list:
         """Emit the task's instructions at the current loop indices; their IR values.
 
-        In the fast pass of :meth:`optimistic`, float32 sin/cos/tan take their fast form and
+        In the fast pass of :meth:`optimistic`, sin/cos/tan take their fast form and
         whether each argument was in its range is or-ed into ``trig_bad``."""
         bad = self.trig_bad
         if bad is None:
@@ -297,11 +297,11 @@ class KernelEmitter:
 
     def optimistic(self, region) -> None:
         """Emit ``region()`` (code that computes its results from scratch and stores them)
-        with float32 sin/cos/tan in their fast form (:mod:`qtrace.kernels.fastmath`), then
+        with float32/float64 sin/cos/tan in their fast form (:mod:`qtrace.kernels.fastmath`), then
         once more with the exact functions (the C library's: a rare path, kept quick to
-        compile), run only if an argument was outside the fast range; without float32
+        compile), run only if an argument was outside the fast range; without such
         trigonometry (or under a lowering without the fast form), ``region()`` once."""
-        if not (self.lowering.fast_trig and _uses_f32_trig(self.t)) or self.trig_bad is not None:
+        if not (self.lowering.fast_trig and _uses_fast_trig(self.t)) or self.trig_bad is not None:
             region()
             return
         b = self.b
@@ -922,9 +922,9 @@ def _floor_div(b: ir.IRBuilder, x, c: int):
     return b.sdiv(adjusted, ir.Constant(I64, c))
 
 
-def _uses_f32_trig(task) -> bool:
-    """A map task (no loops, no read-modify-write) computing float32 sin or cos."""
-    return not task.has_loops and any(uses_f32_trig(i) for i in task.instrs)
+def _uses_fast_trig(task) -> bool:
+    """A map task (no loops, no read-modify-write) computing float32/float64 sin, cos or tan."""
+    return not task.has_loops and any(uses_fast_trig(i) for i in task.instrs)
 
 
 def _identity(prim: str, dt: np.dtype):

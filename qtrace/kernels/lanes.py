@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..graph.instrs import LOOPS, STACK_HEADER, stack_rows, uses_f32_trig, walk
+from ..graph.instrs import LOOPS, STACK_HEADER, stack_rows, uses_fast_trig, walk
 from . import scalar
 from .intrinsics import aborted
 
@@ -88,7 +88,7 @@ def emit_blocked(em) -> None:
     with b.goto_entry_block():
         maxn = b.alloca(I64)
         em.trig_bad = b.alloca(I1)
-    fast = _uses_f32_trig(instr)
+    fast = _uses_fast_trig(instr)
     if reverse:  # per-lane sums of the captured values' cotangents
         em.lane_acc = [(arrays.new(ty), ty) for ty in _output_types(instr.reverse)[m:]]
     saved = [arrays.new(_mem(ty)) for ty in types + (types if reverse else [])] if fast else []
@@ -128,7 +128,7 @@ def emit_blocked(em) -> None:
         if not fast:
             phase2()
         else:
-            # optimistic: fast float32 sin/cos; the block again, exactly, if an argument was large
+            # optimistic: fast sin/cos/tan; the block again, exactly, if an argument was large
             def save(lane):
                 for src, dst, ty in zip(state + cts, saved, types + types):
                     arrays.store(dst, lane, arrays.load(src, lane, _mem(ty)))
@@ -373,6 +373,6 @@ def _output_types(prog) -> list:
     return [scalar.ir_type(np.dtype(instrs[o].dt)) for o in outs]
 
 
-def _uses_f32_trig(instr) -> bool:
-    """Whether a loop's body programs compute float32 sin or cos."""
-    return any(i is not instr and uses_f32_trig(i) for i in walk([instr]))
+def _uses_fast_trig(instr) -> bool:
+    """Whether a loop's body programs compute float32/float64 sin, cos or tan."""
+    return any(i is not instr and uses_fast_trig(i) for i in walk([instr]))

@@ -28,7 +28,7 @@ class Lowering:
 
     ``math``: ``"ir"`` (qtrace's own vectorizable IR math library, the C library inside
     scalar code) or ``"libdevice"`` (NVIDIA's libdevice, ``__nv_*`` functions, linked in).
-    ``fast_trig``: float32 ``sin``/``cos`` run an optimistic fast pass and the exact
+    ``fast_trig``: float32 and float64 ``sin``/``cos``/``tan`` run an optimistic fast pass and the exact
     reduction only if an argument was large (pays where loops vectorize).
     ``lanes``: per-element loops run in blocks of this many lanes (0: one element at a
     time). ``interrupt``: long ranges poll the process's abort flag between chunks (a

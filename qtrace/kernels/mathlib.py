@@ -216,6 +216,10 @@ _PIO2 = (1.5707963267948966, 6.123233995736766e-17)
 _PIO4 = (0.7853981633974483, 3.061616997868383e-17)
 _PI3O4 = (2.356194490192345, 9.184850993605148e-17)
 _PI = (3.141592653589793, 1.2246467991473532e-16)
+_PIO2_PARTS = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)  # each
+# the double nearest to pi/2 minus the ones before it (pi/2 - their sum ~ 5.6e-50)
+_TWO_OVER_PI = 0.6366197723675814
+FAST_TRIG_LIMIT = 2.0 ** 20  # float64 sin/cos/tan: the Cody-Waite reduction's range
 _TAN_PI8 = 0.41421356237309503
 _TAN_3PI8 = 2.414213562373095
 
@@ -708,12 +712,42 @@ def _sincos_kernels(E: _E, rh, rl):
     return s, c
 
 
-def _trig(E: _E, x, which: str):
+def _reduce_pio2_fast(E: _E, ax):
+    """Cody-Waite, for float64 ``0 <= ax < FAST_TRIG_LIMIT``: ``(q, rh, rl)`` with
+    ``ax = (4n + q) pi/2 + (rh + rl)`` as :func:`_reduce_pio2` gives them.
+
+    ``k = rint(ax 2/pi) < 2^20``; ``ax - k P1`` is exact in one fma (both are multiples of
+    ``ulp(P1) = 2^-52`` when ``ax >= 1``, of ``2^-53`` when ``k <= 1``, and the difference is
+    below 1); ``k P2`` is split exactly by an fma and subtracted with a two-sum; ``k P3``
+    joins the tail. The part of pi/2 left out is ``k * 2^-163`` at most, and the reduced
+    argument of a double below 2^20 is far larger than 2^-100 (the tests check the doubles
+    nearest to multiples of pi/2), so ``rh + rl`` is accurate to ~2^-60 relative at worst.
+    """
+    p1, p2, p3 = _PIO2_PARTS
+    k = E.rint(E.mul(ax, _TWO_OVER_PI))
+    r1 = E.fma(E.neg(k), p1, ax)  # exact
+    th = E.mul(k, p2)
+    tl = E.fma(k, p2, E.neg(th))  # k p2 = th + tl exactly
+    s, se = E.two_sum(r1, E.neg(th))
+    lo = E.sub(E.sub(se, tl), E.mul(k, p3))
+    rh, rl = E.two_sum(s, lo)
+    q = E.b.and_(E.to_i32(k), E.ki(3, _I32))
+    return q, rh, rl
+
+
+def _trig(E: _E, x, which: str, fast: bool = False):
+    """sin/cos/tan of any argument (Payne-Hanek); ``fast``: float64 only, correct for
+    ``|x| < FAST_TRIG_LIMIT`` (Cody-Waite; other arguments give a finite garbage value:
+    the caller runs the exact version for them, :mod:`qtrace.kernels.fastmath`)."""
     ax = E.abs(x)
-    fin = E.isfinite(x)
-    ax = E.sel(fin, ax, 0.0)
-    e = _exponent_for_reduction(E, ax, E.lowp)
-    q, rh, rl = _reduce_pio2(E, ax, e, 24 if E.lowp else 53)
+    if fast:
+        fin = None
+        q, rh, rl = _reduce_pio2_fast(E, E.sel(E.cmp("<", ax, FAST_TRIG_LIMIT), ax, 0.0))
+    else:
+        fin = E.isfinite(x)
+        ax = E.sel(fin, ax, 0.0)
+        e = _exponent_for_reduction(E, ax, E.lowp)
+        q, rh, rl = _reduce_pio2(E, ax, e, 24 if E.lowp else 53)
     s, c = _sincos_kernels(E, rh, rl)
     odd = E.b.icmp_unsigned("!=", E.b.and_(q, E.ki(1, _I32)), E.ki(0, _I32))
     xneg = E.signbit(x)
@@ -737,7 +771,13 @@ def _trig(E: _E, x, which: str):
     v = E.sel(neg, E.neg(v), v)
     if which != "cos":
         v = E.sel(E.cmp("<", E.abs(x), 2.0 ** -27), x, v)
-    return E.sel(fin, v, _NAN)
+    return v if fin is None else E.sel(fin, v, _NAN)
+
+
+def trig_fast(builder: ir.IRBuilder, which: str, x: ir.Value) -> ir.Value:
+    """float64 ``sin``/``cos``/``tan`` of ``x``, correct for ``|x| < FAST_TRIG_LIMIT``
+    (a finite garbage value elsewhere): the fast pass of :mod:`qtrace.kernels.fastmath`."""
+    return _trig(_E(builder, lowp=False), x, which, fast=True)
 
 
 def _atan2_core(E: _E, ay, ax, xneg):

@@ -32,6 +32,7 @@ C_NAMES = {
 # arithmetic, valid on every target) is used on the GPU too.
 # hypot: libdevice's __nv_hypot(1, DBL_MAX) overflows to inf (NumPy: DBL_MAX).
 NOT_FROM_LIBDEVICE = frozenset({"hypot"})
+FLOATS = (ir.FloatType, ir.DoubleType)   # the types with a fast trigonometry pass
 
 
 def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
@@ -48,14 +49,14 @@ def call(b: ir.IRBuilder, name: str, args: list) -> ir.Value:
             return _ir_math.emit_math(b, name, args)
         return libdevice(b, C_NAMES[name], args)
     emission = b.emission if isinstance(b, KernelBuilder) else None
-    if emission is not None and name in fastmath.FAST and isinstance(args[0].type, ir.FloatType):
+    if emission is not None and name in fastmath.FAST and isinstance(args[0].type, FLOATS):
         if emission.trig_flags is not None:
             if emission.outline:   # (the range check stays inline: it sets the kernel's flag)
                 value = outline.call(b, name + "_fast", args,
                                      lambda fb, a: fastmath.fast_value(fb, a[0], name))
                 ok = fastmath.in_range(b, args[0])
             else:
-                value, ok = fastmath.sincos_f32(b, args[0], name)
+                value, ok = fastmath.sincos(b, args[0], name)
             emission.trig_flags.append(ok)
             return value
         if emission.rare:   # the exact re-run of a range with a large argument

@@ -192,10 +192,10 @@ def test_fast_trig_pass_alone(name, rng):
 
 @functools.cache
 def _fast_trig_compiled():
-    """sin/cos/tan loops (test_mathlib's harness) whose body is only fastmath.sincos_f32's
+    """sin/cos/tan loops (test_mathlib's harness) whose body is only fastmath.sincos's
     value."""
     saved = test_mathlib.emit_math
-    test_mathlib.emit_math = lambda b, name, args: fastmath.sincos_f32(b, args[0], name)[0]
+    test_mathlib.emit_math = lambda b, name, args: fastmath.sincos(b, args[0], name)[0]
     try:
         return _Compiled(FAST, F32)
     finally:
@@ -226,7 +226,7 @@ def test_native_functions_emit_no_double(name):
 
 @pytest.mark.parametrize("which", FAST)
 def test_fast_trig_pass_emits_no_double(which):
-    text = _scalar_function(lambda b, x: fastmath.sincos_f32(b, x, which)[0])
+    text = _scalar_function(lambda b, x: fastmath.sincos(b, x, which)[0])
     assert "double" not in text and "llvm.fma.f32" in text
 
 
