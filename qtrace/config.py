@@ -15,6 +15,8 @@ variable                    attribute                    meaning
                                                          bytes) to stderr
 ``QTRACE_DUMP_IR``          ``dump_ir``                  directory for each kernel's IR
 ``QTRACE_NUM_THREADS``      ``num_threads``              CPU worker threads (all cores)
+``QTRACE_SPIN_US``          ``spin_us``                  how long idle CPU workers spin
+                                                         before they sleep (300 us)
 ``QTRACE_LOG_RECOMPILES``   ``log_recompiles``           ``1``: say why a retrace happened
 ``QTRACE_CACHE_DIR``        ``cache_dir``                disk cache location (default:
                                                          :func:`default_cache_dir`)
@@ -90,6 +92,7 @@ class Config:
         self.debug_adstack: bool = _flag("QTRACE_DEBUG_ADSTACK", False)
         self.dump_ir: str | None = os.environ.get("QTRACE_DUMP_IR") or None
         self.num_threads: int = _threads()
+        self.spin_us: int = int(os.environ.get("QTRACE_SPIN_US") or 300)
         self.log_recompiles: bool = _flag("QTRACE_LOG_RECOMPILES", False)
         self.cache_dir: str = os.environ.get("QTRACE_CACHE_DIR") or default_cache_dir()
         self.offline_cache: bool = _flag("QTRACE_OFFLINE_CACHE", True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import queue
 import struct
 import sys
@@ -138,7 +139,7 @@ class WorkerPool:
     """Persistent worker threads that each run one ``[start, end)`` range of a kernel."""
 
     def __init__(self, n: int):
-        self.n = n
+        self.n, self.pid = n, os.getpid()
         self._queues: list = []
         self._done: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -147,6 +148,11 @@ class WorkerPool:
             t = threading.Thread(target=self._work, args=(q,), name=f"qtrace-cpu-{i + 1}", daemon=True)
             t.start()
             self._queues.append(q)
+
+    def stale(self) -> bool:
+        """Made for another thread count, or in the parent of this forked process (whose
+        threads do not exist here)."""
+        return self.n != config.num_threads or self.pid != os.getpid()
 
     def _work(self, q: queue.SimpleQueue) -> None:
         while True:
@@ -216,17 +222,59 @@ def interruptible(fn, start: int, end: int, args, status, scratch) -> None:
             piece = end - start
 
 
-_pool: WorkerPool | None = None
+class NativeWorkerPool:
+    """The worker threads of the compiled ``qtrace.devices._workers`` (see ``_workers.c``):
+    they spin for ``qt.config.spin_us`` after a launch before they sleep, so launches in
+    quick succession (a plan's kernels, a loop's steps) find them awake, and kernels run
+    without the GIL. Same interface and splitting as :class:`WorkerPool`, the fallback."""
+
+    def __init__(self, n: int, module):
+        self.n, self.pid, self.spin_us, self._module = n, os.getpid(), config.spin_us, module
+        module.configure(n - 1, self.spin_us, interrupt.address())
+
+    def stale(self) -> bool:
+        """As :meth:`WorkerPool.stale`, or made for another ``qt.config.spin_us``."""
+        return self.n != config.num_threads or self.pid != os.getpid() or self.spin_us != config.spin_us
+
+    def run(self, fn, extent: int, args, status, scratch=None, stride: int = 0, start: int = 0) -> None:
+        """As :meth:`WorkerPool.run`; ``fn`` a ctypes kernel or a Python callable(start, end)."""
+        target = ctypes.cast(fn, ctypes.c_void_p).value if isinstance(fn, ctypes._CFuncPtr) else fn
+        self._module.run(target, start, extent, PART if extent >= LONG else 1, args, status or 0,
+                         scratch or 0, stride)
+
+    def stats(self) -> dict:
+        """Launches so far, how often a worker went to sleep, and the number of workers."""
+        return self._module.stats()
+
+
+def _native_workers():
+    """The compiled worker pool's module, or None (not built, or ``QTRACE_NATIVE=0``)."""
+    if not config.native:
+        return None
+    try:
+        from . import _workers
+    except ImportError:
+        return None
+    return _workers
+
+
+_pool: WorkerPool | NativeWorkerPool | None = None
 _pool_lock = threading.Lock()
 
 
-def pool() -> WorkerPool:
+def pool() -> WorkerPool | NativeWorkerPool:
+    """The process's worker pool for ``qt.config.num_threads`` threads (the compiled one
+    when it is built)."""
     global _pool
-    if _pool is None or _pool.n != config.num_threads:
+    p = _pool
+    if p is None or p.stale():
         with _pool_lock:
-            if _pool is None or _pool.n != config.num_threads:
-                _pool = WorkerPool(config.num_threads)
-    return _pool
+            p = _pool
+            if p is None or p.stale():
+                module = _native_workers()
+                p = _pool = (NativeWorkerPool(config.num_threads, module) if module is not None
+                             else WorkerPool(config.num_threads))
+    return p
 
 
 def _slow_pointer(arr: np.ndarray) -> int:

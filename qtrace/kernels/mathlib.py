@@ -77,7 +77,10 @@ designs):
   Rump-style extraction (``(t + 3*2^k) - 3*2^k``) into fixed-point levels.
   The reduced argument is a double-double; fdlibm-style kernels (minimax in
   ``r^2`` on ``|r| <= pi/4``) finish.  float32 uses a 3-chunk, 2-window
-  version with two two-sums.
+  version with two two-sums.  Kernels compute float64 sin/cos/tan with
+  :func:`trig_fast` first (:mod:`qtrace.kernels.fastmath`): a Cody-Waite
+  reduction by pi/2 in three doubles for ``|x| < 2^20`` and the same kernels;
+  a range holding a larger argument is recomputed by the C library.
 * arctan/arctan2/arcsin/arccos: three-interval reduction
   (``tan(pi/8)``, ``tan(3pi/8)``) done as *one* division of selected
   numerator/denominator (``(y-x)/(y+x)``, ``-x/y``, ``y/x``), minimax odd

@@ -230,3 +230,33 @@ def test_a_scalar_input_is_loaded_once_in_the_entry_block(rng):
     a, b = rng.standard_normal((3, 5)), rng.standard_normal((4, 3, 5))
     got = (qt.asarray(a)[1:2, 2:3] * qt.asarray(b) + qt.asarray(a)[2, 4]).numpy()
     np.testing.assert_allclose(got, a[1:2, 2:3] * b + a[2, 4], rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_loops_of_one_or_two_math_functions_are_interleaved(dtype, rng):
+    """A loop whose work is one long dependency chain (one or two math functions) asks the
+    vectorizer for codegen.INTERLEAVE vectors per iteration, and gets them; a loop of four
+    independent calls (B1's chain) does not; results are NumPy's either way."""
+    x = rng.uniform(-2, 2, 4096).astype(dtype)
+    a = qt.asarray(x)
+    for make, want, hinted in [
+            (lambda: qt.tanh(a) * 2.0, np.tanh(x) * 2, True),
+            (lambda: qt.exp(-a * a) + qt.log(a * a + 1.0), np.exp(-x * x) + np.log(x * x + 1), True),
+            (lambda: qt.sin(a) * qt.cos(a) + qt.exp(a) + qt.tanh(a),
+             np.sin(x) * np.cos(x) + np.exp(x) + np.tanh(x), False)]:
+        out = make()
+        module, _ = _module_for(out)
+        text = str(module)
+        assert ('"llvm.loop.interleave.count", i32 4' in codegen_text(text)) == hinted
+        opt = str(llvm_cpu.optimize(module))
+        if hinted:   # four vector copies of the math function's rounding step in the loop
+            rounds = re.findall(r"llvm\.(?:roundeven|nearbyint)\.v\d+f\d+\(", opt)
+            assert len(rounds) >= 4, len(rounds)
+        tol = 2e-6 if dtype == np.float32 else 1e-14
+        np.testing.assert_allclose(out.numpy(), want, rtol=tol, atol=tol)
+
+
+def codegen_text(text: str) -> str:
+    """Module text with the loop-property placeholders resolved (as the back end does)."""
+    from qtrace.kernels.loop_hints import resolve
+    return resolve(text, 16)

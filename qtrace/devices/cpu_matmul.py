@@ -1,0 +1,177 @@
+"""Matrix products on the CPU: the BLAS held to one thread, the work split over qtrace's workers.
+
+NumPy's BLAS (OpenBLAS in NumPy's wheels, MKL in some distributions) keeps its own pool
+of threads, which spin for a while after every multi-threaded call (OpenBLAS: ~2^28
+cycles, about 0.1 s). In a qtrace program a product is followed at once by qtrace's own
+parallel kernels (an MLP layer: ``tanh(x @ w + b)``), which then share the cores with
+those spinning threads: measured on a 2-core host, the ``tanh`` kernel after a
+3000x2 @ 2x100 product took 600 us instead of 360, and the MLP benchmark's step was
+dominated by it. So a product large enough for the BLAS to use threads runs here
+instead: the BLAS is limited to one thread (``threadpoolctl``, the usual controller of
+native thread pools: it finds OpenBLAS, MKL or BLIS whatever their symbol names) while
+qtrace's workers each compute one block of rows of the result (or of columns, when the
+result has too few rows) with their own single-threaded BLAS call; the BLAS's own
+threads, never given work, go to sleep (and with qtrace's compiled workers, which spin
+between launches, two spinning pools would otherwise share the cores: the MLP's step
+took 2.7 ms instead of 1.5).
+
+With OpenBLAS (NumPy's wheels) and float32/float64 matrices the BLAS can take (strided
+rows or columns), each block is one ``cblas_?gemm`` call made by the compiled workers
+(``_workers.c``'s ``gemm_block``), without Python or the GIL. Other products (batched,
+complex, integer, another BLAS) are blocks of ``np.matmul`` run as Python callables
+(NumPy releases the GIL inside), which costs a hand-over of the GIL per block, so only
+larger products are split that way. Results are the BLAS's own for each block (a block
+of rows of ``A @ B`` is ``A[rows] @ B``), so they do not depend on the number of workers
+beyond the BLAS's own kernel choice for the block's shape.
+
+Example:
+    >>> import numpy as np
+    >>> from qtrace.devices.cpu_matmul import matmul
+    >>> a, b = np.ones((300, 40)), np.ones((40, 50))
+    >>> out = np.empty((300, 50))
+    >>> float(matmul(a, b, out)[0, 0])
+    40.0
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+import threading
+
+import numpy as np
+
+from ..config import config
+from . import cpu
+
+BLAS_THREADS_FROM = 1 << 13   # multiply-adds: below this OpenBLAS never uses threads (gemv's bound)
+SPLIT_FROM = 1 << 16          # multiply-adds: from this many, a CBLAS product is split over the workers
+SPLIT_PYTHON_FROM = 1 << 20   # ... and a product of Python-callable blocks (a GIL hand-over each)
+
+# struct gemm of _workers.c: fn, ilp64, single, trans_a, trans_b, split_rows, m, n, k,
+# a, lda, b, ldb, c, ldc
+_GEMM = struct.Struct("Q8qQqQqQq")
+
+_found: dict = {}
+_found_lock = threading.Lock()
+
+
+def _blas():
+    """threadpoolctl's controller of the process's BLAS libraries (found once, on first use)."""
+    with _found_lock:
+        if "blas" not in _found:
+            import threadpoolctl
+            _found["blas"] = threadpoolctl.ThreadpoolController().select(user_api="blas")
+        return _found["blas"]
+
+
+def _cblas():
+    """``{dtype: (gemm address, ilp64)}`` from the process's OpenBLAS for the compiled
+    workers' ``gemm_block`` (empty without OpenBLAS or without the compiled workers)."""
+    with _found_lock:
+        found = _found.get("cblas")
+    if found is not None:
+        return found
+    found = {}
+    module = cpu._native_workers()
+    for lib in _blas().lib_controllers if module is not None else ():
+        if lib.internal_api != "openblas":
+            continue
+        dll = ctypes.CDLL(lib.filepath)
+        for prefix in ("", "scipy_"):
+            for suffix in ("", "64_", "_64"):
+                names = [f"{prefix}cblas_{t}gemm{suffix}" for t in "ds"]
+                if not all(hasattr(dll, n) for n in names):
+                    continue
+                ilp64 = bool(suffix)
+                if not ilp64:   # an unsuffixed OpenBLAS says in its configuration whether it is ILP64
+                    get_config = getattr(dll, f"{prefix}openblas_get_config{suffix}", None)
+                    if get_config is None:
+                        continue
+                    get_config.restype = ctypes.c_char_p
+                    ilp64 = b"USE64BITINT" in (get_config() or b"")
+                for dt, n in zip((np.dtype(np.float64), np.dtype(np.float32)), names):
+                    found[dt] = (ctypes.cast(getattr(dll, n), ctypes.c_void_p).value, ilp64)
+                break
+            if found:
+                break
+        if found:
+            break
+    with _found_lock:
+        _found["cblas"] = found
+    return found
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(a, b, out=out)``, with the BLAS on one thread and, given ``out``, blocks
+    of the result computed by qtrace's workers when the product is large (module doc)."""
+    m = a.shape[-2] if a.ndim >= 2 else 1
+    n = b.shape[-1] if b.ndim >= 2 else 1
+    batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    work = batch * m * n * a.shape[-1]
+    if work < BLAS_THREADS_FROM:
+        return np.matmul(a, b, out=out)
+    with _blas().limit(limits=1):
+        return _split(a, b, out, m, n, work)
+
+
+def _split(a, b, out, m: int, n: int, work: int) -> np.ndarray:
+    workers = config.num_threads
+    if out is None or workers <= 1 or work < SPLIT_FROM:
+        return np.matmul(a, b, out=out)
+    rows = m >= 2 * workers or (m >= workers and m >= n)
+    if not rows and n < workers:
+        return np.matmul(a, b, out=out)
+    call = _gemm_call(a, b, out, m, n, rows)
+    if call is not None:
+        cpu.pool().run(*call)
+    elif work < SPLIT_PYTHON_FROM:
+        np.matmul(a, b, out=out)
+    elif rows:
+        def block(start, end, *_):   # rows start..end of the result
+            part = slice(start, end)
+            if b.ndim == 1:
+                np.matmul(a[..., part, :], b, out=out[..., part])
+            else:
+                np.matmul(a[..., part, :], b, out=out[..., part, :])
+        cpu.pool().run(block, m, None, None)
+    else:
+        def block(start, end, *_):   # columns start..end of the result
+            part = slice(start, end)
+            np.matmul(a, b[..., :, part], out=out[..., part])
+        cpu.pool().run(block, n, None, None)
+    return out
+
+
+def _gemm_call(a, b, out, m: int, n: int, rows: bool):
+    """The compiled workers' launch of ``gemm_block`` over rows (or columns) of ``out``:
+    ``(kernel address, extent, argument block, None)``; None where the product is not a
+    CBLAS gemm (more than two dimensions, another dtype, strides the BLAS cannot take)."""
+    dt = out.dtype
+    if a.ndim > 2 or b.ndim > 2 or a.dtype != dt or b.dtype != dt or not out.flags.c_contiguous:
+        return None
+    gemm = _cblas().get(dt)
+    if gemm is None:
+        return None
+    k = a.shape[-1]
+    la = _layout(a.reshape(m, k) if a.ndim == 1 else a, dt.itemsize)
+    lb = _layout(b.reshape(k, n) if b.ndim == 1 else b, dt.itemsize)
+    if la is None or lb is None:
+        return None
+    fn, ilp64 = gemm
+    block = _GEMM.pack(fn, ilp64, dt.itemsize == 4, la[0], lb[0], rows, m, n, k,
+                       cpu.pointer(a), la[1], cpu.pointer(b), lb[1], cpu.pointer(out), n)
+    return cpu._native_workers().gemm_block(), m if rows else n, block, None
+
+
+def _layout(x: np.ndarray, size: int):
+    """``(transposed, leading dimension)`` of a 2-D array as a row-major BLAS operand, or
+    None (strides the BLAS cannot take: negative, broadcast, not multiples of the item)."""
+    r, c = x.shape
+    s0, s1 = x.strides
+    if (c == 1 or s1 == size) and s0 % size == 0 and (r == 1 or s0 >= c * size):
+        return False, max(c, s0 // size if r > 1 else c, 1)
+    if (r == 1 or s0 == size) and s1 % size == 0 and (c == 1 or s1 >= r * size):
+        return True, max(r, s1 // size if c > 1 else r, 1)
+    return None
