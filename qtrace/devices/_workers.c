@@ -269,10 +269,10 @@ static void wait_for_workers(void)
 static PyObject *py_run(PyObject *self, PyObject *args)
 {
     PyObject *target, *block;
-    long long start, extent, unit, stride;
+    long long start, extent, unit, stride, max_parts = 0;
     unsigned long long status, scratch;
-    if (!PyArg_ParseTuple(args, "OLLLOKKL", &target, &start, &extent, &unit, &block, &status,
-                          &scratch, &stride))
+    if (!PyArg_ParseTuple(args, "OLLLOKKL|L", &target, &start, &extent, &unit, &block, &status,
+                          &scratch, &stride, &max_parts))
         return NULL;
     void *argp = NULL;   /* the kernel's argument block: bytes (packed pointers) or None */
     if (PyBytes_Check(block)) {
@@ -305,6 +305,8 @@ static PyObject *py_run(PyObject *self, PyObject *args)
             n_workers = 0;
     }
     int parts = n_workers + 1;
+    if (max_parts > 0 && parts > max_parts)
+        parts = (int)max_parts;
     if (parts > extent)
         parts = (int)extent;
     job.fn = fn;
@@ -422,8 +424,9 @@ static PyMethodDef methods[] = {
     {"configure", py_configure, METH_VARARGS,
      "configure(workers, spin_us, abort_flag_address): start (or restart) the worker threads."},
     {"run", py_run, METH_VARARGS,
-     "run(kernel_address_or_callable, start, extent, unit, args_bytes, status, scratch, stride): "
-     "the range [start, start + extent) split over the calling thread and the workers."},
+     "run(kernel_address_or_callable, start, extent, unit, args_bytes, status, scratch, stride"
+     "[, max_parts]): the range [start, start + extent) split over the calling thread and the "
+     "workers (at most max_parts parts when given and positive)."},
     {"stats", py_stats, METH_NOARGS, "launches, sleeps (of workers) and the number of workers."},
     {"gemm_block", py_gemm_block, METH_NOARGS,
      "The address of the kernel computing a block of a product from a CBLAS gemm (see struct gemm)."},

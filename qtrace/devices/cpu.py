@@ -163,14 +163,16 @@ class WorkerPool:
             except BaseException as err:  # pragma: no cover - kernels do not raise
                 self._done.put(err)
 
-    def run(self, fn, extent: int, args, status, scratch=None, stride: int = 0, start: int = 0) -> None:
+    def run(self, fn, extent: int, args, status, scratch=None, stride: int = 0, start: int = 0,
+            parts: int = 0) -> None:
         """Run ``fn`` over ``[start, start + extent)`` split evenly across the pool (caller
-        included); a range of ``LONG`` elements or more at multiples of ``PART`` (where a
-        kernel's streaming entry can take every part: see ``qtrace.kernels.codegen.streams``).
+        included; into at most ``parts`` parts when that is given); a range of ``LONG``
+        elements or more at multiples of ``PART`` (where a kernel's streaming entry can take
+        every part: see ``qtrace.kernels.codegen.streams``).
 
         Part ``i`` gets the scratch block ``scratch + i * stride`` (its own adstack).
         """
-        parts = min(self.n, extent)
+        parts = min(parts or self.n, self.n, extent)
         if parts <= 1:
             fn(start, start + extent, args, status, scratch)
             return
@@ -236,11 +238,12 @@ class NativeWorkerPool:
         """As :meth:`WorkerPool.stale`, or made for another ``qt.config.spin_us``."""
         return self.n != config.num_threads or self.pid != os.getpid() or self.spin_us != config.spin_us
 
-    def run(self, fn, extent: int, args, status, scratch=None, stride: int = 0, start: int = 0) -> None:
+    def run(self, fn, extent: int, args, status, scratch=None, stride: int = 0, start: int = 0,
+            parts: int = 0) -> None:
         """As :meth:`WorkerPool.run`; ``fn`` a ctypes kernel or a Python callable(start, end)."""
         target = ctypes.cast(fn, ctypes.c_void_p).value if isinstance(fn, ctypes._CFuncPtr) else fn
         self._module.run(target, start, extent, PART if extent >= LONG else 1, args, status or 0,
-                         scratch or 0, stride)
+                         scratch or 0, stride, parts)
 
     def stats(self) -> dict:
         """Launches so far, how often a worker went to sleep, and the number of workers."""

@@ -45,8 +45,11 @@ import numpy as np
 from ..config import config
 from . import cpu
 
-BLAS_THREADS_FROM = 1 << 13   # multiply-adds: below this OpenBLAS never uses threads (gemv's bound)
-SPLIT_FROM = 1 << 16          # multiply-adds: from this many, a CBLAS product is split over the workers
+# OpenBLAS runs a product on the calling thread alone below these multiply-adds (its
+# interface/gemv.c and gemm.c: 2304 and 65536 times GEMM_MULTITHREAD_THRESHOLD, 4)
+OPENBLAS_GEMV_THREADS_FROM = 9216
+OPENBLAS_GEMM_THREADS_FROM = 262144
+PART_WORK = 1 << 15           # multiply-adds: a block of a split product has at least this many
 SPLIT_PYTHON_FROM = 1 << 20   # ... and a product of Python-callable blocks (a GIL hand-over each)
 
 # struct gemm of _workers.c: fn, ilp64, single, trans_a, trans_b, split_rows, m, n, k,
@@ -110,22 +113,36 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     n = b.shape[-1] if b.ndim >= 2 else 1
     batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     work = batch * m * n * a.shape[-1]
-    if work < BLAS_THREADS_FROM:
-        return np.matmul(a, b, out=out)
+    parts = 1 if out is None else max(1, min(config.num_threads, work // PART_WORK))
+    # (threadpoolctl's limit costs ~10 us: not taken where the BLAS would use one thread anyway)
+    if _one_thread_anyway(work // parts, m == 1 or n == 1):
+        return _split(a, b, out, m, n, work, parts)
     with _blas().limit(limits=1):
-        return _split(a, b, out, m, n, work)
+        return _split(a, b, out, m, n, work, parts)
 
 
-def _split(a, b, out, m: int, n: int, work: int) -> np.ndarray:
-    workers = config.num_threads
-    if out is None or workers <= 1 or work < SPLIT_FROM:
+def _one_thread_anyway(work: int, vector: bool) -> bool:
+    """Whether every BLAS of the process computes a product of ``work`` multiply-adds on
+    the calling thread alone (known for OpenBLAS; others are limited explicitly)."""
+    limit = OPENBLAS_GEMV_THREADS_FROM if vector else OPENBLAS_GEMM_THREADS_FROM
+    if work >= limit:
+        return False
+    only = _found.get("only_openblas")
+    if only is None:
+        only = _found["only_openblas"] = all(lib.internal_api == "openblas"
+                                             for lib in _blas().lib_controllers)
+    return only
+
+
+def _split(a, b, out, m: int, n: int, work: int, parts: int) -> np.ndarray:
+    if parts <= 1:
         return np.matmul(a, b, out=out)
-    rows = m >= 2 * workers or (m >= workers and m >= n)
-    if not rows and n < workers:
+    rows = m >= 2 * parts or (m >= parts and m >= n)
+    if not rows and n < parts:
         return np.matmul(a, b, out=out)
     call = _gemm_call(a, b, out, m, n, rows)
     if call is not None:
-        cpu.pool().run(*call)
+        cpu.pool().run(*call, parts=parts)
     elif work < SPLIT_PYTHON_FROM:
         np.matmul(a, b, out=out)
     elif rows:
@@ -135,12 +152,12 @@ def _split(a, b, out, m: int, n: int, work: int) -> np.ndarray:
                 np.matmul(a[..., part, :], b, out=out[..., part])
             else:
                 np.matmul(a[..., part, :], b, out=out[..., part, :])
-        cpu.pool().run(block, m, None, None)
+        cpu.pool().run(block, m, None, None, parts=parts)
     else:
         def block(start, end, *_):   # columns start..end of the result
             part = slice(start, end)
             np.matmul(a, b[..., :, part], out=out[..., part])
-        cpu.pool().run(block, n, None, None)
+        cpu.pool().run(block, n, None, None, parts=parts)
     return out
 
 
