@@ -430,3 +430,22 @@ def test_api_errors():
     with pytest.raises(TypeError):
         emit_math(b, "exp", [i])
     assert {"exp", "sin", "arctan2", "hypot", "power"} <= SUPPORTED
+
+
+def test_float64_tanh_within_2_ulp_across_its_two_formulas(rng):
+    """float64 tanh: the odd polynomial below 0.625 and 1 - 2/(e^(2|x|) + 1) above, each
+    within 2 ulp of long double (measured max 1.31), at and around the switch, near the
+    rounding to 1 and over random ranges; signs of zeros and the x -> x range kept."""
+    if not _LONGDOUBLE_OK:
+        pytest.skip("no extended long double for a reference")
+    edges = np.array([0.625, 2.0 ** -27, 19.06, 20.0, 1e-300, 5e-324])
+    near = np.concatenate([edges] + [np.nextafter(edges, t) for t in (0.0, np.inf)])
+    for _ in range(40):
+        near = np.concatenate([near, np.nextafter(near[-6:], np.inf)])
+    x = np.concatenate([near, rng.uniform(0, 0.7, 300_000), rng.uniform(0.6, 20, 300_000),
+                        10.0 ** rng.uniform(-20, 1.4, 100_000), [0.0]])
+    x = np.concatenate([x, -x])
+    got = run("tanh", F64, x)
+    d = ulp_distance(got, reference("tanh", (x,), F64), F64)
+    assert d.max() <= 2, (x[np.argmax(d)], d.max())
+    assert np.array_equal(np.signbit(got), np.signbit(x))
