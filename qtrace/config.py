@@ -26,7 +26,8 @@ variable                    attribute                    meaning
 ``QTRACE_FFI_NATIVE``       ``ffi_native``               ``0``: ``qt.to_jax`` calls run
                                                          through the Python FFI handler
 ``QTRACE_NATIVE``           ``native``                   ``0``: record in Python only,
-                                                         without the compiled recorder
+                                                         without the compiled recorder,
+                                                         and Python worker threads
                                                          (read once, at import)
 (no variable)               ``check_bounds``             gather/scatter index checks
 (no variable)               ``max_pending_nodes``        graph size that forces evaluation

@@ -9,17 +9,15 @@ references, fused and unfused.
 
 from __future__ import annotations
 
-import functools
-
 import mpmath
 import numpy as np
 import pytest
-import test_mathlib
-from test_mathlib import _Compiled, reference, ulp_distance
+from test_mathlib import reference, ulp_distance
+from test_mathlib_f32 import _b3_reference, _fast_trig_compiled
 
 import qtrace as qt
 from qtrace.graph.plan import build_plan
-from qtrace.kernels import codegen, fastmath, llvm_cpu
+from qtrace.kernels import codegen, llvm_cpu
 from qtrace.kernels.mathlib import FAST_TRIG_LIMIT
 
 F64 = np.float64
@@ -54,22 +52,11 @@ def _check(name, x, got, ref, limit):
     assert d[i] <= limit, f"{name}: {d[i]} ulp at x={x[i]!r}: got {got[i]!r}, want {ref[i]!r}"
 
 
-@functools.cache
-def _fast_pass_compiled():
-    """sin/cos/tan loops (test_mathlib's harness) whose body is only the fast pass's value."""
-    saved = test_mathlib.emit_math
-    test_mathlib.emit_math = lambda b, name, args: fastmath.sincos(b, args[0], name)[0]
-    try:
-        return _Compiled(FAST, F64)
-    finally:
-        test_mathlib.emit_math = saved
-
-
 @pytest.mark.parametrize("name", FAST)
 def test_fast_pass_alone_near_multiples_of_pi_over_2(name, rng):
     x = _near_multiples_of_pio2(rng)
     x = np.concatenate([x, -x])
-    _check(name, x, _fast_pass_compiled()(name, x), _mpmath_reference(name, x), LIMIT_ULP[name])
+    _check(name, x, _fast_trig_compiled(F64)(name, x), _mpmath_reference(name, x), LIMIT_ULP[name])
 
 
 @pytest.mark.parametrize("name", FAST)
@@ -82,7 +69,7 @@ def test_fast_pass_alone_over_its_range(name, rng):
         [0.0, -0.0, 2.0 ** -27, -(2.0 ** -27), 2.0 ** -28, 5e-324, 0.7853981633974483],
     ])
     x = x[np.abs(x) < FAST_TRIG_LIMIT]
-    got = _fast_pass_compiled()(name, x)
+    got = _fast_trig_compiled(F64)(name, x)
     _check(name, x, got, reference(name, (x,), F64), LIMIT_ULP[name])
     zero = x == 0
     assert np.array_equal(np.signbit(got[zero]), np.signbit(reference(name, (x[zero],), F64)))
@@ -141,15 +128,7 @@ def test_per_element_loops_run_float64_trig_fast_and_redo_large_blocks(large, fu
         where = rng.choice(n_el, 4, replace=False)
         x[where] = 3.0e6, -7.5e9, 2.5e20, 7e33
         n[where] = 1
-    v, trail = x.copy(), []
-    for step in range(int(n.max())):
-        trail.append(v.copy())
-        v = np.where(step < n, np.sin(v) * c + 0.5 * v, v)
-    gx, gc = np.ones_like(v), np.zeros_like(v)
-    for step in reversed(range(int(n.max()))):
-        go = step < n
-        gc = np.where(go, gc + gx * np.sin(trail[step]), gc)
-        gx = np.where(go, gx * (np.cos(trail[step]) * c + 0.5), gx)
+    v, gx, gc = _b3_reference(x, c, n)
 
     def out(xv, cv, nv):
         return qt.fori_loop(0, nv, lambda i, u: qt.sin(u) * cv + 0.5 * u, xv)

@@ -191,13 +191,13 @@ def test_fast_trig_pass_alone(name, rng):
 
 
 @functools.cache
-def _fast_trig_compiled():
-    """sin/cos/tan loops (test_mathlib's harness) whose body is only fastmath.sincos's
-    value."""
+def _fast_trig_compiled(dtype=F32):
+    """sin/cos/tan loops of ``dtype`` (test_mathlib's harness) whose body is only
+    fastmath.sincos's value."""
     saved = test_mathlib.emit_math
     test_mathlib.emit_math = lambda b, name, args: fastmath.sincos(b, args[0], name)[0]
     try:
-        return _Compiled(FAST, F32)
+        return _Compiled(FAST, dtype)
     finally:
         test_mathlib.emit_math = saved
 
