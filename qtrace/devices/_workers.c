@@ -14,9 +14,10 @@
  *
  * Ctrl-C: the calling thread runs its part in pieces of about 20 ms (the first piece,
  * 16384 elements, measures the speed), checking Python's signals between pieces (taking
- * the GIL for that moment). On an interrupt it sets the kernels' abort flag (whose
- * address `configure` receives: qtrace.kernels.interrupt), waits for the workers to stop
- * at their next chunk, clears the flag and raises.
+ * the GIL for that moment), and then every ~20 ms while it waits for the workers. On an
+ * interrupt it sets the kernels' abort flag (whose address `configure` receives:
+ * qtrace.kernels.interrupt), waits for the workers to stop at their next chunk, clears
+ * the flag and raises.
  *
  * One launch at a time (a mutex, taken without holding the GIL); a forked child starts
  * its own threads at its first launch.
@@ -254,16 +255,35 @@ static int run_own_part(int64_t start, int64_t end, int64_t unit, PyThreadState 
     return 0;
 }
 
-static void wait_for_workers(void)
+/* Wait for the workers to finish their parts: spin for spin_ns, then sleep in short naps,
+ * checking Python's signals every ~20 ms (a Ctrl-C while the caller's own part is done but
+ * the workers' are not). On a signal the abort flag is set, so the workers' kernels stop at
+ * their next chunk, and -1 is returned once they have (with the exception set). */
+static int wait_for_workers(PyThreadState **saved, int check_signals)
 {
-    int64_t t0 = now_ns();
+    int64_t t0 = now_ns(), checked = t0;
     unsigned spins = 0;
+    int interrupted = 0;
+    struct timespec nap = {0, 20000};
     while (atomic_load_explicit(&remaining, memory_order_acquire) > 0) {
-        if ((++spins & 63) == 0 && now_ns() - t0 > spin_ns)
-            sched_yield();
-        else
+        if ((++spins & 63) != 0) {
             RELAX();
+            continue;
+        }
+        int64_t now = now_ns();
+        if (now - t0 <= spin_ns)
+            continue;
+        nanosleep(&nap, NULL);
+        if (check_signals && !interrupted && now - checked > SLICE_NS) {
+            checked = now;
+            PyEval_RestoreThread(*saved);
+            interrupted = PyErr_CheckSignals() < 0;
+            *saved = PyEval_SaveThread();
+            if (interrupted && abort_flag != NULL)
+                *abort_flag = 1;
+        }
     }
+    return interrupted ? -1 : 0;
 }
 
 static PyObject *py_run(PyObject *self, PyObject *args)
@@ -334,8 +354,8 @@ static PyObject *py_run(PyObject *self, PyObject *args)
     failed = run_own_part(job.bounds[0], job.bounds[1], unit, &saved);
     if (failed && workers > 0 && abort_flag != NULL)
         *abort_flag = 1;   /* the workers stop at their next chunk */
-    if (workers > 0)
-        wait_for_workers();
+    if (workers > 0 && wait_for_workers(&saved, !failed) < 0)
+        failed = 1;        /* (a Ctrl-C while waiting: wait_for_workers set the flag) */
     if (failed && abort_flag != NULL)
         *abort_flag = 0;
     error = worker_error;

@@ -8,8 +8,8 @@ workers go to sleep.
 
 from __future__ import annotations
 
-import _thread
 import multiprocessing
+import signal
 import threading
 import time
 import warnings
@@ -83,19 +83,26 @@ def test_an_exception_in_a_callable_part_is_raised_by_the_launch(pool_kind, wher
     assert sum(calls) == 1000
 
 
-def test_ctrl_c_stops_a_long_launch_and_leaves_qtrace_usable(pool_kind, rng):
-    """A launch of several seconds is stopped by Ctrl-C (here ``_thread.interrupt_main``)
-    within a fraction of a second; the abort flag is cleared and the next launch is right."""
+@pytest.mark.parametrize("where", ["caller's part", "workers' part"])
+def test_ctrl_c_stops_a_long_launch_and_leaves_qtrace_usable(pool_kind, where, rng):
+    """A launch of several seconds is stopped by Ctrl-C (a SIGINT sent to the main thread)
+    within a fraction of a second, whether the calling thread is still running its part or
+    already waiting for the workers' (per-element trip counts: none in the first half);
+    the abort flag is cleared and the next launch is right."""
     qt.config.num_threads = 2
     x = qt.asarray(rng.uniform(-1, 1, 400_000))
-    slow = qt.jit(lambda v: qt.fori_loop(0, 20_000, lambda i, u: qt.sin(u) * 0.9 + 0.05, v))
+    trips = np.full(400_000, 20_000)
+    if where == "workers' part":
+        trips[:200_000] = 0
+    trips = qt.asarray(trips)
+    slow = qt.jit(lambda v, n: qt.fori_loop(0, n, lambda i, u: qt.sin(u) * 0.9 + 0.05, v))
     small = qt.asarray(rng.uniform(-1, 1, 100_000))
-    slow(small[:10]).numpy()   # compiled before the clock starts
-    timer = threading.Timer(0.5, _thread.interrupt_main)
+    slow(small[:10], trips[:10]).numpy()   # compiled before the clock starts
+    timer = threading.Timer(0.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
     t0 = time.perf_counter()
     timer.start()
     with pytest.raises(KeyboardInterrupt):
-        slow(x).numpy()
+        slow(x, trips).numpy()
         time.sleep(10)   # (not reached unless the launch ignored the interrupt)
     elapsed = time.perf_counter() - t0
     timer.join()
