@@ -260,3 +260,18 @@ def codegen_text(text: str) -> str:
     """Module text with the loop-property placeholders resolved (as the back end does)."""
     from qtrace.kernels.loop_hints import resolve
     return resolve(text, 16)
+
+
+@pytest.mark.parametrize("cols", [30, 100, 1000])
+def test_short_rows_of_math_fold_their_tail_into_masked_vectors(cols, fusion, rng):
+    """A [rows, cols] map of a math function: rows whose last partial block would leave
+    more than a tenth of each row to the scalar remainder (30 columns) are predicated;
+    longer ones (100, 1000) are not. Values are NumPy's either way, fused and unfused."""
+    x = rng.uniform(-3, 3, (600, cols))
+    b = rng.uniform(-1, 1, cols)
+    out = qt.tanh(qt.asarray(x) + qt.asarray(b)) * 0.5
+    if fusion:
+        module, _ = _module_for(out)
+        folded = '"llvm.loop.vectorize.predicate.enable", i32 1' in codegen_text(str(module))
+        assert folded == (cols == 30)
+    np.testing.assert_allclose(out.numpy(), np.tanh(x + b) * 0.5, rtol=1e-14, atol=1e-15)
