@@ -2,7 +2,10 @@
 
 A kernel call goes through ctypes, which releases the GIL, so worker threads run
 kernel ranges truly in parallel. Ranges smaller than ``PARALLEL_MIN_WORK`` elements run
-on the calling thread (waking workers costs more than it saves there).
+on the calling thread (handing parts to workers costs more than it saves there). The
+workers are the compiled ``qtrace.devices._workers`` (:class:`NativeWorkerPool`: they spin
+briefly between launches, so a launch costs microseconds, not a thread wake-up) where it is
+built, else Python threads (:class:`WorkerPool`).
 """
 
 from __future__ import annotations

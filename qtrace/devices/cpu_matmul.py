@@ -74,36 +74,38 @@ def _cblas():
     workers' ``gemm_block`` (empty without OpenBLAS or without the compiled workers)."""
     with _found_lock:
         found = _found.get("cblas")
-    if found is not None:
-        return found
-    found = {}
-    module = cpu._native_workers()
-    for lib in _blas().lib_controllers if module is not None else ():
-        if lib.internal_api != "openblas":
-            continue
-        dll = ctypes.CDLL(lib.filepath)
-        for prefix in ("", "scipy_"):
-            for suffix in ("", "64_", "_64"):
-                names = [f"{prefix}cblas_{t}gemm{suffix}" for t in "ds"]
-                if not all(hasattr(dll, n) for n in names):
-                    continue
-                ilp64 = bool(suffix)
-                if not ilp64:   # an unsuffixed OpenBLAS says in its configuration whether it is ILP64
-                    get_config = getattr(dll, f"{prefix}openblas_get_config{suffix}", None)
-                    if get_config is None:
-                        continue
-                    get_config.restype = ctypes.c_char_p
-                    ilp64 = b"USE64BITINT" in (get_config() or b"")
-                for dt, n in zip((np.dtype(np.float64), np.dtype(np.float32)), names):
-                    found[dt] = (ctypes.cast(getattr(dll, n), ctypes.c_void_p).value, ilp64)
-                break
-            if found:
-                break
-        if found:
-            break
-    with _found_lock:
-        _found["cblas"] = found
+    if found is None:
+        found = {}
+        if cpu._native_workers() is not None:
+            for lib in _blas().lib_controllers:
+                if lib.internal_api == "openblas":
+                    found = _openblas_gemms(ctypes.CDLL(lib.filepath))
+                    if found:
+                        break
+        with _found_lock:
+            _found["cblas"] = found
     return found
+
+
+def _openblas_gemms(dll) -> dict:
+    """``{dtype: (address, ilp64)}`` of an OpenBLAS's ``cblas_dgemm``/``cblas_sgemm``,
+    whatever the affixes of its build (NumPy's wheels: ``scipy_cblas_dgemm64_``); {} if
+    it lacks them."""
+    for prefix in ("", "scipy_"):
+        for suffix in ("", "64_", "_64"):
+            names = [f"{prefix}cblas_{t}gemm{suffix}" for t in "ds"]
+            if not all(hasattr(dll, n) for n in names):
+                continue
+            ilp64 = bool(suffix)
+            if not ilp64:   # an unsuffixed OpenBLAS says in its configuration whether it is ILP64
+                get_config = getattr(dll, f"{prefix}openblas_get_config", None)
+                if get_config is None:
+                    continue
+                get_config.restype = ctypes.c_char_p
+                ilp64 = b"USE64BITINT" in (get_config() or b"")
+            return {np.dtype(t): (ctypes.cast(getattr(dll, n), ctypes.c_void_p).value, ilp64)
+                    for t, n in zip((np.float64, np.float32), names)}
+    return {}
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
