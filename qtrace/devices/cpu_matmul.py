@@ -44,6 +44,7 @@ import numpy as np
 
 from ..config import config
 from . import cpu
+from .library import register
 
 # OpenBLAS runs a product on the calling thread alone below these multiply-adds (its
 # interface/gemv.c and gemm.c: 2304 and 65536 times GEMM_MULTITHREAD_THRESHOLD, 4)
@@ -194,3 +195,9 @@ def _layout(x: np.ndarray, size: int):
     if (r == 1 or s0 == size) and s1 % size == 0 and (c == 1 or s1 >= r * size):
         return True, max(r, s1 // size if c > 1 else r, 1)
     return None
+
+
+@register("matmul", ("cpu",), writes_out=True)
+def _matmul_library(xp, static, a, b, out=None):
+    """The CPU's library step for ``matmul`` nodes: :func:`matmul` into the runtime's buffer."""
+    return [matmul(a, b, None if out is None else out[0])]

@@ -23,7 +23,6 @@ from collections.abc import Callable
 import numpy as np
 
 from ..stats import bump
-from . import cpu_matmul
 
 IMPLEMENTATIONS: dict = {}   # (name, device kind) -> fn(xp, static, *inputs) -> list of arrays
 WRITES_OUT: set = set()      # the names whose implementations also take ``out=[array, ...]``
@@ -111,12 +110,7 @@ class LibraryStep:
         return all(d == dtype for _, d in self.metas)
 
 
-@register("matmul", ("cuda",), writes_out=True)
+@register("matmul", ("cuda",), writes_out=True)   # (the CPU's: qtrace.devices.cpu_matmul)
 def _matmul(xp, static, a, b, out=None):
     return [xp.matmul(a, b, out=None if out is None else out[0])]
 
-
-@register("matmul", ("cpu",), writes_out=True)
-def _matmul_cpu(xp, static, a, b, out=None):
-    """The BLAS on one thread, large products split over qtrace's workers (cpu_matmul)."""
-    return [cpu_matmul.matmul(a, b, None if out is None else out[0])]
