@@ -445,13 +445,19 @@ def graph_key(outputs: tuple) -> tuple[str, tuple]:
     return content_hash(tuple(specs)), tuple(leaves)
 
 
-def substitute(outputs: tuple, mapping: dict) -> tuple:
-    """``outputs`` rebuilt with nodes replaced per ``mapping`` (``id(node) -> node``)."""
+def substitute(outputs: tuple, mapping: dict, rewrite=None) -> tuple:
+    """``outputs`` rebuilt with nodes replaced per ``mapping`` (``id(node) -> node``), and
+    per ``rewrite(node, new inputs)`` where it returns a node instead of None."""
     new = dict(mapping)
     for n in toposort(outputs):
         if id(n) in new:
             continue
         inputs = tuple(new.get(id(i), i) for i in n.inputs)
+        if rewrite is not None:
+            replaced = rewrite(n, inputs)
+            if replaced is not None:
+                new[id(n)] = replaced
+                continue
         if any(a is not b for a, b in zip(inputs, n.inputs)):
             new[id(n)] = make_node(n.prim, n.params, n.shape, n.dtype, inputs, n.device, n.weak)
     return tuple(new.get(id(o), o) for o in outputs)

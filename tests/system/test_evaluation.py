@@ -213,7 +213,8 @@ def test_evaluated_values_are_read_only(rng):
 def test_matmul_writes_into_the_runtimes_buffers(rng, monkeypatch):
     """A matrix product is written into a buffer of the device runtime (whose large buffers
     are reused, where NumPy's own large result is fresh memory, page faults and all), when
-    its result comes out in the node's dtype; values as NumPy's either way."""
+    its result comes out in the node's dtype; values as NumPy's either way. (The contracted
+    dimension, 8, is above the products written as multiply-adds.)"""
     from qtrace.devices import library
 
     seen = []
@@ -224,11 +225,11 @@ def test_matmul_writes_into_the_runtimes_buffers(rng, monkeypatch):
         return impl(xp, static, a, b, out=out)
 
     monkeypatch.setitem(library.IMPLEMENTATIONS, ("matmul", "cpu"), spy)
-    a, b = rng.standard_normal((600, 3)), rng.standard_normal((3, 400))
+    a, b = rng.standard_normal((600, 8)), rng.standard_normal((8, 400))
     got = (qt.asarray(a) @ qt.asarray(b)).numpy()
     np.testing.assert_allclose(got, a @ b, rtol=1e-13)
     assert seen[-1] is not None and np.shares_memory(got, seen[-1][0])
-    i = rng.integers(-5, 5, (7, 3)).astype(np.int8)
+    i = rng.integers(-5, 5, (7, 8)).astype(np.int8)
     got = (qt.asarray(i) @ qt.asarray(b[:, :5].astype(np.float32))).numpy()
     want = i @ b[:, :5].astype(np.float32)
     assert got.dtype == want.dtype
