@@ -92,10 +92,21 @@ def _openblas_gemms(dll) -> dict:
     """``{dtype: (address, ilp64)}`` of an OpenBLAS's ``cblas_dgemm``/``cblas_sgemm``,
     whatever the affixes of its build (NumPy's wheels: ``scipy_cblas_dgemm64_``); {} if
     it lacks them."""
+    found = _openblas_symbols(dll, ["cblas_dgemm", "cblas_sgemm"])
+    if found is None:
+        return {}
+    names, ilp64 = found
+    return {np.dtype(t): (ctypes.cast(getattr(dll, n), ctypes.c_void_p).value, ilp64)
+            for t, n in zip((np.float64, np.float32), names)}
+
+
+def _openblas_symbols(dll, names: list):
+    """``(the symbols of names as this OpenBLAS build spells them, whether it is ILP64)``,
+    whatever its affixes (NumPy's wheels: ``scipy_`` and ``64_``), or None if it lacks one."""
     for prefix in ("", "scipy_"):
         for suffix in ("", "64_", "_64"):
-            names = [f"{prefix}cblas_{t}gemm{suffix}" for t in "ds"]
-            if not all(hasattr(dll, n) for n in names):
+            found = [f"{prefix}{n}{suffix}" for n in names]
+            if not all(hasattr(dll, n) for n in found):
                 continue
             ilp64 = bool(suffix)
             if not ilp64:   # an unsuffixed OpenBLAS says in its configuration whether it is ILP64
@@ -104,9 +115,8 @@ def _openblas_gemms(dll) -> dict:
                     continue
                 get_config.restype = ctypes.c_char_p
                 ilp64 = b"USE64BITINT" in (get_config() or b"")
-            return {np.dtype(t): (ctypes.cast(getattr(dll, n), ctypes.c_void_p).value, ilp64)
-                    for t, n in zip((np.float64, np.float32), names)}
-    return {}
+            return found, ilp64
+    return None
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -117,11 +127,66 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     work = batch * m * n * a.shape[-1]
     parts = 1 if out is None else max(1, min(config.num_threads, work // PART_WORK))
-    # (threadpoolctl's limit costs ~10 us: not taken where the BLAS would use one thread anyway)
     if _one_thread_anyway(work // parts, m == 1 or n == 1):
         return _split(a, b, out, m, n, work, parts)
-    with _blas().limit(limits=1):
+    with _ONE_BLAS_THREAD:
         return _split(a, b, out, m, n, work, parts)
+
+
+class _OneBlasThread:
+    """While entered (by any number of threads at once), every BLAS of the process is set
+    to one thread; the first entry saves their counts and the last exit restores them.
+    (threadpoolctl's ``limit`` context costs ~6 us per entry, lets two threads restore each
+    other's limit early, and for OpenBLAS silently ignores every Python thread but the
+    first that set a limit: OpenBLAS's own setter is called here instead.)"""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._saved: list = []
+
+    def __enter__(self):
+        with self._lock:
+            if not self._inside:
+                self._saved = [(set_, get()) for get, set_ in _thread_controls()]
+                for set_, count in self._saved:
+                    if count != 1:
+                        set_(1)
+            self._inside += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._inside -= 1
+            if not self._inside:
+                for set_, count in self._saved:
+                    if count != 1:
+                        set_(count)
+
+
+def _thread_controls() -> list:
+    """``(get, set)`` of the thread count of every BLAS of the process (found once):
+    OpenBLAS's own functions, else threadpoolctl's controller methods."""
+    with _found_lock:
+        found = _found.get("threads")
+    if found is None:
+        found = []
+        for lib in _blas().lib_controllers:
+            own = None
+            if lib.internal_api == "openblas":
+                dll = ctypes.CDLL(lib.filepath)
+                own = _openblas_symbols(dll, ["openblas_get_num_threads", "openblas_set_num_threads"])
+            if own is not None:
+                get, set_ = (getattr(dll, n) for n in own[0])
+                set_.argtypes = [ctypes.c_int]
+                found.append((get, set_))
+            else:
+                found.append((lib.get_num_threads, lib.set_num_threads))
+        with _found_lock:
+            _found["threads"] = found
+    return found
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
 
 
 def _one_thread_anyway(work: int, vector: bool) -> bool:

@@ -71,6 +71,47 @@ def test_the_blas_thread_count_is_restored(rng):
     assert after == before
 
 
+def test_threads_multiplying_at_once_keep_the_blas_on_one_thread(rng, monkeypatch):
+    """Products from 4 threads at once: each sees one BLAS thread for its whole product
+    (a thread leaving must not restore the count under another still inside), and the
+    count is restored once all have left. Values as NumPy's."""
+    import threading
+
+    qt.config.num_threads = 2
+    libs = cpu_matmul._blas().lib_controllers
+    before = [lib.get_num_threads() for lib in libs]
+    seen, split = [], cpu_matmul._split
+
+    def spying(*args):
+        seen.append([lib.get_num_threads() for lib in libs])
+        out = split(*args)
+        seen.append([lib.get_num_threads() for lib in libs])
+        return out
+
+    monkeypatch.setattr(cpu_matmul, "_split", spying)
+    a, b = rng.standard_normal((700, 300)), rng.standard_normal((300, 400))
+    want, errors = a @ b, []
+    start = threading.Barrier(4)
+
+    def work():
+        try:
+            start.wait()
+            for _ in range(15):
+                got = cpu_matmul.matmul(a, b, np.empty((700, 400)))
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(seen) == 4 * 15 * 2 and all(counts == [1] * len(libs) for counts in seen), seen
+    assert [lib.get_num_threads() for lib in libs] == before
+
+
 def test_float_products_go_through_the_compiled_gemm_blocks(rng):
     """With OpenBLAS and the compiled workers, a float64 product is one launch of the
     workers' gemm kernel (no Python per block)."""
