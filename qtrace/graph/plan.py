@@ -17,8 +17,8 @@ from .loops import depth_source, host_bound
 from .node import Node, graph_key
 from .partition import MAX_TASK_COST, VIEWED, Decision, Schedule, partition, report_decisions
 from .partition import kind as kind_of
-from .small_products import MAX_CONTRACTED, lower_small_products
 from .tasks import Task, build_tasks, coalesce, try_merge
+from .unroll import unroll
 
 
 @dataclass
@@ -53,14 +53,11 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False, lanes: int = 0)
     """The plan computing ``outputs``: partition, tasks, horizontal merges, slots and
     lifetimes. ``lanes``: the target's block width for per-element loops (0: none)."""
     key, leaves = graph_key(outputs)
-    products = []
+    unrolled = []
     if fusion:  # (the rewritten graph has the same leaves: the slots stay the caller's)
-        outputs, products = lower_small_products(outputs)
+        outputs, unrolled = unroll(outputs)
     schedule = partition(outputs, fusion)
-    for p in products:
-        schedule.decisions.insert(0, Decision(p, "multiply-adds", True,
-                                              f"contracted extent {p.inputs[0].shape[1]} "
-                                              f"<= {MAX_CONTRACTED}: fused as elementwise"))
+    schedule.decisions[:0] = [Decision(n, "elementwise", True, why) for n, why in unrolled]
     if diag:
         report_decisions(schedule)
     slot_of: dict[int, int] = {id(leaf): i for i, leaf in enumerate(leaves)}
