@@ -277,20 +277,22 @@ class CudaRuntime(DeviceRuntime):
         is (the common case; entering CuPy's device context costs a few microseconds)."""
         return _CURRENT if self.cp.cuda.runtime.getDevice() == self.index else self.device
 
-    def _stacks(self, nbytes: int):
-        """At least ``nbytes`` of device memory for adstacks, kept between launches per
-        calling thread and stream (a launch on the same stream runs after the previous
-        one is done with it; another stream or thread has its own), replaced by one of at
-        least twice the size when too small (``adstack_scratch_allocs``/``_bytes``); the
-        one replaced returns to CuPy's pool in stream order."""
-        kept = _per_stream(self._kept, "blocks")
+    def _kept_block(self, name: str, nbytes: int):
+        """At least ``nbytes`` of device memory, kept between launches per calling thread,
+        stream and use ``name`` (a launch on the same stream runs after the previous one
+        is done with it; another stream or thread has its own), replaced by one of at least
+        twice the size when too small; the one replaced returns to CuPy's pool in stream
+        order. ``"stacks"``: adstacks (``adstack_scratch_allocs``/``_bytes``); ``"split"``:
+        split reductions' scratch (zeroed before each launch by the caller)."""
+        kept = _per_stream(self._kept, name)
         stream = self.cp.cuda.get_current_stream().ptr
         block = kept.get(stream)
         if block is None or block.nbytes < nbytes:
             size = max(nbytes, 2 * block.nbytes if block is not None else 0)
             kept[stream] = None
             kept[stream] = block = self.cp.empty(size, np.uint8)
-            bump_many((("adstack_scratch_allocs", 1), ("adstack_scratch_bytes", size)))
+            if name == "stacks":
+                bump_many((("adstack_scratch_allocs", 1), ("adstack_scratch_bytes", size)))
         return block
 
     def empty(self, shape: tuple, dtype):
@@ -340,16 +342,18 @@ class CudaRuntime(DeviceRuntime):
             raise NotImplementedError("qtrace: phased launches are a CPU mechanism")
         stride, threads, block = 0, None, None
         with self.scope():   # (current stream, scratch, stack block and fills: this device's)
-            if scratch:   # zeroed, freed in stream order after the launch
-                block = self.cp.zeros(scratch, np.uint8)
-                scratch = block.data.ptr
+            if scratch:   # kept per stream, zeroed on the stream (no allocation, no fill kernel)
+                block = self._kept_block("split", scratch).data.ptr
+                self.cp.cuda.runtime.memsetAsync(block, 0, scratch,
+                                                 self.cp.cuda.get_current_stream().ptr)
+                scratch = block
             elif levels is not None:
                 # interleaved (``Levels.interleaved``): the threads' headers, then their
                 # stacks word by word, each thread's header HEADER bytes from the previous
                 # one's; else a block of ``size`` bytes per thread
                 threads = min(-(-extent // kernel.BLOCK) * kernel.BLOCK, THREAD_CAP)
                 header, size = adstack.layout(threads, levels)
-                block = self._stacks(threads * size)
+                block = self._kept_block("stacks", threads * size)
                 stride = adstack.HEADER if levels.interleaved else size
                 heads = block[:threads * stride].view(np.int64).reshape(threads, stride // 8)
                 for k, v in enumerate(header):   # filled on the device: nothing is uploaded

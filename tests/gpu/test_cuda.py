@@ -453,6 +453,44 @@ def test_work_is_queued_on_the_current_stream_and_read_after_it(rng, monkeypatch
 
 
 @gpu
+def test_split_reductions_share_one_scratch_block_per_stream(rng, monkeypatch):
+    """Split reductions' scratch is one block per stream, kept between launches and zeroed
+    on the stream before each (reductions of different layouts — sum, argmax with its
+    indices, max, a sum over a third — share it: a counter left behind by another layout
+    would lose a result). 30 calls of changing data and three lengths, alternating two
+    streams, each equal to NumPy's; once every length has run on both streams no block is
+    made again."""
+    import cupy
+
+    made = []
+    empty = cupy.empty
+
+    def counting(shape, dtype=float, *args, **kwargs):
+        if np.dtype(dtype) == np.uint8:
+            made.append(shape)
+        return empty(shape, dtype, *args, **kwargs)
+    monkeypatch.setattr(cupy, "empty", counting)
+
+    @qt.jit
+    def reduce(x):
+        return qt.sum(x * 2.0), qt.argmax(x), qt.max(qt.abs(x)), qt.sum(x[: x.shape[0] // 3])
+
+    s1, s2 = qt.cuda.Stream(), qt.cuda.Stream(non_blocking=True)
+    for k in range(30):
+        data = rng.standard_normal(3_000_000 + (k % 3)).astype(np.float32)
+        with (s1, s2)[k % 2]:
+            got = [np.asarray(o.numpy()) for o in reduce(qt.asarray(data, device="cuda"))]
+        wide = data.astype(np.float64)
+        np.testing.assert_allclose(got[0], 2 * wide.sum(), rtol=1e-5, atol=1e-2)
+        assert int(got[1]) == int(np.argmax(data))
+        assert float(got[2]) == float(np.abs(data).max())
+        np.testing.assert_allclose(got[3], wide[: data.size // 3].sum(), rtol=1e-5, atol=1e-2)
+        if k == 5:   # (every length on both streams)
+            first = len(made)
+    assert 2 <= first <= 12 and len(made) == first, made
+
+
+@gpu
 @pytest.mark.parametrize("kernels", [1, 2])
 def test_threads_launching_one_plan_each_get_their_own_arguments(rng, kernels):
     """Kernel parameters are packed in a per-thread argument block: 6 threads calling the

@@ -129,6 +129,8 @@ def test_split_reduction_gradient(split_cpu, rng):
     np.testing.assert_allclose(g, want, rtol=1e-14)
 
 
+@pytest.mark.cpu_only("the library forced here is NumPy's sequential cumsum (its bounds assume "
+                      "that order); the GPU's, CUB's parallel scan, is tested in tests/gpu")
 @pytest.mark.parametrize("n", [1 << 17, (1 << 17) + 1, 1_000_003])
 def test_library_scan_matches_numpy(n, monkeypatch, fusion, rng):
     """The library scan GPUs use for a few long rows (forced on the CPU here, where the
