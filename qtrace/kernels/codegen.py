@@ -36,7 +36,7 @@ from . import (
 )
 from .builder import KernelBuilder
 from .intrinsics import aborted, intrinsic
-from .loop_hints import loop_properties, narrow_accumulation, vector_hint
+from .loop_hints import loop_properties, narrow_accumulation, vector_epilogues, vector_hint
 from .lowering import (
     CPU,
     STREAM_SUFFIX,
@@ -184,6 +184,8 @@ class KernelEmitter:
                 self.vars.append(i)
                 level(k + 1)
                 self.vars.pop()
+            if k == last and k > 0 and self.lowering.vector_hints and _calls_math(self.t):
+                vector_epilogues(self.fn.module, extents[k])   # (a row's scalar math: per row)
             if k == last and split is not None:
                 self._split_loop(lo, hi, split, inner, extents[k])
             else:
@@ -931,6 +933,11 @@ def _floor_div(b: ir.IRBuilder, x, c: int):
 
 
 INTERLEAVE = 4   # vectors per iteration of a latency-bound loop (see _latency_bound)
+
+
+def _calls_math(task) -> bool:
+    """Whether ``task`` computes a transcendental function (an expensive scalar remainder)."""
+    return any(i.kind == "op" and i.prim in SUPPORTED for i in task.instrs)
 
 
 def _latency_bound(task) -> bool:

@@ -35,8 +35,9 @@ def _init():
     llvm.initialize_native_asmprinter()
     llvm.add_symbol(interrupt.SYMBOL, interrupt.address())  # the abort flag kernels poll
     # no vectorized epilogue after a vectorized loop: a third copy of every loop body (math
-    # inlined) for at most lanes-1 elements costs ~15% of a kernel's compile time
-    llvm.set_option("", "-enable-epilogue-vectorization=false")
+    # inlined) for at most lanes-1 elements costs ~15% of a kernel's compile time (turned on
+    # only for the modules whose rows leave remainders: loop_hints.vector_epilogues)
+    _epilogues(False)
     triple = llvm.get_process_triple()
     target = llvm.Target.from_triple(triple)
     cpu = llvm.get_host_cpu_name()
@@ -44,6 +45,10 @@ def _init():
     _state.update(triple=triple, cpu=cpu, features=features, target=target, engines=[])
     _state["tm"] = _target_machine()  # for optimising and emitting objects; never given away
     return _state
+
+
+def _epilogues(on: bool) -> None:
+    llvm.set_option("", f"-enable-epilogue-vectorization={'true' if on else 'false'}")
 
 
 def _target_machine():
@@ -106,7 +111,15 @@ def optimize(module: ir.Module) -> llvm.ModuleRef:
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pb = llvm.create_pass_builder(s["tm"], pto)
-    pb.getModulePassManager().run(mod, pb)
+    if loop_hints.wants_epilogues(module):
+        with _lock:   # (an LLVM option: process-wide)
+            _epilogues(True)
+            try:
+                pb.getModulePassManager().run(mod, pb)
+            finally:
+                _epilogues(False)
+    else:
+        pb.getModulePassManager().run(mod, pb)
     if any(name.endswith(STREAM_SUFFIX) for name in module.globals):
         mod = llvm.parse_assembly(nontemporal(str(mod)))
     return mod

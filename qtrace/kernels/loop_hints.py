@@ -12,12 +12,25 @@ module is parsed. Measured: the fused sum of the B1 chain, one thread, 3.0-3.9 -
 Loops whose properties are known when they are emitted (a width, an interleave count)
 take :func:`loop_properties`, a placeholder :func:`resolve` turns into a distinct loop
 ID with those properties.
+
+LLVM leaves the elements after a vectorized loop's last whole block (up to vector width x
+interleave - 1) to a scalar copy of the loop. The CPU back end turns off vectorizing that
+remainder ("epilogue vectorization": a third copy of every loop body, ~15% of a kernel's
+compile time), which costs nothing where a loop runs once per launch; but the innermost
+loop of a nest runs once per row, and a row of 100 float64 ``tanh`` then spent a third of
+its time on the 4 scalar elements after its three blocks of 32. A kernel computing a
+transcendental function whose rows leave such a remainder marks its module
+(:func:`vector_epilogues`) and the back end compiles that module with epilogues vectorized
+(cheap arithmetic's scalar remainder costs little: those modules keep the shorter compile).
+Measured, one thread, ``tanh(h + b)`` on [3000, 100] float64: 338 -> 254 us (the same count
+of elements in one row: 232).
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import weakref
 
 import numpy as np
 from llvmlite import ir
@@ -29,6 +42,8 @@ PROPERTIES = "qtrace.loop"
 _PROPERTIES = re.compile(
     r'^(!\d+) = !\{\s*!"' + re.escape(PROPERTIES) + r'", i32 \d+((?:, !"[\w.]+", i32 \d+)*)\s*\}$', re.M)
 _PROPERTY = re.compile(r'!"([\w.]+)", i32 (\d+)')
+ROW_BLOCK = 64      # elements: rows of a multiple of this leave no remainder to any vector loop
+_epilogues: weakref.WeakSet = weakref.WeakSet()   # modules whose rows leave remainders
 
 
 def vector_hint(module: ir.Module):
@@ -45,6 +60,19 @@ def loop_properties(module: ir.Module, properties: dict):
     for name, value in sorted(properties.items()):
         items += [ir.MetaDataString(module, name), ir.Constant(i32, value)]
     return module.add_metadata(items)
+
+
+def vector_epilogues(module: ir.Module, row: int) -> None:
+    """Note that a kernel of ``module`` walks rows of ``row`` elements in an innermost loop
+    inside an outer one: unless ``row`` is a multiple of :data:`ROW_BLOCK`, the module is
+    compiled with vectorized loop remainders (module doc)."""
+    if row % ROW_BLOCK:
+        _epilogues.add(module)
+
+
+def wants_epilogues(module: ir.Module) -> bool:
+    """Whether ``module`` asked for vectorized loop remainders (:func:`vector_epilogues`)."""
+    return module in _epilogues
 
 
 def narrow_accumulation(task) -> bool:

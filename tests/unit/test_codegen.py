@@ -256,6 +256,33 @@ def test_loops_of_one_or_two_math_functions_are_interleaved(dtype, rng):
         np.testing.assert_allclose(out.numpy(), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("case", ["tanh_rows_100", "tanh_rows_128", "tanh_flat", "add_rows_100",
+                                  "exp_rows_200"])
+def test_rows_of_math_with_a_remainder_get_vector_epilogues(case, fusion, rng):
+    """A 2-D map computing a math function over rows that leave a remainder after whole
+    vector blocks (100, 200 columns) asks for vectorized loop remainders, and its optimised
+    IR has them (LLVM's ``vec.epilog`` blocks); rows of a multiple of the block (128), a flat
+    loop and cheap arithmetic do not ask. The option is off again after the module
+    (process-wide). Values are NumPy's either way, fused and unfused."""
+    from qtrace.kernels import loop_hints
+    rows, cols, fn, npfn = {"tanh_rows_100": (300, 100, qt.tanh, np.tanh),
+                            "tanh_rows_128": (300, 128, qt.tanh, np.tanh),
+                            "tanh_flat": (1, 30_000, qt.tanh, np.tanh),
+                            "add_rows_100": (300, 100, lambda v: v * 3.0, lambda v: v * 3.0),
+                            "exp_rows_200": (200, 200, qt.exp, np.exp)}[case]
+    x, b = rng.uniform(-3, 3, (rows, cols)), rng.uniform(-1, 1, cols)
+    out = fn(qt.asarray(x) + qt.asarray(b))
+    wanted = case in ("tanh_rows_100", "exp_rows_200")
+    if fusion:
+        module, task = _module_for(out)
+        assert loop_hints.wants_epilogues(module) == wanted, task.domain
+        opt = str(llvm_cpu.optimize(module))
+        assert ("vec.epilog" in opt) == wanted
+        plain, _ = _module_for(qt.tanh(qt.asarray(np.ones(5000))))   # (1-D: never asks)
+        assert "vec.epilog" not in str(llvm_cpu.optimize(plain))
+    np.testing.assert_allclose(out.numpy(), npfn(x + b), rtol=1e-14, atol=1e-15)
+
+
 def codegen_text(text: str) -> str:
     """Module text with the loop-property placeholders resolved (as the back end does)."""
     from qtrace.kernels.loop_hints import resolve
