@@ -184,7 +184,7 @@ class KernelEmitter:
                 self.vars.append(i)
                 level(k + 1)
                 self.vars.pop()
-            if k == last and k > 0 and self.lowering.vector_hints and _calls_math(self.t):
+            if k == last and k > 0 and self.lowering.vector_hints and _math_calls(self.t):
                 vector_epilogues(self.fn.module, extents[k])   # (a row's scalar math: per row)
             if k == last and split is not None:
                 self._split_loop(lo, hi, split, inner, extents[k])
@@ -935,9 +935,9 @@ def _floor_div(b: ir.IRBuilder, x, c: int):
 INTERLEAVE = 4   # vectors per iteration of a latency-bound loop (see _latency_bound)
 
 
-def _calls_math(task) -> bool:
-    """Whether ``task`` computes a transcendental function (an expensive scalar remainder)."""
-    return any(i.kind == "op" and i.prim in SUPPORTED for i in task.instrs)
+def _math_calls(task) -> int:
+    """How many transcendental functions ``task`` computes per element."""
+    return sum(1 for i in task.instrs if i.kind == "op" and i.prim in SUPPORTED)
 
 
 def _latency_bound(task) -> bool:
@@ -949,7 +949,7 @@ def _latency_bound(task) -> bool:
     372, log 691 -> 545, sin 869 -> 750; float32 tanh 277 -> 222 (each kernel then compiles
     in ~5 ms more). A loop with more calls has independent chains to overlap already (B1's
     four: no change)."""
-    return 1 <= sum(1 for i in task.instrs if i.kind == "op" and i.prim in SUPPORTED) <= 2
+    return 1 <= _math_calls(task) <= 2
 
 
 VECTOR_BYTES = 64   # the widest vector registers (AVX-512): sizes the remainder estimate
