@@ -243,7 +243,7 @@ static void mcache_remember(PyObject *rec)
  * (forget_recent), or when it holds node._RECENT_CAP entries, as the dict is. Nodes with
  * other input counts are shared through node._recent by the Python code.
  */
-#define SCACHE_SIZE 4096            /* entries (two-way: an entry and its neighbour) */
+#define SCACHE_SIZE 16384            /* entries (two-way: an entry and its neighbour) */
 #define SCACHE_KEYS 10
 typedef struct {
     Py_uhash_t hash;
@@ -814,8 +814,19 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
     node = node_type->tp_alloc(node_type, 0);
     if (node == NULL)
         goto fail;
-    if (plain)
+    if (plain) {
         PyObject_GC_UnTrack(node);   /* see plain_params */
+        /* Its input tuple too, when it holds only untracked nodes: the collector never
+           untracks a tuple of GC-capable objects by itself (tracked or not), so each
+           pending node's inputs would age into the oldest generation, and their number
+           alone trigger its full collections (a 41x41 cavity step: every 30 steps, ~7 ms
+           each). A tuple of objects the collector does not see cannot close a cycle. */
+        int inputs_acyclic = 1;
+        for (Py_ssize_t i = 0; i < n_in; i++)
+            inputs_acyclic &= !PyObject_GC_IsTracked(PyTuple_GET_ITEM(inputs, i));
+        if (inputs_acyclic)
+            acyclic(inputs);
+    }
     count += n_in;
     if (count > count_cap)
         count = count_cap;
@@ -885,7 +896,7 @@ static Py_ssize_t t_node, t_view, s_special, s_pending, s_epoch, s_count, s_gate
 static PyTypeObject *storage_type;   /* views.Storage (bind_views) */
 static Py_ssize_t g_noted;          /* Storage.noted: the epoch of the list it is listed in */
 static Py_ssize_t g_node;           /* Storage.node (bind_views) */
-static PyObject *str_s, *str_max_pending, *empty_tuple;
+static PyObject *str_s, *str_max_pending, *empty_tuple, *str_name, *str_qtrace;
 
 /* thread_state's memo: the last thread that asked, and its ThreadState */
 static PyThreadState *last_tstate;
@@ -966,6 +977,40 @@ static int quiet(void)
     return q;
 }
 
+/* Whether the operation being recorded may be at the anchor's statement: `code` and
+   `lasti` (ThreadState.gate[2:]) are the innermost user frame of the anchor's site. An
+   operation recorded directly from user code (the compiled operators, indexing) is seen
+   in the calling frame: another statement is answered here, without the Python policy
+   walking the stack (a cavity step writes one array 250 times, once at its anchor). A
+   frame of qtrace's own Python code, or an older Python: 1 (the policy decides). */
+static int at_anchor_statement(PyObject *code, PyObject *lasti)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    PyFrameObject *f = PyEval_GetFrame();   /* borrowed */
+    if (f == NULL)
+        return 1;
+    PyCodeObject *fc = PyFrame_GetCode(f);
+    Py_DECREF(fc);   /* (the frame holds it) */
+    if ((PyObject *)fc == code) {
+        long want = PyLong_AsLong(lasti);
+        if (want == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 1;
+        }
+        return PyFrame_GetLasti(f) == want;
+    }
+    PyObject *globals = PyFrame_GetGlobals(f);
+    PyObject *name = globals == NULL ? NULL : PyDict_GetItemWithError(globals, str_name);
+    int ours = name != NULL && PyUnicode_Check(name)
+               && PyUnicode_Tailmatch(name, str_qtrace, 0, PY_SSIZE_T_MAX, -1) == 1;
+    Py_XDECREF(globals);
+    PyErr_Clear();
+    return ours;
+#else
+    return 1;
+#endif
+}
+
 /* pending._at_gate: whether the cut policy must look at `owner`'s new value, the
    `count`-th operation past `limit` — always while it learns (no gate), once anchored only
    for an operation of the anchor's primitive and shape (ThreadState.gate), or four times
@@ -976,7 +1021,7 @@ static int at_gate(PyObject *s, PyObject *owner, Py_ssize_t count, PyObject *lim
     Py_ssize_t lim = PyLong_AsSsize_t(limit);
     if (lim == -1 && PyErr_Occurred())
         return 0;
-    if (gate == NULL || !PyTuple_Check(gate) || PyTuple_GET_SIZE(gate) != 2 || count >= 4 * lim)
+    if (gate == NULL || !PyTuple_Check(gate) || PyTuple_GET_SIZE(gate) < 2 || count >= 4 * lim)
         return 1;
     PyObject *node = (storage_type != NULL && Py_TYPE(owner) == storage_type)
                      ? SLOT(owner, g_node) : SLOT(owner, t_node);
@@ -990,6 +1035,8 @@ static int at_gate(PyObject *s, PyObject *owner, Py_ssize_t count, PyObject *lim
         eq = PyObject_RichCompareBool(shape, PyTuple_GET_ITEM(gate, 1), Py_EQ);
     if (eq < 0)
         PyErr_Clear();   /* (the policy's Python code meets the error again) */
+    if (eq > 0 && PyTuple_GET_SIZE(gate) == 4)
+        return at_anchor_statement(PyTuple_GET_ITEM(gate, 2), PyTuple_GET_ITEM(gate, 3));
     return eq != 0;
 }
 
@@ -1272,8 +1319,32 @@ static inline int prim_is(PyObject *node, PyObject *name)
     return p == name || (p != NULL && PyUnicode_Check(p) && PyUnicode_Compare(p, name) == 0);
 }
 
-/* A tuple of Python ints from `n` values (new reference). */
-static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n)
+/* -- shared tuples ----------------------------------------------------------------------
+ *
+ * Every slice and slice assignment describes itself in small tuples (starts, steps,
+ * counts, the view step, the chain of steps) that are the same from one pass of a loop to
+ * the next. Tuples are immutable, so equal ones may be one object: two direct-mapped
+ * tables hand out the tuple made last time instead of allocating (and later freeing) a new
+ * one. Entries hold their tuples (and, for a concatenation, both operands), so identities
+ * in a key are never reused while listed. Only tuples of ints, strings and such shared
+ * tuples go here: nothing a cycle could pass through, nothing whose lifetime matters.
+ */
+#define ITCACHE_SIZE 512
+#define ITCACHE_DIMS 4
+typedef struct {
+    Py_ssize_t n, v[ITCACHE_DIMS];
+    PyObject *t;
+} ITEntry;
+static ITEntry itcache[ITCACHE_SIZE];
+
+#define TCACHE_SIZE 1024
+typedef struct {
+    PyObject *a, *b;      /* a concatenation's operands (NULL: a tuple of items) */
+    PyObject *t;
+} TEntry;
+static TEntry tcache[TCACHE_SIZE];
+
+static PyObject *new_int_tuple(const Py_ssize_t *v, Py_ssize_t n)
 {
     PyObject *t = PyTuple_New(n);
     if (t == NULL)
@@ -1287,6 +1358,102 @@ static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n)
         PyTuple_SET_ITEM(t, i, x);
     }
     return acyclic(t);
+}
+
+/* A tuple of Python ints from `n` values (new reference; shared, see above). */
+static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n)
+{
+    if (n > ITCACHE_DIMS)
+        return new_int_tuple(v, n);
+    Py_uhash_t h = (Py_uhash_t)n;
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = mix(h, (Py_uhash_t)v[i]);
+    ITEntry *e = &itcache[(h ^ (h >> 11)) & (ITCACHE_SIZE - 1)];
+    if (e->t != NULL && e->n == n) {
+        Py_ssize_t i = 0;
+        while (i < n && e->v[i] == v[i])
+            i++;
+        if (i == n) {
+            Py_INCREF(e->t);
+            return e->t;
+        }
+    }
+    PyObject *t = new_int_tuple(v, n);
+    if (t == NULL)
+        return NULL;
+    PyObject *old = e->t;
+    e->n = n;
+    memcpy(e->v, v, sizeof(Py_ssize_t) * n);
+    Py_INCREF(t);
+    e->t = t;
+    Py_XDECREF(old);   /* (last: a tuple of ints runs no code when it dies) */
+    return t;
+}
+
+static inline TEntry *tcache_entry(PyObject *const *items, Py_ssize_t n, PyObject *a, PyObject *b)
+{
+    Py_uhash_t h = (Py_uhash_t)n ^ (a != NULL ? 0x2545f491u : 0);
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = mix(h, (Py_uhash_t)(uintptr_t)items[i]);
+    if (a != NULL)
+        h = mix(mix(h, (Py_uhash_t)(uintptr_t)a), (Py_uhash_t)(uintptr_t)b);
+    return &tcache[(h ^ (h >> 13)) & (TCACHE_SIZE - 1)];
+}
+
+static void tcache_store(TEntry *e, PyObject *t, PyObject *a, PyObject *b)
+{
+    TEntry old = *e;
+    Py_INCREF(t);
+    Py_XINCREF(a);
+    Py_XINCREF(b);
+    e->t = t;
+    e->a = a;
+    e->b = b;
+    Py_XDECREF(old.t);
+    Py_XDECREF(old.a);
+    Py_XDECREF(old.b);
+}
+
+/* The tuple of the `n` objects `items` (new reference; shared by the identity of the
+   items: ints, strings and shared tuples only). */
+static PyObject *shared_tuple(PyObject *const *items, Py_ssize_t n)
+{
+    TEntry *e = tcache_entry(items, n, NULL, NULL);
+    PyObject *t = e->t;
+    if (t != NULL && e->a == NULL && PyTuple_GET_SIZE(t) == n) {
+        Py_ssize_t i = 0;
+        while (i < n && PyTuple_GET_ITEM(t, i) == items[i])
+            i++;
+        if (i == n) {
+            Py_INCREF(t);
+            return t;
+        }
+    }
+    t = PyTuple_New(n);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(items[i]);
+        PyTuple_SET_ITEM(t, i, items[i]);
+    }
+    acyclic(t);
+    tcache_store(e, t, NULL, NULL);
+    return t;
+}
+
+/* a + b for two tuples (new reference; shared by the identity of a and b, which must be
+   shared tuples or hold only what shared_tuple takes). */
+static PyObject *shared_concat(PyObject *a, PyObject *b)
+{
+    TEntry *e = tcache_entry(NULL, 0, a, b);
+    if (e->t != NULL && e->a == a && e->b == b) {
+        Py_INCREF(e->t);
+        return e->t;
+    }
+    PyObject *t = acyclic(PySequence_Concat(a, b));
+    if (t != NULL)
+        tcache_store(e, t, a, b);
+    return t;
 }
 
 /* Read a tuple of `n` integers; 0 when it is not one (no error left set). */
@@ -1393,7 +1560,7 @@ static PyObject *slice_node(PyObject *n, Py_ssize_t *starts, Py_ssize_t *steps,
     PyObject *ts = int_tuple(starts, nd), *tt = int_tuple(steps, nd), *params = NULL;
     PyObject *inputs = PyTuple_Pack(1, n), *node = NULL;
     if (ts != NULL && tt != NULL && inputs != NULL)
-        params = PyTuple_Pack(2, ts, tt);
+        params = shared_tuple((PyObject *[]){ts, tt}, 2);
     if (params != NULL) {
         PyObject *margs[7] = {str_slice, params, shape, SLOT(n, node_off[S_DTYPE]), inputs,
                               SLOT(n, node_off[S_DEVICE]), SLOT(n, node_off[S_WEAK])};
@@ -1425,7 +1592,7 @@ static PyObject *reshape_node(PyObject *n, PyObject *shape)
             return n;
         }
     }
-    PyObject *params = PyTuple_Pack(1, shape), *inputs = PyTuple_Pack(1, n), *node = NULL;
+    PyObject *params = shared_tuple(&shape, 1), *inputs = PyTuple_Pack(1, n), *node = NULL;
     if (params != NULL && inputs != NULL) {
         PyObject *margs[7] = {str_reshape, params, shape, SLOT(n, node_off[S_DTYPE]), inputs,
                               SLOT(n, node_off[S_DEVICE]), SLOT(n, node_off[S_WEAK])};
@@ -1636,14 +1803,14 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
     if (tcounts == NULL || tstarts == NULL || tsteps == NULL || (nout != nd && tout == NULL))
         goto done;
     {
-        PyObject *step = acyclic(PyTuple_Pack(4, str_slice, tstarts, tsteps, tcounts));
+        PyObject *step = shared_tuple((PyObject *[]){str_slice, tstarts, tsteps, tcounts}, 4);
         if (step == NULL)
             goto done;
         if (tout == NULL) {
-            chain = acyclic(PyTuple_Pack(1, step));
+            chain = shared_tuple(&step, 1);
         } else {
-            PyObject *rs = acyclic(PyTuple_Pack(2, str_reshape, tout));
-            chain = rs ? acyclic(PyTuple_Pack(2, step, rs)) : NULL;
+            PyObject *rs = shared_tuple((PyObject *[]){str_reshape, tout}, 2);
+            chain = rs ? shared_tuple((PyObject *[]){step, rs}, 2) : NULL;
             Py_XDECREF(rs);
         }
         Py_DECREF(step);
@@ -1681,7 +1848,7 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
         if (vnode == NULL)
             goto done;
     }
-    all_steps = PySequence_Concat(PyTuple_GET_ITEM(view, 1), chain);
+    all_steps = shared_concat(PyTuple_GET_ITEM(view, 1), chain);
     if (all_steps == NULL)
         goto done;
     PyObject *base = SLOT(st, g_node);
@@ -1796,7 +1963,7 @@ static PyObject *update_node(PyObject *parent, PyObject *new, PyObject *tstarts,
             return parent;
         }
     }
-    PyObject *params = PyTuple_Pack(2, tstarts, tsteps);
+    PyObject *params = shared_tuple((PyObject *[]){tstarts, tsteps}, 2);
     if (params == NULL)
         return NULL;
     if (prim_is(parent, str_slice_update)) {   /* the same region written again */
@@ -3064,6 +3231,10 @@ PyMODINIT_FUNC PyInit__native(void)
     str_setitem_op = PyUnicode_InternFromString("qt.Tensor.__setitem__");
     str_native = PyUnicode_InternFromString("native");
     str_run = PyUnicode_InternFromString("run");
+    str_name = PyUnicode_InternFromString("__name__");
+    str_qtrace = PyUnicode_InternFromString("qtrace");
+    if (str_name == NULL || str_qtrace == NULL)
+        return NULL;
     if (str_const == NULL || str_leaves == NULL || zero_t == NULL || one_t == NULL || zero_long == NULL
         || str_s == NULL || str_max_pending == NULL || empty_tuple == NULL || str_slice == NULL
         || str_reshape == NULL || str_slice_update == NULL || str_input == NULL || str_add == NULL

@@ -24,8 +24,10 @@ class ThreadState:
         self.epoch = object()   # a new token with each new pending list (Storage.noted)
         self.count = 0      # operations recorded since this thread last evaluated
         self.cut = None     # the cut policy's memory (qtrace.tracer.pending)
-        self.gate = None    # (prim, shape) of its anchor while it has one: past the limit, only
-                            # such an operation (or four times the limit) consults the policy
+        self.gate = None    # (prim, shape[, code, offset]) of its anchor while it has one:
+                            # past the limit, only such an operation (or four times the
+                            # limit) consults the policy; code and offset: the anchor's
+                            # innermost user frame, which the compiled recorder compares
 
 
 _local = threading.local()

@@ -160,7 +160,9 @@ def _consider_cut(s, owner) -> None:
     policy.anchor = (prim, shape, best[0])
     policy.seen = {}
     policy.phase = ANCHORED
-    s.gate = (prim, shape)
+    # the compiled recorder also compares the innermost user frame (code, offset) of the
+    # operation recording: other statements pass by without calling this function
+    s.gate = (prim, shape) + (best[0][0] if best[0] else ())
     _cut(policy)
 
 

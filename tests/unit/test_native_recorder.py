@@ -208,6 +208,13 @@ def test_recorded_values_need_no_cycle_collector():
         y[0, :] = 3.25
         assert not gc.is_tracked(y) and not gc.is_tracked(y._node)
         assert not gc.is_tracked(v)
+        # nor is the input tuple of a node over untracked nodes: the collector would never
+        # untrack it itself (it keeps any tuple of GC-capable objects), and a step's worth of
+        # them aging into the oldest generation triggered its full collections
+        z = y + v.sum()
+        assert all(not gc.is_tracked(i) for i in z._node.inputs)
+        assert not gc.is_tracked(z._node.inputs)
+        del z
         refs = [weakref.ref(t) for t in (y, v)] + [weakref.ref(y._node), weakref.ref(v._node)]
         del y, v
         assert all(r() is None for r in refs)
@@ -461,3 +468,49 @@ def test_evaluations_in_c_keep_no_input_alive():
     assert pending.native_flush is not None
     gc.collect()
     assert [r() is None for r in refs] == [True] * len(refs)
+
+
+@needs_native
+def test_past_the_limit_other_statements_pass_the_anchor_gate_in_c(rng):
+    """Once the cut policy has its anchor, an operation of the anchor's primitive and shape
+    recorded at another statement is told apart in C by its frame: the Python policy (which
+    walks the stack) is not called; the anchor's own statement still cuts."""
+    from qtrace.tracer import context, pending
+
+    qt.config.max_pending_nodes = 40
+    pending.reset()
+
+    def steps(p, ref, n):
+        for _ in range(n):
+            for _ in range(4):
+                p = p * 0.5 + 0.25
+                ref = ref * 0.5 + 0.25
+            p[0, :] = 1.0      # the rarest statement: the anchor
+            ref[0, :] = 1.0
+        return p, ref
+
+    x = rng.standard_normal((9, 9))
+    p, ref = steps(qt.asarray(x), x.copy(), 30)
+    s = context.state()
+    assert s.gate is not None and len(s.gate) == 4, s.gate
+    assert s.gate[:3] == ("slice_update", (9, 9), steps.__code__), s.gate
+    cuts = pending.describe()["automatic_cuts"]
+    assert cuts >= 3
+    calls = []
+
+    def profiler(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    s.count = qt.config.max_pending_nodes   # past the limit, below four times it
+    sys.setprofile(profiler)
+    try:
+        p[1, :] = 2.0                       # the anchor's prim and shape, another statement
+    finally:
+        sys.setprofile(None)
+    ref[1, :] = 2.0
+    assert "_consider_cut" not in calls, calls
+    assert pending.describe()["automatic_cuts"] == cuts
+    p, ref = steps(p, ref, 30)              # the anchor's statement: cuts go on
+    assert pending.describe()["automatic_cuts"] > cuts
+    np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-12)
