@@ -414,10 +414,60 @@ static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
     sentry_clear(&gone);
 }
 
+/* In front of the struct cache, a table by identity alone: the parts of a node made in a
+   loop are mostly the very same objects each pass (shapes and slice bounds come from the
+   shared tuples, leaf positions from node._IOTA, input structs are interned), and
+   comparing identities needs no walk of tuples and ints. Equal identities are equal
+   values, so a hit gives what the struct cache would. Entries hold their parts. */
+#define IDCACHE_SIZE 16384
+static SEntry idcache[IDCACHE_SIZE];
+
+static inline Py_uhash_t identity_hash(PyObject **key, int n)
+{
+    Py_uhash_t h = (Py_uhash_t)n;
+    for (int i = 0; i < n; i++)
+        h = mix(h, (Py_uhash_t)(uintptr_t)key[i]);
+    return h;
+}
+
+static inline SEntry *identity_entry(Py_uhash_t h)
+{
+    return &idcache[(h ^ (h >> 15)) & (IDCACHE_SIZE - 1)];
+}
+
+static PyObject *struct_by_identity(PyObject **key, int n, Py_uhash_t h)
+{
+    SEntry *e = identity_entry(h);
+    if (e->st == NULL || e->hash != h || e->n != n)
+        return NULL;
+    for (int k = 0; k < n; k++)
+        if (e->key[k] != key[k])
+            return NULL;
+    Py_INCREF(e->st);
+    return e->st;
+}
+
+static void struct_remember_identity(PyObject **key, int n, Py_uhash_t h, PyObject *st)
+{
+    SEntry *e = identity_entry(h), gone = *e;
+    memset(e, 0, sizeof *e);
+    e->hash = h;
+    e->n = n;
+    for (int k = 0; k < n; k++) {
+        Py_INCREF(key[k]);
+        e->key[k] = key[k];
+    }
+    Py_INCREF(st);
+    e->st = st;
+    sentry_clear(&gone);   /* (last: releasing may run code) */
+}
+
 static void forget_struct_cache(void)
 {
     for (size_t i = 0; i < SCACHE_SIZE; i++)
         sentry_clear(&scache[i]);
+    for (size_t i = 0; i < IDCACHE_SIZE; i++)
+        sentry_clear(&idcache[i]);
 }
 
 static size_t recent_home(void *st, void *a, void *b)
@@ -784,8 +834,16 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
         int cacheable = 0;
         key[0] = prim; key[1] = ptoken; key[2] = shape; key[3] = dtype; key[4] = weak;
         key[5] = device;
-        if (!is_const && plain)   /* (a cache entry holds its parts) */
-            st = struct_cached(key, nkey, &hash, &cacheable);
+        Py_uhash_t idh = 0;
+        int by_identity = !is_const && plain;   /* (a cache entry holds its parts) */
+        if (by_identity) {
+            idh = identity_hash(key, nkey);
+            st = struct_by_identity(key, nkey, idh);
+            if (st != NULL)
+                by_identity = 0;   /* (found there: nothing to remember) */
+            else
+                st = struct_cached(key, nkey, &hash, &cacheable);
+        }
         if (st == NULL) {
             parts = PyTuple_New(nkey);
             if (parts == NULL)
@@ -800,6 +858,8 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
             if (cacheable)
                 struct_remember(key, nkey, hash, st);
         }
+        if (by_identity)
+            struct_remember_identity(key, nkey, idh, st);
     }
     if (rsize != 0) {
         REntry *entry = recent_slot(st, a, b);
@@ -2048,18 +2108,24 @@ static int set_base(PyObject *st, PyObject *base)
     }
     Py_DECREF(r);
     int rc = 0;
-    PyObject *views = SLOT(st, g_views), *live = PyList_New(0);
-    if (live == NULL || views == NULL || !PyList_Check(views)) {
-        if (live != NULL)
-            PyErr_SetString(PyExc_TypeError, "qtrace: a storage without its list of views");
+    /* the live views are listed anew only where some died (the list otherwise stays) */
+    PyObject *views = SLOT(st, g_views), *live = NULL;
+    if (views == NULL || !PyList_Check(views)) {
+        PyErr_SetString(PyExc_TypeError, "qtrace: a storage without its list of views");
         rc = -1;
     }
     Py_XINCREF(views);
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(views); i++) {
         PyObject *ref = PyList_GET_ITEM(views, i);
         PyObject *t = PyWeakref_Check(ref) ? weak_target(ref) : NULL;   /* (new reference) */
-        if (t == NULL)
+        if (t == NULL) {
+            if (live == NULL) {
+                live = PyList_GetSlice(views, 0, i);
+                if (live == NULL)
+                    rc = -1;
+            }
             continue;
+        }
         Py_INCREF(ref);
         PyObject *v = SLOT(t, t_view);
         Py_XINCREF(v);
@@ -2072,7 +2138,8 @@ static int set_base(PyObject *st, PyObject *base)
             rc = -1;
         } else {
             set_slot(t, t_node, d);
-            rc = PyList_Append(live, ref);
+            if (live != NULL)
+                rc = PyList_Append(live, ref);
         }
         Py_XDECREF(v);
         Py_DECREF(t);
@@ -2080,7 +2147,7 @@ static int set_base(PyObject *st, PyObject *base)
     }
     Py_DECREF(base);
     Py_XDECREF(views);
-    if (rc == 0) {
+    if (rc == 0 && live != NULL) {
         PyObject *prune = PyLong_FromSsize_t(2 * PyList_GET_SIZE(live) + 16);
         if (prune == NULL) {
             rc = -1;
