@@ -18,12 +18,15 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 7
+#define QTRACE_NATIVE_ABI 9
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include <math.h>
+#ifndef _WIN32
+#include <pthread.h>
+#endif
 
 /* -- what bind() hands over ------------------------------------------------------------ */
 static PyTypeObject *node_type;      /* qtrace.graph.node.Node (not Leaf) */
@@ -571,6 +574,19 @@ static PyObject *forget_structs_py(PyObject *self, PyObject *unused)
    several per operation, and each tracked one brings the next collection closer (one
    every ~700), which then traverses every young object: with these untracked, a stencil
    loop's collections fell from one per ~50 operations to far fewer. */
+/* Whether `a` (any object) is the str `b`: identity, else a comparison, which two
+   interned strings need not make (equal interned strings are one object). */
+static inline int same_str(PyObject *a, PyObject *b)
+{
+    if (a == b)
+        return 1;
+    if (a == NULL || !PyUnicode_Check(a))
+        return 0;
+    if (PyUnicode_CHECK_INTERNED(a) && PyUnicode_CHECK_INTERNED(b))
+        return 0;
+    return PyUnicode_Compare(a, b) == 0;
+}
+
 static inline PyObject *acyclic(PyObject *obj)
 {
     if (obj != NULL && PyObject_GC_IsTracked(obj))
@@ -752,7 +768,7 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *key[SCACHE_KEYS];
     int nkey, plain = plain_params(params);
     PyObject *pa = NULL, *pb = NULL, *la = NULL, *lb = NULL;
-    int is_const = PyUnicode_Check(prim) && PyUnicode_Compare(prim, str_const) == 0;
+    int is_const = same_str(prim, str_const);
     if (is_const) {
         ptoken = PyObject_Repr(params);
         if (ptoken == NULL)
@@ -1284,13 +1300,13 @@ static PyObject *binary_fast(PyObject *name, PyObject *x, PyObject *y)
                 return NULL;   /* broadcasting: apply2 */
             }
         }
-        if (PyUnicode_Compare(SLOT(nx, node_off[S_PRIM]), str_const) == 0
-            && PyUnicode_Compare(SLOT(ny, node_off[S_PRIM]), str_const) == 0)
+        if (same_str(SLOT(nx, node_off[S_PRIM]), str_const)
+            && same_str(SLOT(ny, node_off[S_PRIM]), str_const))
             return NULL;
     } else {
         if (PyTuple_GET_ITEM(checks, nx ? 1 : 0) != Py_False)
             return NULL;   /* an integer scalar's range check: apply2 */
-        if (PyUnicode_Compare(SLOT(tensor_node, node_off[S_PRIM]), str_const) == 0)
+        if (same_str(SLOT(tensor_node, node_off[S_PRIM]), str_const))
             return NULL;
         dev = SLOT(tensor_node, node_off[S_DEVICE]);
         shape = SLOT(tensor_node, node_off[S_SHAPE]);
@@ -1326,6 +1342,144 @@ static PyObject *binary_fast(PyObject *name, PyObject *x, PyObject *y)
     return new_tensor(node);
 }
 
+/* -- the views lock ---------------------------------------------------------------------
+ *
+ * views._views_lock guards every storage's list of views. Python 3.11's own locks read
+ * the monotonic clock on every acquisition, even one that cannot wait (a deadline is
+ * computed for the semaphore); a slice takes the lock once, a slice assignment twice, and
+ * that was a tenth of their time. This reentrant lock tries a mutex first and waits for it
+ * with the GIL released; the compiled paths take it directly, Python code through
+ * `with` (qtrace.tracer.methods installs it as views._views_lock).
+ */
+typedef struct {
+    PyObject_HEAD
+#ifndef _WIN32
+    pthread_mutex_t mutex;
+#else
+    PyThread_type_lock mutex;
+#endif
+    unsigned long owner;    /* the holding thread while count > 0 */
+    unsigned long count;
+} ViewsLock;
+
+static int vlock_acquire(ViewsLock *l)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (l->count > 0 && l->owner == me) {   /* (only this thread sets owner to itself) */
+        l->count++;
+        return 0;
+    }
+#ifndef _WIN32
+    if (pthread_mutex_trylock(&l->mutex) != 0) {
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = pthread_mutex_lock(&l->mutex);
+        Py_END_ALLOW_THREADS
+        if (rc != 0) {
+            PyErr_SetString(PyExc_RuntimeError, "qtrace: the views lock could not be taken");
+            return -1;
+        }
+    }
+#else
+    if (!PyThread_acquire_lock(l->mutex, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(l->mutex, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+#endif
+    l->owner = me;
+    l->count = 1;
+    return 0;
+}
+
+static int vlock_release(ViewsLock *l)
+{
+    if (l->count == 0 || l->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return -1;
+    }
+    if (--l->count == 0) {
+        l->owner = 0;
+#ifndef _WIN32
+        pthread_mutex_unlock(&l->mutex);
+#else
+        PyThread_release_lock(l->mutex);
+#endif
+    }
+    return 0;
+}
+
+static PyObject *vlock_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kw != NULL && PyDict_GET_SIZE(kw) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "ViewsLock() takes no arguments");
+        return NULL;
+    }
+    ViewsLock *l = (ViewsLock *)type->tp_alloc(type, 0);
+    if (l == NULL)
+        return NULL;
+#ifndef _WIN32
+    if (pthread_mutex_init(&l->mutex, NULL) != 0) {
+#else
+    if ((l->mutex = PyThread_allocate_lock()) == NULL) {
+#endif
+        Py_DECREF(l);
+        PyErr_SetString(PyExc_RuntimeError, "qtrace: no lock could be made");
+        return NULL;
+    }
+    return (PyObject *)l;
+}
+
+static void vlock_dealloc(ViewsLock *l)
+{
+#ifndef _WIN32
+    pthread_mutex_destroy(&l->mutex);
+#else
+    if (l->mutex != NULL)
+        PyThread_free_lock(l->mutex);
+#endif
+    Py_TYPE(l)->tp_free((PyObject *)l);
+}
+
+static PyObject *vlock_acquire_py(PyObject *self, PyObject *unused)
+{
+    if (vlock_acquire((ViewsLock *)self) < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *vlock_release_py(PyObject *self, PyObject *unused)
+{
+    if (vlock_release((ViewsLock *)self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *vlock_exit_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return vlock_release_py(self, NULL);
+}
+
+static PyMethodDef vlock_methods[] = {
+    {"acquire", vlock_acquire_py, METH_NOARGS, "Take the lock (reentrant), waiting as needed."},
+    {"release", vlock_release_py, METH_NOARGS, "Give the lock back (once per acquire)."},
+    {"__enter__", vlock_acquire_py, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))vlock_exit_py, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ViewsLockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "qtrace.graph._native.ViewsLock",
+    .tp_doc = "ViewsLock(): a reentrant lock (acquire, release, `with`) that the compiled "
+              "recorder takes without calling Python: the lock of every storage's views.",
+    .tp_basicsize = sizeof(ViewsLock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = vlock_new,
+    .tp_dealloc = (destructor)vlock_dealloc,
+    .tp_methods = vlock_methods,
+};
+
 /* -- basic indexing: x[1:-1, 2:], x[:, -1] ---------------------------------------------
  *
  * qtrace.tracer.indexing.getitem for a key of one slice or integer per axis (at least one
@@ -1340,6 +1494,7 @@ static PyObject *leaf_view_fn;       /* views._leaf_view(base node, steps) */
 static PyObject *reshape_node_fn;    /* views.reshape_node (constants: a broadcast) */
 static PyObject *views_acquire;      /* views._views_lock.acquire (bound) */
 static PyObject *views_release;      /* views._views_lock.release (bound) */
+static ViewsLock *views_lock;        /* views._views_lock where it is a ViewsLock */
 static Py_ssize_t g_node, g_views, g_prune_at, g_noted;
 static PyObject *str_slice, *str_reshape, *str_slice_update, *str_input, *str_add;
 static PyObject *str_acquire, *str_release;
@@ -1364,6 +1519,9 @@ static PyObject *bind_views(PyObject *self, PyObject *args)
     }
     Py_XSETREF(views_acquire, acq);
     Py_XSETREF(views_release, rel);
+    ViewsLock *vl = Py_TYPE(lock) == &ViewsLockType ? (ViewsLock *)lock : NULL;
+    Py_XINCREF(vl);
+    Py_XSETREF(views_lock, vl);
     PyObject **dst[] = {(PyObject **)&storage_type, &storage_fn, &leaf_view_fn, &reshape_node_fn};
     PyObject *src[] = {stt, sfn, lv, rn};
     for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
@@ -1373,10 +1531,42 @@ static PyObject *bind_views(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* Take and give back the views lock: 0, or -1 with an error set. */
+static int views_take(void)
+{
+    if (views_lock != NULL)
+        return vlock_acquire(views_lock);
+    PyObject *r = PyObject_CallNoArgs(views_acquire);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+static int views_give(void)
+{
+    if (views_lock != NULL)
+        return vlock_release(views_lock);
+    PyObject *r = PyObject_CallNoArgs(views_release);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* Give the views lock back, keeping an error set before (0, or -1 with an error set). */
+static int views_give_keeping(int rc)
+{
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;
+    if (rc < 0)
+        PyErr_Fetch(&et, &ev, &tb);
+    int given = views_give();
+    if (rc < 0) {
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    return given;
+}
+
 static inline int prim_is(PyObject *node, PyObject *name)
 {
-    PyObject *p = SLOT(node, node_off[S_PRIM]);
-    return p == name || (p != NULL && PyUnicode_Check(p) && PyUnicode_Compare(p, name) == 0);
+    return same_str(SLOT(node, node_off[S_PRIM]), name);
 }
 
 /* -- shared tuples ----------------------------------------------------------------------
@@ -1669,12 +1859,10 @@ static int storage_add(PyObject *st, PyObject *t)
     PyObject *w = acyclic(PyWeakref_NewRef(t, NULL));
     if (w == NULL)
         return -1;
-    PyObject *r = PyObject_CallNoArgs(views_acquire);
-    if (r == NULL) {
+    if (views_take() < 0) {
         Py_DECREF(w);
         return -1;
     }
-    Py_DECREF(r);
     PyObject *views = SLOT(st, g_views), *prune_at = SLOT(st, g_prune_at);
     Py_ssize_t limit = prune_at ? PyLong_AsSsize_t(prune_at) : -1;
     int rc = 0, prune = 0;
@@ -1687,20 +1875,10 @@ static int storage_add(PyObject *st, PyObject *t)
         rc = PyList_Append(views, w);
     }
     Py_DECREF(w);
-    PyObject *et = NULL, *ev = NULL, *tb = NULL;
-    if (rc < 0)
-        PyErr_Fetch(&et, &ev, &tb);
-    r = PyObject_CallNoArgs(views_release);
-    if (rc < 0) {
-        Py_XDECREF(r);
-        PyErr_Restore(et, ev, tb);
+    if (views_give_keeping(rc) < 0)
         return -1;
-    }
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    if (rc == 0 && prune) {   /* the list is due to be pruned: Storage.add does both */
-        r = PyObject_CallMethodOneArg(st, str_add, t);
+    if (prune) {   /* the list is due to be pruned: Storage.add does both */
+        PyObject *r = PyObject_CallMethodOneArg(st, str_add, t);
         if (r == NULL)
             return -1;
         Py_DECREF(r);
@@ -1839,6 +2017,36 @@ static PyObject *leaf_view(PyObject *base, PyObject *steps)
     return leaf;
 }
 
+/* views._storage for a tensor with no storage yet (the first slice of a value): a storage
+   of its own, listing it (Storage.__init__), as its view with no steps. New reference to
+   the view tuple (storage, ()). */
+static PyObject *own_storage(PyObject *t)
+{
+    PyObject *node = SLOT(t, t_node);
+    if (node == NULL)
+        return PyObject_CallOneArg(storage_fn, t);
+    PyObject *st = storage_type->tp_alloc(storage_type, 0);
+    PyObject *w = st == NULL ? NULL : acyclic(PyWeakref_NewRef(t, NULL));
+    PyObject *views = w == NULL ? NULL : PyList_New(1);
+    PyObject *prune = views == NULL ? NULL : PyLong_FromLong(16);
+    PyObject *view = prune == NULL ? NULL : PyTuple_Pack(2, st, empty_tuple);
+    if (view == NULL) {
+        Py_XDECREF(st); Py_XDECREF(w); Py_XDECREF(views); Py_XDECREF(prune);
+        return NULL;
+    }
+    PyList_SET_ITEM(views, 0, w);   /* (steals w) */
+    Py_INCREF(node);
+    set_slot(st, g_node, node);
+    set_slot(st, g_views, views);
+    set_slot(st, g_prune_at, prune);
+    Py_INCREF(Py_None);
+    set_slot(st, g_noted, Py_None);
+    Py_DECREF(st);   /* (the view holds it) */
+    Py_INCREF(view);
+    set_slot(t, t_view, view);
+    return view;
+}
+
 static PyObject *getitem_fast(PyObject *t, PyObject *key)
 {
     if (Py_TYPE(t) != tensor_type || storage_type == NULL)
@@ -1881,7 +2089,7 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
     if (view != NULL && view != Py_None)
         Py_INCREF(view);
     else
-        view = PyObject_CallOneArg(storage_fn, t);
+        view = own_storage(t);
     if (view == NULL)
         goto done;
     if (!PyTuple_Check(view) || PyTuple_GET_SIZE(view) != 2
@@ -1973,6 +2181,47 @@ done:
  * (indexing.assigned_values, which also raises NumPy's errors); view steps other than
  * slices and reshapes are applied by views.apply_step / views.undo_step.
  */
+
+/* The value nodes of Python numbers assigned (`p[-1, :] = 0`): what
+   indexing.assigned_values answered for the same number object, destination dtype, device
+   and region shape (a broadcast constant; that function keeps the same table by value).
+   By identity: a loop assigns the same literal, from its code's constants, every pass.
+   Entries hold their key objects, so identities are not reused while listed. */
+#define ANCACHE_SIZE 256
+typedef struct {
+    PyObject *value, *dtype, *device, *shape, *node;
+} ANEntry;
+static ANEntry ancache[ANCACHE_SIZE];
+
+static inline ANEntry *assigned_entry(PyObject *value, PyObject *dtype, PyObject *device,
+                                      PyObject *shape)
+{
+    Py_uhash_t h = mix(mix(mix(mix(0, (Py_uhash_t)(uintptr_t)value), (Py_uhash_t)(uintptr_t)dtype),
+                           (Py_uhash_t)(uintptr_t)device), (Py_uhash_t)(uintptr_t)shape);
+    return &ancache[(h ^ (h >> 9)) & (ANCACHE_SIZE - 1)];
+}
+
+static PyObject *assigned_number(PyObject *value, PyObject *dtype, PyObject *device, PyObject *shape)
+{
+    ANEntry *e = assigned_entry(value, dtype, device, shape);
+    if (e->node == NULL || e->value != value || e->dtype != dtype || e->device != device
+        || e->shape != shape)
+        return NULL;
+    Py_INCREF(e->node);
+    return e->node;
+}
+
+static void remember_assigned_number(PyObject *value, PyObject *dtype, PyObject *device,
+                                     PyObject *shape, PyObject *node)
+{
+    ANEntry *e = assigned_entry(value, dtype, device, shape), gone = *e;
+    PyObject *keep[5] = {value, dtype, device, shape, node};
+    for (int k = 0; k < 5; k++)
+        Py_XINCREF(keep[k]);
+    *e = (ANEntry){value, dtype, device, shape, node};
+    Py_XDECREF(gone.value); Py_XDECREF(gone.dtype); Py_XDECREF(gone.device);
+    Py_XDECREF(gone.shape); Py_XDECREF(gone.node);
+}
 static PyObject *assigned_values_fn, *apply_step_fn, *undo_step_fn;
 static PyObject *assign_fn;          /* views.assign (Python) */
 static PyObject *apply1_fn;          /* elementwise.apply1 (Python) */
@@ -2101,12 +2350,10 @@ static int set_base(PyObject *st, PyObject *base)
 {
     Py_INCREF(base);   /* held to the end: derive may run Python code (rebinding st.node) */
     set_slot(st, g_node, base);
-    PyObject *r = PyObject_CallNoArgs(views_acquire);
-    if (r == NULL) {
+    if (views_take() < 0) {
         Py_DECREF(base);
         return -1;
     }
-    Py_DECREF(r);
     int rc = 0;
     /* the live views are listed anew only where some died (the list otherwise stays) */
     PyObject *views = SLOT(st, g_views), *live = NULL;
@@ -2158,32 +2405,27 @@ static int set_base(PyObject *st, PyObject *base)
         }
     }
     Py_XDECREF(live);
-    PyObject *et = NULL, *ev = NULL, *tb = NULL;
-    if (rc < 0)
-        PyErr_Fetch(&et, &ev, &tb);
-    r = PyObject_CallNoArgs(views_release);
-    if (rc < 0)
-        PyErr_Restore(et, ev, tb);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return rc;
+    return views_give_keeping(rc);
 }
 
-/* views.assign: `new` (borrowed) becomes the value of `t` and of all that shares its memory. */
-static int assign(PyObject *t, PyObject *new)
+/* views._write: `new` (borrowed) becomes the value of `t` and of all that shares its
+   memory. The caller holds the views lock (from reading the value the write was computed
+   from, to here: a write computed from a value that another thread replaced meanwhile
+   would undo that thread's write). Returns the owner to note (new reference: t, or its
+   storage), NULL on error. */
+static PyObject *write_value(PyObject *t, PyObject *new)
 {
     PyObject *v = SLOT(t, t_view);
     if (v == NULL || v == Py_None) {
         Py_INCREF(new);
         set_slot(t, t_node, new);
-        return note_owner(t);
+        Py_INCREF(t);
+        return t;
     }
-    PyObject *st = PyTuple_GET_ITEM(v, 0), *steps = PyTuple_GET_ITEM(v, 1);
+    PyObject *st = PyTuple_GET_ITEM(v, 0), *steps = PyTuple_GET_ITEM(v, 1), *owner = NULL;
     Py_INCREF(v);   /* held: derive runs Python code, which may rebind t._view */
     Py_ssize_t n = PyTuple_GET_SIZE(steps);
     PyObject **parents = PyMem_Calloc(n > 0 ? n : 1, sizeof(PyObject *));
-    int rc = -1;
     if (parents == NULL) {
         PyErr_NoMemory();
         goto out;
@@ -2204,9 +2446,11 @@ static int assign(PyObject *t, PyObject *new)
     }
     if (cur == NULL)
         goto out;
-    if (set_base(st, cur) < 0)
-        goto out;
-    rc = note_owner(st);
+    int rc = set_base(st, cur);   /* (takes the reference to cur) */
+    if (rc == 0) {
+        Py_INCREF(st);
+        owner = st;
+    }
 out:
     if (parents != NULL) {
         for (Py_ssize_t i = 0; i < n; i++)
@@ -2214,7 +2458,30 @@ out:
         PyMem_Free(parents);
     }
     Py_DECREF(v);
+    return owner;
+}
+
+/* The owner's new value is pending work: noted (outside the lock: a note may evaluate). */
+static int note_written(PyObject *owner)
+{
+    if (owner == NULL)
+        return -1;
+    int rc = note_owner(owner);
+    Py_DECREF(owner);
     return rc;
+}
+
+/* views.assign: `new` (borrowed) becomes the value of `t` and of all that shares its memory. */
+static int assign(PyObject *t, PyObject *new)
+{
+    if (views_take() < 0)
+        return -1;
+    PyObject *owner = write_value(t, new);
+    if (views_give_keeping(owner == NULL ? -1 : 0) < 0) {
+        Py_XDECREF(owner);
+        return -1;
+    }
+    return note_written(owner);
 }
 
 /* x[key] = value: 1 done, 0 not taken (nothing changed: indexing.setitem takes it), -1 error. */
@@ -2234,7 +2501,7 @@ static int setitem_fast(PyObject *x, PyObject *key, PyObject *value)
             PyObject *step = PyTuple_GET_ITEM(steps, i);
             if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) < 1
                 || !PyUnicode_Check(PyTuple_GET_ITEM(step, 0))
-                || PyUnicode_Compare(PyTuple_GET_ITEM(step, 0), str_broadcast) == 0)
+                || same_str(PyTuple_GET_ITEM(step, 0), str_broadcast))
                 return 0;
         }
     }
@@ -2262,22 +2529,35 @@ static int setitem_fast(PyObject *x, PyObject *key, PyObject *value)
             src = vn;
         }
     }
+    int number = src == NULL && (PyFloat_CheckExact(value) || PyLong_CheckExact(value)
+                                 || PyBool_Check(value));
+    if (number)
+        src = assigned_number(value, SLOT(node, node_off[S_DTYPE]), SLOT(node, node_off[S_DEVICE]),
+                              tout);
     if (src == NULL) {
         src = PyObject_CallFunctionObjArgs(assigned_values_fn, x, value, tout, str_setitem_op, NULL);
         if (src == NULL)
             goto done;
+        if (number)
+            remember_assigned_number(value, SLOT(node, node_off[S_DTYPE]),
+                                     SLOT(node, node_off[S_DEVICE]), tout, src);
     }
     region = reshape_node(src, tcounts);
-    if (region == NULL)
+    if (region == NULL || views_take() < 0)
         goto done;
-    node = SLOT(x, t_node);   /* (re-read: Python code may have run) */
-    new = update_node(node, region, tstarts, tsteps);
-    if (new == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "qtrace: a slice assignment's region is malformed");
+    /* the region is written into the value x has under the lock (re-read: Python code may
+       have run, and another thread may have written meanwhile) */
+    PyObject *owner = NULL;
+    new = update_node(SLOT(x, t_node), region, tstarts, tsteps);
+    if (new == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "qtrace: a slice assignment's region is malformed");
+    if (new != NULL)
+        owner = write_value(x, new);
+    if (views_give_keeping(owner == NULL ? -1 : 0) < 0) {
+        Py_XDECREF(owner);
         goto done;
     }
-    rc = assign(x, new) < 0 ? -1 : 1;
+    rc = note_written(owner) < 0 ? -1 : 1;
 done:
     Py_XDECREF(tcounts); Py_XDECREF(tstarts); Py_XDECREF(tsteps); Py_XDECREF(tout);
     Py_XDECREF(src); Py_XDECREF(region); Py_XDECREF(new);
@@ -2290,7 +2570,7 @@ done:
  * (so `x * y` and `x[k]` reach it through the class without a bound-method object), tries
  * the fast path of its kind and otherwise calls `fallback` with the same arguments.
  */
-enum { K_BINARY, K_GETITEM, K_SETITEM };
+enum { K_BINARY, K_GETITEM, K_SETITEM, K_COPY };
 
 /* elementwise.apply1's fast path: a unary op on a tensor already in its loop dtype. */
 
@@ -2359,7 +2639,7 @@ static PyObject *assign_entry(PyObject *self, PyObject *const *args, Py_ssize_t 
                 PyObject *step = PyTuple_GET_ITEM(steps, i);
                 ok = PyTuple_Check(step) && PyTuple_GET_SIZE(step) >= 1
                      && PyUnicode_Check(PyTuple_GET_ITEM(step, 0))
-                     && PyUnicode_Compare(PyTuple_GET_ITEM(step, 0), str_broadcast) != 0;
+                     && !same_str(PyTuple_GET_ITEM(step, 0), str_broadcast);
             }
         }
         if (ok) {
@@ -2393,6 +2673,13 @@ static PyObject *method_call(PyObject *op, PyObject *const *args, size_t nargsf,
             r = getitem_fast(args[0], args[1]);
         if (r != NULL || PyErr_Occurred())
             return r;
+    } else if (plain && nargs == 1 && self->kind == K_COPY && Py_TYPE(args[0]) == tensor_type) {
+        /* ndarray.copy: a new owner of the same (immutable) node, no view of anything */
+        PyObject *node = SLOT(args[0], t_node);
+        if (node != NULL) {
+            Py_INCREF(node);
+            return new_tensor(node);
+        }
     } else if (plain && nargs == 3 && self->kind == K_SETITEM) {
         int r = setitem_fast(args[0], args[1], args[2]);
         if (r < 0)
@@ -2428,6 +2715,8 @@ static PyObject *method_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         k = K_GETITEM;
     else if (strcmp(kind, "setitem") == 0)
         k = K_SETITEM;
+    else if (strcmp(kind, "copy") == 0)
+        k = K_COPY;
     else {
         PyErr_Format(PyExc_ValueError, "Method: unknown kind %s", kind);
         return NULL;
@@ -3314,6 +3603,10 @@ PyMODINIT_FUNC PyInit__native(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "ABI", QTRACE_NATIVE_ABI) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyType_Ready(&ViewsLockType) < 0 || PyModule_AddType(m, &ViewsLockType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

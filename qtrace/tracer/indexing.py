@@ -555,16 +555,16 @@ def setitem(x: Tensor, key, value) -> None:
     if plan is not None:
         starts, steps, counts, out = plan
         src = views.reshape_node(assigned_values(x, value, out, op), counts)
-        views.assign(x, views.update_node(x._node, src, starts, steps))
+        views.write(x, lambda node: views.update_node(node, src, starts, steps))
         return
     mask = _leading_mask(x, key, op)
     if mask is not None:
         if mask.shape != x.shape[:mask.ndim]:  # an empty mask (an axis of length 0): selects nothing
             assigned_values(x, value, (0,) + x.shape[mask.ndim:], op)  # still checks the value
             return
-        views.assign(x, _masked_update(x, mask, value, op))
+        views.write(x, lambda _: _masked_update(x, mask, value, op))
         return
-    views.assign(x, scatter(x, key, value, "set", op)._node)
+    views.write(x, lambda _: scatter(x, key, value, "set", op)._node)
 
 
 # the nodes of Python numbers assigned to regions (number, dtype, device, region shape ->

@@ -43,6 +43,7 @@ def _bind_native() -> None:
     native.bind_tensors(Tensor, context.ThreadState, context._local, context.state, config,
                         pending._consider_cut, ew._recipes, ew.apply2, convert.scalar_node,
                         convert._scalars, convert._consts)
+    views._views_lock = native.ViewsLock()   # (taken in C without calling Python)
     native.bind_views(views.Storage, views._storage, views._leaf_view, views.reshape_node,
                       views._views_lock)
     native.bind_assign(indexing.assigned_values, views.apply_step, views.undo_step,
@@ -196,7 +197,13 @@ def _fill(self, value) -> None:
 
 
 Tensor.fill = _fill
-Tensor.copy = lambda self: Tensor(self._node)  # values are immutable nodes: a new owner is a copy
+def _copy(self) -> Tensor:
+    """``ndarray.copy``: a new array with this one's value (values are immutable nodes: a
+    new owner of the node is a copy; nothing is computed or moved until it is needed)."""
+    return Tensor(self._node)
+
+
+Tensor.copy = _fast("copy", _copy)
 
 
 def _array_namespace(self, /, *, api_version=None):

@@ -118,8 +118,7 @@ def _ufunc_at(ufunc, name: str, a, indices, b=None, **kwargs):
     """``np.add.at(t, idx, v)``: unbuffered in-place update of ``t`` (repeated indices accumulate)."""
     if kwargs or ufunc not in _AT or not isinstance(a, Tensor):
         raise _unsupported(name)
-    updated = indexing.scatter(a, indices, 1 if b is None else b, _AT[ufunc])
-    views.assign(a, updated._node)
+    views.write(a, lambda _: indexing.scatter(a, indices, 1 if b is None else b, _AT[ufunc])._node)
 
 
 def array_function(self, func, types, args, kwargs):

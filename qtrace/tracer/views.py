@@ -478,12 +478,28 @@ def is_read_only(t: Tensor) -> bool:
 
 def assign(t: Tensor, new: Node) -> None:
     """Make ``new`` (``t``'s shape and dtype) the value of ``t`` and of all that shares its memory."""
-    note = tensor_module._note   # qtrace.tracer.pending.note (installed there: it imports this module)
+    with _views_lock:
+        owner = _write(t, new)
+    tensor_module._note(owner)   # qtrace.tracer.pending.note (installed there: it imports this module)
+
+
+def write(t: Tensor, update) -> None:
+    """Give ``t`` (and all that shares its memory) the value ``update(node)`` computes from
+    its current value ``node``, atomically for other threads writing the same memory: the
+    value is read and replaced under the views lock (a write computed from a value that
+    another thread replaced meanwhile would undo that thread's write — NumPy keeps both
+    writes to different elements)."""
+    with _views_lock:
+        owner = _write(t, update(t._node))
+    tensor_module._note(owner)
+
+
+def _write(t: Tensor, new: Node):
+    """:func:`assign` under the views lock; returns the owner the new value is noted on."""
     v = t._view
     if v is None:
         t._node = new
-        note(t)
-        return
+        return t
     st, steps = v
     if any(step[0] == READ_ONLY for step in steps):
         raise ValueError(READ_ONLY_MESSAGE)
@@ -493,7 +509,7 @@ def assign(t: Tensor, new: Node) -> None:
     for step, parent in zip(reversed(steps), reversed(parents)):
         new = undo_step(parent, step, new)
     set_base(st, new)
-    note(st)
+    return st
 
 
 def set_base(st: Storage, base: Node) -> None:

@@ -100,6 +100,38 @@ def test_threads_share_one_pending_tensor(rng, fusion):
         np.testing.assert_allclose(results[i][-1], np.sin(x) * 2, rtol=1e-12)
 
 
+@pytest.mark.parametrize("threads", [N_THREADS, 8])
+def test_threads_writing_one_array_lose_no_write(fusion, threads):
+    """Threads writing different elements of one array at once — through a view of it and
+    with an in-place operator on a slice of it — lose none of the writes, as NumPy keeps
+    them all: each write reads the array's value and replaces it under the views lock (a
+    value computed from one another thread replaced meanwhile would undo that write)."""
+    n, steps = 64, 120
+    base = qt.asarray(np.zeros((threads, n))) + 0.0   # pending: the writes chain on it
+    rows = {}
+
+    def work(i):
+        row = base[i]                    # a view of the shared array
+        for k in range(steps):
+            row[k % 60] = float(k)       # elements 0..59, through the view
+            base[i, 60:] += 1.0          # elements 60..63, in place
+        rows[i] = row
+
+    ref = np.zeros((threads, n))
+    for k in range(steps):
+        ref[:, k % 60] = k
+        ref[:, 60:] += 1.0
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)          # switch threads as often as possible
+    try:
+        _run_threads(work, threads)
+    finally:
+        sys.setswitchinterval(interval)
+    np.testing.assert_array_equal(base.numpy(), ref)
+    for i in range(threads):
+        np.testing.assert_array_equal(rows[i].numpy(), ref[i])
+
+
 def test_large_kernels_from_many_threads_use_the_worker_pool(rng):
     qt.config.num_threads = 2
     data = [rng.standard_normal(200_000).astype(np.float32) for _ in range(N_THREADS)]
