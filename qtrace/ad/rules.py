@@ -47,6 +47,17 @@ def rule_for(prim: str):
         raise NotImplementedError(f"qtrace: primitive {prim!r} has no VJP rule (reverse mode)") from None
 
 
+def _reshaped(t: Tensor, shape: tuple) -> Tensor:
+    """``t`` reshaped as a new value, not a view: cotangents are never written through, so
+    the NumPy view machinery (a storage, a registered view) would be pure cost here."""
+    return t if t.shape == shape else wrap(views.reshape_node(t._node, shape))
+
+
+def _broadcast_value(t: Tensor, shape: tuple) -> Tensor:
+    """``t`` broadcast to ``shape`` as a new value (see :func:`_reshaped`)."""
+    return t if t.shape == shape else wrap(views.broadcast_node(t._node, shape))
+
+
 def unbroadcast(ct: Tensor, shape: tuple) -> Tensor:
     """Sum ``ct`` over the axes that broadcasting added or stretched to reach its shape."""
     if ct.shape == shape:
@@ -55,7 +66,7 @@ def unbroadcast(ct: Tensor, shape: tuple) -> Tensor:
     axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
                                       if d == 1 and ct.shape[lead + i] != 1)
     summed = reductions.sum(ct, axis=axes) if axes else ct
-    return shape_ops.reshape(summed, shape)
+    return _reshaped(summed, shape)
 
 
 def _ew(fn):
@@ -353,8 +364,8 @@ def _expand_back(ct: Tensor, node) -> Tensor:
     """``ct`` of a reduction broadcast back over the reduced axes of the input."""
     src = node.inputs[0]
     axes = node.params[0]
-    kept = shape_ops.reshape(ct, tuple(1 if a in axes else d for a, d in enumerate(src.shape)))
-    return shape_ops.broadcast_to(kept, src.shape)
+    kept = _reshaped(ct, tuple(1 if a in axes else d for a, d in enumerate(src.shape)))
+    return _broadcast_value(kept, src.shape)
 
 
 @vjp_rule("reduce_sum")
@@ -394,7 +405,7 @@ def _cumsum(node, ct, xs, out):
 # --- views ------------------------------------------------------------------------------
 @vjp_rule("reshape")
 def _reshape(node, ct, xs, out):
-    return [shape_ops.reshape(ct, xs[0].shape)]
+    return [_reshaped(ct, xs[0].shape)]
 
 
 @vjp_rule("transpose")
@@ -512,8 +523,9 @@ def _scatter(node, ct, xs, out):
 def _matmul(node, ct, xs, out):
     """Operands are >= 2-D (a vector is reshaped before the node); batch dims broadcast."""
     a, b = xs
-    if a.ndim == 2 and b.ndim == 2:
-        return [linalg.matmul(ct, shape_ops.transpose(b)), linalg.matmul(shape_ops.transpose(a), ct)]
+    if a.ndim == 2 and b.ndim == 2:   # (the transposes as values: see _reshaped)
+        at, bt = (wrap(views.transpose_node(t._node, (1, 0))) for t in (a, b))
+        return [linalg.matmul(ct, bt), linalg.matmul(at, ct)]
     mt = lambda t: shape_ops.swapaxes(t, -1, -2)
     (m, k), n = a.shape[-2:], b.shape[-1]
     if b.ndim == 2:  # a stack times one matrix: fold the batch into the rows of one product
