@@ -32,7 +32,7 @@ from .context import ad_level, record, tracing
 from .convert import cast, const_node, input_node, number_key, operand, wrap
 from .elementwise import apply
 from .selections import Selection
-from .shape_ops import as_tensor, broadcast_to, reshape, transpose
+from .shape_ops import as_tensor, broadcast_to, transpose
 from .tensor import Tensor
 
 SCATTER_MODES = ("set", "add", "multiply", "min", "max")
@@ -211,10 +211,12 @@ def _plan(x: Tensor, key, op: str, coords_always: bool = False):
         elif isinstance(f, Tensor):
             lead = where["B"]
             trail = len(shape) - lead - len(bshape)
-            a = reshape(broadcast_to(f, bshape), (1,) * lead + bshape + (1,) * trail)
+            a = wrap(views.reshape_node(views.broadcast_node(f._node, bshape),
+                                        (1,) * lead + bshape + (1,) * trail))
         else:
             a = wrap(input_node(np.array(f, dtype=np.int64), op, owned=True, device=x.device))
-        coords.append(broadcast_to(a, shape))
+        # (coordinates as values, not views: internal, never written through)
+        coords.append(wrap(views.broadcast_node(a._node, shape)))
     order = None
     lead = where.get("B", 0)
     if adjacent and lead and bshape:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..graph.primitives import broadcast_shapes
 from .context import record
 from .convert import operand, place, promote, wrap
-from .shape_ops import reshape
+from .views import reshape_node
 
 
 def matmul(a, b):
@@ -33,11 +33,11 @@ def matmul(a, b):
     if xs[-1] != ys[-2]:
         raise ValueError(f"qt.matmul: mismatch in contracted dimension: shapes {x.shape} and {y.shape}")
     batch = broadcast_shapes("qt.matmul", xs[:-2], ys[:-2])
-    x2 = x if x.ndim >= 2 else reshape(wrap(x), xs)._node
-    y2 = y if y.ndim >= 2 else reshape(wrap(y), ys)._node
-    out = wrap(record("matmul", (x2, y2), (), batch + (xs[-2], ys[-1]), dt))
+    x2 = x if x.ndim >= 2 else reshape_node(x, xs)
+    y2 = y if y.ndim >= 2 else reshape_node(y, ys)
+    out = record("matmul", (x2, y2), (), batch + (xs[-2], ys[-1]), dt)
     shape = batch + tuple(d for d, keep in ((xs[-2], x.ndim >= 2), (ys[-1], y.ndim >= 2)) if keep)
-    return reshape(out, shape) if shape != out.shape else out
+    return wrap(reshape_node(out, shape))   # (fresh values, as NumPy's results: no views)
 
 
 def dot(a, b):

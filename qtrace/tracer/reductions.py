@@ -13,6 +13,7 @@ from .convert import cast, wrap
 from .elementwise import apply
 from .selections import Selection
 from .shape_ops import as_tensor, normalize_axes, normalize_axis, reshape
+from .views import reshape_node
 
 _NUMPY = {"reduce_sum": np.sum, "reduce_prod": np.prod, "reduce_max": np.max,
           "reduce_min": np.min, "reduce_any": np.any, "reduce_all": np.all}
@@ -52,10 +53,9 @@ def reduce_as(prim: str, name: str, x, axis, dtype=None, keepdims: bool = False)
     kept = tuple(d for a, d in enumerate(t.shape) if a not in axes)
     if axes:
         node = record(prim, (node,), (axes,), kept, out_dtype)
-    out = wrap(node)
-    if keepdims:
-        out = reshape(out, tuple(1 if a in axes else d for a, d in enumerate(t.shape)))
-    return out
+    if keepdims:  # (a fresh value, as NumPy's: not a view of one nobody else holds)
+        node = reshape_node(node, tuple(1 if a in axes else d for a, d in enumerate(t.shape)))
+    return wrap(node)
 
 
 def sum(x, axis=None, dtype=None, keepdims: bool = False):  # noqa: A001 - NumPy's name
@@ -123,10 +123,10 @@ def _arg(prim: str, name: str, x, axis, keepdims: bool):
     if t.shape[ax] == 0:
         raise ValueError(f"qt.{name}: attempt to get {name} of an empty sequence (shape {t.shape})")
     kept = tuple(d for a, d in enumerate(t.shape) if a != ax)
-    out = wrap(record(prim, (t._node,), ((ax,),), kept, dtypes.int64))
+    node = record(prim, (t._node,), ((ax,),), kept, dtypes.int64)
     if keepdims:
-        out = reshape(out, tuple(1 if a == ax else d for a, d in enumerate(t.shape)))
-    return out
+        node = reshape_node(node, tuple(1 if a == ax else d for a, d in enumerate(t.shape)))
+    return wrap(node)
 
 
 def argmax(x, axis=None, keepdims: bool = False):
