@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..graph.loops import siblings_key
 from ..graph.node import Node, toposort
 from ..tracer import elementwise as ew
-from ..tracer.convert import astype, wrap
+from ..tracer.convert import astype, held
 from . import calls, library, loops
 from .rules import rule_for
 
@@ -61,7 +61,7 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
             rule = rule_for(n.prim)
             if rule is None:
                 continue
-            in_cts = rule(n, ct, [wrap(i) for i in n.inputs], wrap(n))
+            in_cts = rule(n, ct, [held(i) for i in n.inputs], held(n))
         for inp, g in zip(n.inputs, in_cts):
             if g is not None and id(inp) in needs and inp.dtype.kind in "fc":
                 accumulate(inp, g)

@@ -207,6 +207,16 @@ def wrap(node: Node) -> Tensor:
     return Tensor(node)
 
 
+def held(node: Node) -> Tensor:
+    """A tensor over ``node`` that is not noted as pending work: for a value that the tensors
+    which recorded it already hold (a reverse pass hands each rule its node's inputs and
+    output as tensors; noting them again would only list them twice)."""
+    t = Tensor.__new__(Tensor)
+    t._node = node
+    t._view = None
+    return t
+
+
 def astype(x, dtype, /, *, copy: bool = True, device=None) -> Tensor:
     """``x`` converted to ``dtype`` (NumPy ``astype`` semantics: C casts, NaN to int undefined).
 
