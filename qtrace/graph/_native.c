@@ -250,9 +250,9 @@ static void mcache_remember(PyObject *rec)
 #define SCACHE_KEYS 10
 typedef struct {
     Py_uhash_t hash;
+    PyObject *st;   /* (next to the hash: a miss is told on the entry's first cache line) */
     int n;
     PyObject *key[SCACHE_KEYS];
-    PyObject *st;
 } SEntry;
 static SEntry scache[SCACHE_SIZE];
 
