@@ -900,7 +900,7 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
         int inputs_acyclic = 1;
         for (Py_ssize_t i = 0; i < n_in; i++)
             inputs_acyclic &= !PyObject_GC_IsTracked(PyTuple_GET_ITEM(inputs, i));
-        if (inputs_acyclic)
+        if (inputs_acyclic && PyTuple_CheckExact(inputs))   /* (a subclass may have a dict) */
             acyclic(inputs);
     }
     count += n_in;
@@ -1111,8 +1111,12 @@ static int at_gate(PyObject *s, PyObject *owner, Py_ssize_t count, PyObject *lim
         eq = PyObject_RichCompareBool(shape, PyTuple_GET_ITEM(gate, 1), Py_EQ);
     if (eq < 0)
         PyErr_Clear();   /* (the policy's Python code meets the error again) */
-    if (eq > 0 && PyTuple_GET_SIZE(gate) == 4)
-        return at_anchor_statement(PyTuple_GET_ITEM(gate, 2), PyTuple_GET_ITEM(gate, 3));
+    if (eq > 0 && PyTuple_GET_SIZE(gate) == 4) {
+        Py_INCREF(gate);   /* (held: getting the frame may allocate, and so run code) */
+        int at = at_anchor_statement(PyTuple_GET_ITEM(gate, 2), PyTuple_GET_ITEM(gate, 3));
+        Py_DECREF(gate);
+        return at;
+    }
     return eq != 0;
 }
 
@@ -2022,17 +2026,23 @@ static PyObject *leaf_view(PyObject *base, PyObject *steps)
    the view tuple (storage, ()). */
 static PyObject *own_storage(PyObject *t)
 {
-    PyObject *node = SLOT(t, t_node);
-    if (node == NULL)
-        return PyObject_CallOneArg(storage_fn, t);
+    /* (everything is allocated first: an allocation may run code, which may give t a
+       storage or a new value; from reading them to storing, nothing runs) */
     PyObject *st = storage_type->tp_alloc(storage_type, 0);
     PyObject *w = st == NULL ? NULL : acyclic(PyWeakref_NewRef(t, NULL));
     PyObject *views = w == NULL ? NULL : PyList_New(1);
     PyObject *prune = views == NULL ? NULL : PyLong_FromLong(16);
     PyObject *view = prune == NULL ? NULL : PyTuple_Pack(2, st, empty_tuple);
-    if (view == NULL) {
-        Py_XDECREF(st); Py_XDECREF(w); Py_XDECREF(views); Py_XDECREF(prune);
-        return NULL;
+    PyObject *node = SLOT(t, t_node), *had = SLOT(t, t_view);
+    if (view == NULL || node == NULL || (had != NULL && had != Py_None)) {
+        Py_XDECREF(st); Py_XDECREF(w); Py_XDECREF(views); Py_XDECREF(prune); Py_XDECREF(view);
+        if (view == NULL)
+            return NULL;
+        if (had != NULL && had != Py_None) {   /* given one meanwhile */
+            Py_INCREF(had);
+            return had;
+        }
+        return PyObject_CallOneArg(storage_fn, t);
     }
     PyList_SET_ITEM(views, 0, w);   /* (steals w) */
     Py_INCREF(node);
@@ -2068,6 +2078,7 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
     PyObject *tout = nout == nd ? NULL : int_tuple(out, nout);
     PyObject *chain = NULL, *view = NULL, *st_steps = NULL, *vnode = NULL, *res = NULL;
     PyObject *all_steps = NULL, *view_tuple = NULL;
+    int locked = 0, note_storage = 0;
     if (tcounts == NULL || tstarts == NULL || tsteps == NULL || (nout != nd && tout == NULL))
         goto done;
     {
@@ -2098,6 +2109,12 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
         goto done;
     }
     PyObject *st = PyTuple_GET_ITEM(view, 0);
+    /* from reading t's value to listing the view, under the views lock: a write by another
+       thread in between would re-derive the storage's views without this one, which would
+       keep the old value (and write it back through a later write of its own) */
+    if (views_take() < 0)
+        goto done;
+    locked = 1;
     node = SLOT(t, t_node);   /* (re-read: _storage ran Python code) */
     Py_INCREF(node);
     {
@@ -2150,10 +2167,7 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
         set_slot(res, t_node, vnode);
         Py_INCREF(Py_None);
         set_slot(res, t_view, Py_None);
-        if (note_owner(st) < 0) {
-            Py_CLEAR(res);
-            goto done;
-        }
+        note_storage = 1;   /* (after the lock: a note may evaluate) */
     }
     view_tuple = acyclic(PyTuple_Pack(2, st, all_steps));   /* the storage holds views weakly */
     if (view_tuple == NULL) {
@@ -2164,7 +2178,12 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
     set_slot(res, t_view, view_tuple);   /* before it is listed: set_base reads it */
     if (storage_add(st, res) < 0)
         Py_CLEAR(res);
+    locked = 0;
+    if (views_give_keeping(res == NULL ? -1 : 0) < 0 || (note_storage && note_owner(st) < 0))
+        Py_CLEAR(res);
 done:
+    if (locked && views_give_keeping(PyErr_Occurred() ? -1 : 0) < 0)
+        Py_CLEAR(res);
     Py_XDECREF(tcounts); Py_XDECREF(tstarts); Py_XDECREF(tsteps); Py_XDECREF(tout);
     Py_XDECREF(chain); Py_XDECREF(view); Py_XDECREF(st_steps); Py_XDECREF(vnode);
     Py_XDECREF(all_steps); Py_XDECREF(view_tuple);
@@ -2211,6 +2230,16 @@ static PyObject *assigned_number(PyObject *value, PyObject *dtype, PyObject *dev
     return e->node;
 }
 
+static void forget_assigned_numbers(void)   /* (their function is bound anew) */
+{
+    for (int i = 0; i < ANCACHE_SIZE; i++) {
+        ANEntry gone = ancache[i];
+        ancache[i] = (ANEntry){NULL, NULL, NULL, NULL, NULL};
+        Py_XDECREF(gone.value); Py_XDECREF(gone.dtype); Py_XDECREF(gone.device);
+        Py_XDECREF(gone.shape); Py_XDECREF(gone.node);
+    }
+}
+
 static void remember_assigned_number(PyObject *value, PyObject *dtype, PyObject *device,
                                      PyObject *shape, PyObject *node)
 {
@@ -2237,6 +2266,7 @@ static PyObject *bind_assign(PyObject *self, PyObject *args)
     Py_INCREF(av); Py_XSETREF(assigned_values_fn, av);
     Py_INCREF(ap); Py_XSETREF(apply_step_fn, ap);
     Py_INCREF(un); Py_XSETREF(undo_step_fn, un);
+    forget_assigned_numbers();
     Py_RETURN_NONE;
 }
 
@@ -2348,12 +2378,12 @@ static PyObject *derive(PyObject *base, PyObject *steps)
 /* views.set_base: storage `st` holds `base` (stolen); every live view derives again. */
 static int set_base(PyObject *st, PyObject *base)
 {
-    Py_INCREF(base);   /* held to the end: derive may run Python code (rebinding st.node) */
-    set_slot(st, g_node, base);
-    if (views_take() < 0) {
-        Py_DECREF(base);
+    if (views_take() < 0) {   /* (st.node too is set under the lock) */
+        Py_DECREF(base);        /* (the reference this function takes) */
         return -1;
     }
+    Py_INCREF(base);   /* held to the end: derive may run Python code (rebinding st.node) */
+    set_slot(st, g_node, base);
     int rc = 0;
     /* the live views are listed anew only where some died (the list otherwise stays) */
     PyObject *views = SLOT(st, g_views), *live = NULL;
@@ -2484,13 +2514,12 @@ static int assign(PyObject *t, PyObject *new)
     return note_written(owner);
 }
 
-/* x[key] = value: 1 done, 0 not taken (nothing changed: indexing.setitem takes it), -1 error. */
-static int setitem_fast(PyObject *x, PyObject *key, PyObject *value)
+/* setitem_fast with x's value `node` held (Python code runs below: converting the value,
+   and any allocation may collect garbage; another thread may replace x's value meanwhile). */
+static int setitem_at(PyObject *x, PyObject *node, PyObject *key, PyObject *value)
 {
-    if (Py_TYPE(x) != tensor_type || storage_type == NULL || assigned_values_fn == NULL)
-        return 0;
-    PyObject *node = SLOT(x, t_node), *v = SLOT(x, t_view);
-    if (node == NULL || v == NULL)
+    PyObject *v = SLOT(x, t_view);
+    if (v == NULL)
         return 0;
     if (v != Py_None) {   /* read-only views (broadcasts) raise in Python */
         if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(v, 1))
@@ -2547,8 +2576,10 @@ static int setitem_fast(PyObject *x, PyObject *key, PyObject *value)
         goto done;
     /* the region is written into the value x has under the lock (re-read: Python code may
        have run, and another thread may have written meanwhile) */
-    PyObject *owner = NULL;
-    new = update_node(SLOT(x, t_node), region, tstarts, tsteps);
+    PyObject *owner = NULL, *parent = SLOT(x, t_node);
+    Py_INCREF(parent);   /* (held: an allocation below may run code that replaces it) */
+    new = update_node(parent, region, tstarts, tsteps);
+    Py_DECREF(parent);
     if (new == NULL && !PyErr_Occurred())
         PyErr_SetString(PyExc_TypeError, "qtrace: a slice assignment's region is malformed");
     if (new != NULL)
@@ -2561,6 +2592,20 @@ static int setitem_fast(PyObject *x, PyObject *key, PyObject *value)
 done:
     Py_XDECREF(tcounts); Py_XDECREF(tstarts); Py_XDECREF(tsteps); Py_XDECREF(tout);
     Py_XDECREF(src); Py_XDECREF(region); Py_XDECREF(new);
+    return rc;
+}
+
+/* x[key] = value: 1 done, 0 not taken (nothing changed: indexing.setitem takes it), -1 error. */
+static int setitem_fast(PyObject *x, PyObject *key, PyObject *value)
+{
+    if (Py_TYPE(x) != tensor_type || storage_type == NULL || assigned_values_fn == NULL)
+        return 0;
+    PyObject *node = SLOT(x, t_node);
+    if (node == NULL)
+        return 0;
+    Py_INCREF(node);
+    int rc = setitem_at(x, node, key, value);
+    Py_DECREF(node);
     return rc;
 }
 
@@ -2665,7 +2710,7 @@ static PyObject *method_call(PyObject *op, PyObject *const *args, size_t nargsf,
     Method *self = (Method *)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     int plain = (kw == NULL || PyTuple_GET_SIZE(kw) == 0) && tensor_type != NULL;
-    if (plain && nargs == 2 && self->kind != K_SETITEM) {
+    if (plain && nargs == 2 && (self->kind == K_BINARY || self->kind == K_GETITEM)) {
         PyObject *r;
         if (self->kind == K_BINARY)
             r = binary_fast(self->name, args[self->reflected], args[1 - self->reflected]);
@@ -3465,10 +3510,18 @@ static PyObject *flush(PyObject *self, PyObject *requested)
                     continue;
                 PyObject *o = own[j];
                 if (Py_TYPE(o) == storage_type) {
-                    if (SLOT(o, g_node) != nodes[k])
-                        continue;   /* written again meanwhile (by another thread) */
-                    Py_INCREF(leaf);   /* (set_base takes a reference) */
-                    if (set_base(o, leaf) < 0) {
+                    /* checked and replaced under one hold of the views lock: a write by
+                       another thread in between would be undone */
+                    if (views_take() < 0) {
+                        Py_DECREF(leaf);
+                        goto fail;
+                    }
+                    int rc = 0;
+                    if (SLOT(o, g_node) == nodes[k]) {   /* (else written again meanwhile) */
+                        Py_INCREF(leaf);   /* (set_base takes a reference) */
+                        rc = set_base(o, leaf);
+                    }
+                    if (views_give_keeping(rc) < 0) {
                         Py_DECREF(leaf);
                         goto fail;
                     }

@@ -34,7 +34,7 @@ from ..graph.node import forget_recent, result_leaf
 from ..stats import bump
 from . import tensor
 from .context import concrete_error, state
-from .views import Storage, array_of, array_view, set_base
+from .views import Storage, array_of, array_view, set_base, views_lock
 
 LEARN = 1   # cut-policy phases (ThreadState.cut)
 ANCHORED = 2
@@ -208,8 +208,9 @@ def _flush(requested: tuple) -> list:
             leaf = result_leaf(node, buf)
             for owner in owners[id(node)]:
                 if type(owner) is Storage:
-                    if owner.node is node:  # not rewritten meanwhile (by another thread)
-                        set_base(owner, leaf)
+                    with views_lock():   # checked and replaced together (else a write by
+                        if owner.node is node:   # another thread in between is undone)
+                            set_base(owner, leaf)
                 elif owner._node is node:
                     owner._node = leaf
     out = []

@@ -44,6 +44,12 @@ READ_ONLY_MESSAGE = ("assignment destination is read-only (a qt.broadcast_to vie
 _views_lock = threading.RLock()   # guards every Storage's list of views
 
 
+def views_lock():
+    """The lock of every storage's views and value (``_views_lock``, which the compiled
+    recorder replaces with its own lock of the same behaviour)."""
+    return _views_lock
+
+
 class Storage:
     """The memory that a base tensor and its views share (its current value: ``node``)."""
 
@@ -286,19 +292,25 @@ def view_chain(t: Tensor, chain: tuple) -> Tensor:
         st, steps = t._view = (Storage(t._node, t), ())
     else:
         st, steps = v
-    if len(chain) == 1 and chain[0][0] == "slice":  # the common case, without the layers
-        _, starts, steps_, shape = chain[0]
-        node = slice_node(t._node, starts, steps_, shape)
-    else:
-        node = derive(t._node, chain)
-    out = Tensor.__new__(Tensor)
-    if st.node.prim == "input":  # a view of evaluated memory: no pending work to note
-        out._node = _leaf_view(st.node, steps + chain) or node
-    else:  # a view of a pending base: its storage is the pending work (what an evaluation
-        out._node = node  # computes for the view too), listed once
-        tensor_module._note(st)
-    out._view = (st, steps + chain)
-    st.add(out)
+    # from reading t's value to listing the view, under the lock: a write by another thread
+    # in between would re-derive the storage's views without this one, which would keep
+    # the old value (and write it back through a later write of its own)
+    with _views_lock:
+        if len(chain) == 1 and chain[0][0] == "slice":  # the common case, without the layers
+            _, starts, steps_, shape = chain[0]
+            node = slice_node(t._node, starts, steps_, shape)
+        else:
+            node = derive(t._node, chain)
+        out = Tensor.__new__(Tensor)
+        pending = st.node.prim != "input"
+        if pending:  # a view of a pending base: its storage is the pending work (what an
+            out._node = node  # evaluation computes for the view too), listed once
+        else:  # a view of evaluated memory: no pending work to note
+            out._node = _leaf_view(st.node, steps + chain) or node
+        out._view = (st, steps + chain)
+        st.add(out)
+    if pending:
+        tensor_module._note(st)   # (outside the lock: a note may evaluate)
     return out
 
 
@@ -514,8 +526,8 @@ def _write(t: Tensor, new: Node):
 
 def set_base(st: Storage, base: Node) -> None:
     """Give storage ``st`` the value ``base`` and every live view of it its new value."""
-    st.node = base
     with _views_lock:
+        st.node = base
         live = []
         for ref in st.views:
             t = ref()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -130,6 +131,73 @@ def test_threads_writing_one_array_lose_no_write(fusion, threads):
     np.testing.assert_array_equal(base.numpy(), ref)
     for i in range(threads):
         np.testing.assert_array_equal(rows[i].numpy(), ref[i])
+
+
+# Two threads racing on one array, in a fresh process (a use-after-free must fail the test,
+# not end the session; PYTHONMALLOC=debug fills freed memory, so a read of it crashes):
+# `mode` picks the race, `limit` the automatic-evaluation limit.
+RACE = textwrap.dedent("""
+    import sys, threading
+    import numpy as np
+    import qtrace as qt
+    mode, limit = sys.argv[1], int(sys.argv[2])
+    qt.config.max_pending_nodes = limit
+    sys.setswitchinterval(1e-6)
+    n = 400
+    x = qt.asarray(np.zeros((2, n))) + 0.0
+    z = qt.asarray(np.ones((2, n)))
+    done = threading.Event()
+
+    def views():          # a view made and written while the other thread writes the row
+        k = 0
+        while not done.is_set():
+            v = x[0, :]
+            v[0] = float(k)
+            k += 1
+
+    def elements():       # every other element of that row, once each
+        for j in range(1, n):
+            x[0, j] = 1.0
+        done.set()
+
+    def numbers():        # a fresh number object each time (converted in Python)
+        k = 0
+        while not done.is_set():
+            x[1, 1] = float(k) + 0.5
+            k += 1
+
+    def wholes():         # the whole array replaced meanwhile
+        for k in range(n):
+            x[:, :] = z * float(k % 3)
+        done.set()
+
+    pair = {"views": (views, elements), "numbers": (numbers, wholes)}[mode]
+    ts = [threading.Thread(target=f) for f in pair]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    got = x.numpy()
+    if mode == "views":
+        lost = int((got[0, 1:] != 1.0).sum())
+        assert lost == 0, f"{lost} writes lost"
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("limit", [1000, 1 << 30])
+@pytest.mark.parametrize("mode", ["views", "numbers"])
+def test_racing_writes_keep_every_write_and_the_process(mode, limit):
+    """A view made while another thread writes its base is listed (and derived) under the
+    views lock, so it cannot keep the old value and write it back; an evaluation replaces a
+    storage's value only if no write came in between; a slice assignment holds the value it
+    reads while Python code converts the number it assigns (another thread may replace it)."""
+    env = dict(os.environ, PYTHONMALLOC="debug")
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", RACE, mode, str(limit)], capture_output=True,
+                             text=True, timeout=120, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stdout.strip() == "ok"
 
 
 def test_large_kernels_from_many_threads_use_the_worker_pool(rng):
