@@ -398,13 +398,9 @@ static void sentry_clear(SEntry *e)
     Py_CLEAR(e->st);
 }
 
-static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
+/* Entry `e` holds the parts `key[:n]` (hash h) and their struct (references taken). */
+static void sentry_fill(SEntry *e, PyObject **key, int n, Py_uhash_t h, PyObject *st)
 {
-    size_t i0 = (size_t)(h & (SCACHE_SIZE - 1));
-    SEntry *e = &scache[i0], *other = &scache[i0 ^ 1], gone = *other;
-    /* the entry there moves to its neighbour (the neighbour's goes: released last, when
-       the table is consistent, as releasing may run Python code): the two most recent */
-    *other = *e;
     memset(e, 0, sizeof *e);
     e->hash = h;
     e->n = n;
@@ -414,6 +410,16 @@ static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
     }
     Py_INCREF(st);
     e->st = st;
+}
+
+static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
+{
+    size_t i0 = (size_t)(h & (SCACHE_SIZE - 1));
+    SEntry *e = &scache[i0], *other = &scache[i0 ^ 1], gone = *other;
+    /* the entry there moves to its neighbour (the neighbour's goes: released last, when
+       the table is consistent, as releasing may run Python code): the two most recent */
+    *other = *e;
+    sentry_fill(e, key, n, h, st);
     sentry_clear(&gone);
 }
 
@@ -453,15 +459,7 @@ static PyObject *struct_by_identity(PyObject **key, int n, Py_uhash_t h)
 static void struct_remember_identity(PyObject **key, int n, Py_uhash_t h, PyObject *st)
 {
     SEntry *e = identity_entry(h), gone = *e;
-    memset(e, 0, sizeof *e);
-    e->hash = h;
-    e->n = n;
-    for (int k = 0; k < n; k++) {
-        Py_INCREF(key[k]);
-        e->key[k] = key[k];
-    }
-    Py_INCREF(st);
-    e->st = st;
+    sentry_fill(e, key, n, h, st);
     sentry_clear(&gone);   /* (last: releasing may run code) */
 }
 
