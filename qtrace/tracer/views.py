@@ -265,7 +265,10 @@ def _storage(t: Tensor) -> tuple:
     """``(storage, steps)`` of ``t``, giving it a storage of its own first if it has none."""
     v = t._view
     if v is None:
-        v = t._view = (Storage(t._node, t), ())
+        with _views_lock:   # (two threads slicing a new array at once make it one storage)
+            v = t._view
+            if v is None:
+                v = t._view = (Storage(t._node, t), ())
     return v
 
 
@@ -287,11 +290,7 @@ def view(t: Tensor, step: tuple, must_view: bool = False) -> Tensor:
 
 def view_chain(t: Tensor, chain: tuple) -> Tensor:
     """A new tensor viewing ``t`` through the view steps ``chain`` (each valid as a view)."""
-    v = t._view
-    if v is None:
-        st, steps = t._view = (Storage(t._node, t), ())
-    else:
-        st, steps = v
+    st, steps = _storage(t)
     # from reading t's value to listing the view, under the lock: a write by another thread
     # in between would re-derive the storage's views without this one, which would keep
     # the old value (and write it back through a later write of its own)
