@@ -2228,27 +2228,32 @@ static PyObject *assigned_number(PyObject *value, PyObject *dtype, PyObject *dev
     return e->node;
 }
 
+/* Entry `e` holds `now` (references taken by the caller); what it held is released last
+   (releasing may run code). */
+static void anentry_set(ANEntry *e, ANEntry now)
+{
+    ANEntry gone = *e;
+    *e = now;
+    Py_XDECREF(gone.value); Py_XDECREF(gone.dtype); Py_XDECREF(gone.device);
+    Py_XDECREF(gone.shape); Py_XDECREF(gone.node);
+}
+
 static void forget_assigned_numbers(void)   /* (their function is bound anew) */
 {
-    for (int i = 0; i < ANCACHE_SIZE; i++) {
-        ANEntry gone = ancache[i];
-        ancache[i] = (ANEntry){NULL, NULL, NULL, NULL, NULL};
-        Py_XDECREF(gone.value); Py_XDECREF(gone.dtype); Py_XDECREF(gone.device);
-        Py_XDECREF(gone.shape); Py_XDECREF(gone.node);
-    }
+    for (int i = 0; i < ANCACHE_SIZE; i++)
+        anentry_set(&ancache[i], (ANEntry){NULL, NULL, NULL, NULL, NULL});
 }
 
 static void remember_assigned_number(PyObject *value, PyObject *dtype, PyObject *device,
                                      PyObject *shape, PyObject *node)
 {
-    ANEntry *e = assigned_entry(value, dtype, device, shape), gone = *e;
+    ANEntry *e = assigned_entry(value, dtype, device, shape);
     PyObject *keep[5] = {value, dtype, device, shape, node};
     for (int k = 0; k < 5; k++)
         Py_XINCREF(keep[k]);
-    *e = (ANEntry){value, dtype, device, shape, node};
-    Py_XDECREF(gone.value); Py_XDECREF(gone.dtype); Py_XDECREF(gone.device);
-    Py_XDECREF(gone.shape); Py_XDECREF(gone.node);
+    anentry_set(e, (ANEntry){value, dtype, device, shape, node});
 }
+
 static PyObject *assigned_values_fn, *apply_step_fn, *undo_step_fn;
 static PyObject *assign_fn;          /* views.assign (Python) */
 static PyObject *apply1_fn;          /* elementwise.apply1 (Python) */
