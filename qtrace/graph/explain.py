@@ -66,9 +66,12 @@ class Explanation:
             t = step.task
             reads = [describe(n) for j, n in enumerate(t.arg_nodes) if j not in t.writes]
             writes = [describe(n) for j, n in enumerate(t.arg_nodes) if j in t.writes]
-            moved = sum(n.size * n.dtype.itemsize for n in t.arg_nodes)
+            # (a region assignment in place moves its region of the base, not the whole base)
+            moved = sum(math.prod(t.domain) * n.dtype.itemsize if t.in_place and any(
+                n is r for r in t.region) else n.size * n.dtype.itemsize for n in t.arg_nodes)
             ops = [n.prim for n in t.nodes if not n.is_leaf]
-            self.tasks.append(TaskReport(f"task {i} ({t.kind})", t.kind, t.domain, t.inner, ops,
+            how = f"{t.kind}, in place" if t.in_place else t.kind
+            self.tasks.append(TaskReport(f"task {i} ({how})", t.kind, t.domain, t.inner, ops,
                                          reads, writes, moved, t.key))
         self.decisions = list(spec.schedule.decisions)
         self.horizontal = [(a, b, why) for a, b, why in spec.horizontal]

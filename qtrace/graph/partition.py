@@ -15,6 +15,14 @@ consumers to producers, each node is either
 * a *viewed* operand: a view only matrix products read (``x.T @ y``), handed to BLAS as
   a strided view of its materialized source instead of a copy.
 
+A slice assignment that replaces a small region of a computed array (``p[:, -1] = ...``:
+touching at most ``1/REGION_FRACTION`` of its memory) is a *region task*: its domain is the region, not
+the whole array. Its base is materialized, and when nothing else reads the base (every
+reader is fused into the region task) and the task reads it only outside the region or
+at the very element it writes (interval reasoning over the index expressions:
+:func:`in_place_safe`), the task writes into the base's buffer in place — no copy of
+the array. Otherwise the base is copied first (a copy task, then the region task).
+
 Afterwards, adjacent map tasks with identical launch bounds merge horizontally into
 one multi-output kernel when the buffers they share are accessed at the same index.
 Every decision is recorded with its rule and, for a boundary, the offending index
@@ -23,6 +31,7 @@ expression: ``QTRACE_FUSION_DIAG=1`` prints them and ``qt.explain`` reports them
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 
@@ -37,6 +46,7 @@ VIEWED = "viewed"  # a view only matrix products read: a strided view of its mat
 VIEWERS = frozenset({"matmul"})  # library primitives that take any strides (BLAS flags)
 MAX_TASK_COST = 160  # fused work per element (math functions count 4): keeps LLVM's O3 time bounded
 MULTI_OUTPUT = frozenset({"loop", "loop_vjp", "call", "lib"})  # one node per component, one task
+REGION_FRACTION = 2  # a slice assignment touching at most 1/2 of its base's memory is a region task
 
 
 @dataclass
@@ -48,6 +58,8 @@ class Group:
     members: list = field(default_factory=list)  # nodes computed here (topological order)
     stored: list = field(default_factory=list)   # members written to memory
     reads: dict = field(default_factory=dict)    # id(node) -> list of index tuples
+    base: Node | None = None                     # a region task: the slice assignment's base
+    in_place: bool = False                       # ... whose buffer the region task writes into
 
 
 @dataclass
@@ -119,7 +131,113 @@ def _new_group(n: Node) -> Group:
     return g
 
 
+def _region_update(n: Node, memo: dict) -> bool:
+    """Whether slice assignment ``n`` (a task root) becomes a region task: a non-empty
+    region of a base that a task computes (not an input, a constant or a view), touching
+    at most ``1/REGION_FRACTION`` of the base's memory (:func:`region_footprint`: a
+    column of a row-major array touches a cache line per element, a row one per 64 bytes;
+    a region a whole pass would touch about as much stays a plain task, fused), and only
+    where fusing the base into the assignment would not be free: the assigned values read
+    the base (``p[:, -1] = p[:, -2]``: fused, the base would be computed at two indices per
+    element, compounding along a chain of such writes), or the base is itself a region
+    task's result (the next write of the chain). Otherwise (``x = a + b; x[0] = 5``, the
+    two writes of ``roll``) the base fuses into one pass writing the whole result."""
+    if n.prim != "slice_update":
+        return False
+    found = memo.get(id(n))
+    if found is None:
+        base, values = n.inputs
+        found = memo[id(n)] = (
+            values.size > 0 and not base.is_leaf and kind(base) not in ("leaf", "view")
+            and region_footprint(n) * REGION_FRACTION <= n.size * n.dtype.itemsize
+            and (_reads(values, base) or _region_update(base, memo)))
+    return found
+
+
+def _reads(node: Node, target: Node, limit: int = 256) -> bool:
+    """Whether ``node`` is computed from ``target`` through values a task computes per
+    element (views, elementwise operations, updates, gathers), looking at ``limit`` nodes."""
+    seen, stack = set(), [node]
+    while stack and len(seen) < limit:
+        n = stack.pop()
+        if n is target:
+            return True
+        if id(n) in seen or n.is_leaf or kind(n) not in ("view", "elementwise", "update", "gather"):
+            continue
+        seen.add(id(n))
+        stack.extend(n.inputs)
+    return False
+
+
+LINE = 64  # bytes of a cache line
+
+
+def region_footprint(n: Node) -> int:
+    """Bytes of memory slice assignment ``n`` touches in its (row-major) base: its region
+    is runs of contiguous elements, each occupying at least a cache line."""
+    _, steps = n.params
+    counts, sizes = n.inputs[1].shape, n.shape
+    run = 1
+    for count, size, step in zip(reversed(counts), reversed(sizes), reversed(steps)):
+        if abs(step) != 1 and count > 1:
+            break
+        run *= count
+        if count != size:
+            break
+    runs = math.prod(counts) // max(run, 1)
+    return runs * max(run * n.dtype.itemsize, LINE)
+
+
+def _region_group(n: Node) -> Group:
+    """The group of region task ``n``: its domain is the region (the values' shape)."""
+    values = n.inputs[1]
+    g = Group(n, dict(enumerate(values.shape)), members=[n], stored=[n], base=n.inputs[0])
+    g.reads[id(values)] = [_vars(values.ndim)]
+    return g
+
+
+def region_index(n: Node, ix: tuple) -> tuple:
+    """Where region task ``n`` (a ``slice_update``) writes its element ``ix`` in the base."""
+    starts, steps = n.params
+    return tuple(ix_.add(ix_.scale(i, step), ix_.const(start)) for i, start, step in zip(ix, starts, steps))
+
+
+def in_place_safe(reads: list, g: Group) -> bool:
+    """Whether region task ``g`` may write into its base while reading it at ``reads``:
+    each read is of the very element the same iteration writes, or provably outside the
+    region (its range along some axis misses the region's interval there)."""
+    n = g.root
+
+    def fixed(ix: tuple) -> tuple:  # variables of one value are 0
+        return tuple(ix_.substitute(c, lambda k: ix_.ZERO if g.ext[k] == 1 else ix_.var(k)) for c in ix)
+    write = fixed(region_index(n, _vars(len(g.ext))))
+    starts, steps = n.params
+    span = [(min(a, a + (k - 1) * s), max(a, a + (k - 1) * s))
+            for a, s, k in zip(starts, steps, n.inputs[1].shape)]
+    for r in reads:
+        if r is DATA:
+            return False
+        if fixed(r) == write:
+            continue
+        if not any(hi < lo_r or hi_r < lo
+                   for comp, (lo, hi) in zip(r, span)
+                   for lo_r, hi_r in [ix_.bounds(comp, g.ext)]):
+            return False
+    return True
+
+
 def partition(outputs: tuple, fusion: bool) -> Schedule:
+    """The schedule of ``outputs``: every node's task, in execution order."""
+    not_regions: frozenset = frozenset()
+    while True:  # a region task whose base cannot be written in place is tried as a plain task
+        schedule = _partition(outputs, fusion, not_regions)
+        failed = {id(g.root) for g in schedule.order if g.base is not None and not g.in_place}
+        if not failed:
+            return schedule
+        not_regions |= failed
+
+
+def _partition(outputs: tuple, fusion: bool, not_regions: frozenset) -> Schedule:
     topo, host_edges = host_read(outputs, toposort(outputs))  # trip counts only the host bounds
     consumers: dict[int, list] = {}
     for n in topo:
@@ -134,6 +252,8 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
     decisions: list[Decision] = []
 
     loop_groups: dict = {}
+    region_of: dict[int, Group] = {}   # id(base) -> the region task assigning into it
+    candidates: dict = {}              # id(slice assignment) -> whether it may be a region task
 
     def root(n: Node) -> None:
         if n.prim in MULTI_OUTPUT:  # siblings (other components of the same loop) share one task
@@ -145,10 +265,13 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
                 group_of[id(n)] = g
                 stored[id(n)] = n
                 return
-        g = _new_group(n)
+        region = fusion and id(n) not in not_regions and _region_update(n, candidates)
+        g = _region_group(n) if region else _new_group(n)
         group_of[id(n)] = g
         groups.append(g)
         stored[id(n)] = n
+        if g.base is not None:
+            region_of[id(g.base)] = g
         if n.prim in MULTI_OUTPUT:
             loop_groups[siblings_key(n)] = g
 
@@ -192,6 +315,14 @@ def partition(outputs: tuple, fusion: bool) -> Schedule:
             view_group[id(n)] = g
             if g is not None:
                 g.reads[id(n)] = reads_in(g, n)
+            continue
+        region = region_of.get(id(n))
+        if region is not None:  # the base of a region task: materialized, in place if safe
+            region.in_place = id(n) not in out_ids and all(
+                reading_group(c) is region for c, _ in users) and in_place_safe(reads_in(region, n), region)
+            decisions.append(Decision(n, region.root, False, "the base of a region slice assignment, "
+                                      "which writes into it in place"))
+            root(n)
             continue
         target, rule, expr = None, None, None
         if k not in ("elementwise", "gather", "update"):

@@ -82,7 +82,7 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False, lanes: int = 0)
             raw.append(("library", group))
             continue
         for task in build_tasks(schedule, group):
-            target = _merge_target(raw, producer, task) if fusion else None
+            target = _merge_target(raw, producer, task) if fusion and task.region is None else None
             if target is not None:
                 why = _merge_policy(raw[target][1], task) or try_merge(raw[target][1], task,
                                                                         MAX_TASK_COST)
@@ -119,6 +119,9 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False, lanes: int = 0)
             coalesce(item)
             _block_lanes(item, lanes)
             item.finalize()
+            if item.in_place:  # the assignment's result is its base's buffer
+                root, base = item.region
+                slot_of[id(root)] = slot(base)
             step = Step("kernel", item, None, [slot(n) for n in item.arg_nodes])
             for depth, _, _ in item.stack or ():  # the host reads trip counts to size the adstack
                 base = depth_source(depth)
@@ -185,7 +188,7 @@ def _merge_target(raw: list, producer: dict, task: Task):
     for j in range(len(raw) - 1, max(latest_input, 0) - 1, -1):
         kind, other = raw[j]
         if kind == "kernel" and other.kind == "map" and other.domain == task.domain:
-            return j
+            return j if other.region is None else None
     return None
 
 
@@ -221,6 +224,8 @@ def _drop_dead_stores(raw: list, outputs: tuple, schedule: Schedule) -> None:
                 needed.add(id(i))
             continue
         needed |= {id(n) for j, n in enumerate(item.arg_nodes) if j not in item.writes}
+        if item.in_place:  # the base's values outside the region
+            needed.add(id(item.region[1]))
         needed |= {id(depth_source(depth)) for depth, _, _ in item.stack or ()
                    if not host_bound(depth_source(depth))}
     for kind, item in raw:

@@ -43,7 +43,7 @@ from .instrs import (
 )
 from .loops import layout, siblings_key
 from .node import Node, c_strides, content_hash
-from .partition import FREE, Schedule, kind
+from .partition import FREE, Schedule, kind, region_index
 from .primitives import in_range
 
 
@@ -66,12 +66,21 @@ class Task:
     stack: tuple | None = None                   # adstack levels: ((depth node, float bytes, int bytes), ...)
     # per nested loop_vjp (while building): its (float, int) row bytes, then those below it by depth
     nested_rows: list = field(default_factory=list)
+    # a region slice assignment's task (never merged with another): (the assignment, the
+    # base whose buffer it writes into in place: the assignment's result is that buffer)
+    region: tuple | None = None
     key: str = ""
 
     def finalize(self) -> None:
         self.key = content_hash((self.kind, self.domain, self.inner, self.instrs, self.stores,
                                  self.reduce, self.rmw, tuple(sorted(self.writes)),
-                                 [(n.dtype.str,) for n in self.arg_nodes], self.checks))
+                                 [(n.dtype.str,) for n in self.arg_nodes], self.checks, self.in_place))
+
+    @property
+    def in_place(self) -> bool:
+        """Whether the task writes into the buffer of a value it reads (a region slice
+        assignment): its loads and stores may alias."""
+        return self.region is not None
 
     @property
     def cost(self) -> int:
@@ -477,6 +486,8 @@ def build_tasks(schedule: Schedule, group) -> list:
             offset += inp.shape[axis]
             tasks.append(t)
         return tasks
+    if group.base is not None:
+        return _region_tasks(schedule, group)
     # elementwise / gather / view / loop: one map over the root's shape storing every stored member
     # (a member is stored at the index its consumers read it: injective, checked by partition)
     t = Task("map", root.shape)
@@ -484,6 +495,24 @@ def build_tasks(schedule: Schedule, group) -> list:
     for n in group.stored:
         ix = group.reads[id(n)][0] if n is not root else _vars(root.ndim)
         t.stores.append((b.arg(n, write=True), b.address(n, ix), b.value(n, ix)))
+    return [t]
+
+
+def _region_tasks(schedule: Schedule, group) -> list:
+    """A region slice assignment: a map over the region storing the values into the base's
+    buffer, in place (partitioning made only such assignments region tasks)."""
+    root, base = group.root, group.base
+    assert group.in_place, "qtrace: a region task that cannot write in place"
+    values = root.inputs[1]
+    t = Task("map", values.shape, region=(root, base))
+    b = TaskBuilder(schedule, group, t, _extents(values.shape))
+    ix = _vars(values.ndim)
+    t.stores.append((b.arg(root, write=True), b.address(root, region_index(root, ix)), b.value(values, ix)))
+    for n in group.stored:  # members that are outputs: stored where the task reads them
+        if n is not root:
+            at = group.reads[id(n)][0]
+            t.stores.append((b.arg(n, write=True), b.address(n, at), b.value(n, at)))
+    t.nodes.append(root)
     return [t]
 
 

@@ -219,11 +219,12 @@ class KernelEmitter:
 
         Outputs are fresh buffers, distinct from every input and from each other, and a
         task never loads a buffer it writes (read-modify-write scatters use atomics and
-        are left untagged). Telling LLVM so spares the loop vectorizer its run-time
-        overlap checks, which it gives up on beyond a handful of pointers.
+        in-place region assignments write the buffer they read: both are left untagged).
+        Telling LLVM so spares the loop vectorizer its run-time overlap checks, which it
+        gives up on beyond a handful of pointers.
         """
         self.scope_of, self.noalias_loads, self.noalias_store = {}, None, {}
-        if self.t.kind == "rmw" or not self.t.writes:
+        if self.t.kind == "rmw" or not self.t.writes or self.t.in_place:
             return
         domain = module.add_metadata([ir.MetaDataString(module, f"{name}.domain")])
         scopes = {a: module.add_metadata([ir.MetaDataString(module, f"{name}.out{a}"), domain])

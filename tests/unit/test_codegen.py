@@ -302,3 +302,20 @@ def test_short_rows_of_math_fold_their_tail_into_masked_vectors(cols, fusion, rn
         folded = '"llvm.loop.vectorize.predicate.enable", i32 1' in codegen_text(str(module))
         assert folded == (cols == 30)
     np.testing.assert_allclose(out.numpy(), np.tanh(x + b) * 0.5, rtol=1e-14, atol=1e-15)
+
+
+def test_in_place_region_tasks_carry_no_alias_scopes():
+    """A region slice assignment in place writes the buffer it reads (through another
+    argument): its loads and stores must not be declared independent (scoped no-alias
+    metadata), while a plain task's are; the flag is part of the kernel's identity."""
+    x = qt.asarray(np.random.default_rng(0).standard_normal((16, 40)))
+    y = x * 2.0
+    y[:, -1] = y[:, -1] * 3.0 + y[:, -2]   # a same-index and a disjoint read: in place
+    spec = build_plan((y._node,), True)
+    plain, region = spec.tasks
+    assert region.in_place and not plain.in_place and region.domain == (16,)
+    for task, tagged in ((plain, True), (region, False)):
+        module = llvm_cpu.new_module("qtrace_test")
+        codegen.lower_task(task, module, task.symbol, True)
+        text = str(module)
+        assert ("!alias.scope" in text and "!noalias" in text) == tagged, text
