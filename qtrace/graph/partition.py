@@ -47,6 +47,7 @@ VIEWERS = frozenset({"matmul"})  # library primitives that take any strides (BLA
 MAX_TASK_COST = 160  # fused work per element (math functions count 4): keeps LLVM's O3 time bounded
 MULTI_OUTPUT = frozenset({"loop", "loop_vjp", "call", "lib"})  # one node per component, one task
 REGION_FRACTION = 2  # a slice assignment touching at most 1/2 of its base's memory is a region task
+REGION_ATTEMPTS = 4  # partitionings that drop region tasks unable to write in place, at most
 
 
 @dataclass
@@ -133,7 +134,8 @@ def _new_group(n: Node) -> Group:
 
 def _region_update(n: Node, memo: dict) -> bool:
     """Whether slice assignment ``n`` (a task root) becomes a region task: a non-empty
-    region of a base that a task computes (not an input, a constant or a view), touching
+    region of a base that one of qtrace's kernels computes into a buffer of its own (not
+    an input, a constant, a view, a library's or a call's result), touching
     at most ``1/REGION_FRACTION`` of the base's memory (:func:`region_footprint`: a
     column of a row-major array touches a cache line per element, a row one per 64 bytes;
     a region a whole pass would touch about as much stays a plain task, fused), and only
@@ -142,16 +144,19 @@ def _region_update(n: Node, memo: dict) -> bool:
     element, compounding along a chain of such writes), or the base is itself a region
     task's result (the next write of the chain). Otherwise (``x = a + b; x[0] = 5``, the
     two writes of ``roll``) the base fuses into one pass writing the whole result."""
-    if n.prim != "slice_update":
-        return False
-    found = memo.get(id(n))
-    if found is None:
-        base, values = n.inputs
-        found = memo[id(n)] = (
-            values.size > 0 and not base.is_leaf and kind(base) not in ("leaf", "view")
-            and region_footprint(n) * REGION_FRACTION <= n.size * n.dtype.itemsize
-            and (_reads(values, base) or _region_update(base, memo)))
-    return found
+    chain = []  # (walked, not recursed: chains of writes can be thousands long)
+    while n.prim == "slice_update" and id(n) not in memo:
+        chain.append(n)
+        n = n.inputs[0]
+    below = memo.get(id(n), False)
+    for m in reversed(chain):
+        base, values = m.inputs
+        below = memo[id(m)] = (
+            values.size > 0 and not base.is_leaf and base.prim not in MULTI_OUTPUT
+            and kind(base) not in ("leaf", "view", "library")
+            and region_footprint(m) * REGION_FRACTION <= m.size * m.dtype.itemsize
+            and (_reads(values, base) or below))
+    return below
 
 
 def _reads(node: Node, target: Node, limit: int = 256) -> bool:
@@ -229,15 +234,18 @@ def in_place_safe(reads: list, g: Group) -> bool:
 def partition(outputs: tuple, fusion: bool) -> Schedule:
     """The schedule of ``outputs``: every node's task, in execution order."""
     not_regions: frozenset = frozenset()
-    while True:  # a region task whose base cannot be written in place is tried as a plain task
+    for _ in range(REGION_ATTEMPTS):  # a region task that cannot write in place: a plain task
         schedule = _partition(outputs, fusion, not_regions)
         failed = {id(g.root) for g in schedule.order if g.base is not None and not g.in_place}
         if not failed:
             return schedule
         not_regions |= failed
+    return _partition(outputs, fusion, None)  # (none at all)
 
 
-def _partition(outputs: tuple, fusion: bool, not_regions: frozenset) -> Schedule:
+def _partition(outputs: tuple, fusion: bool, not_regions: frozenset | None) -> Schedule:
+    """One partitioning, with region tasks for every candidate but ``not_regions`` (None:
+    no region task)."""
     topo, host_edges = host_read(outputs, toposort(outputs))  # trip counts only the host bounds
     consumers: dict[int, list] = {}
     for n in topo:
@@ -265,7 +273,8 @@ def _partition(outputs: tuple, fusion: bool, not_regions: frozenset) -> Schedule
                 group_of[id(n)] = g
                 stored[id(n)] = n
                 return
-        region = fusion and id(n) not in not_regions and _region_update(n, candidates)
+        region = fusion and not_regions is not None and id(n) not in not_regions and \
+            _region_update(n, candidates)
         g = _region_group(n) if region else _new_group(n)
         group_of[id(n)] = g
         groups.append(g)

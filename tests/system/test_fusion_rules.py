@@ -667,7 +667,7 @@ def test_horizontal_merge_waits_for_every_piece_of_a_concatenation(fusion):
     np.testing.assert_array_equal(out.numpy(), gn * cn + np.concatenate([gn[1:], np.zeros(1)]))
 
 
-def test_boundary_conditions_written_one_after_another_are_written_in_place(rng):
+def test_boundary_conditions_written_one_after_another_are_written_in_place(device, rng):
     """Neumann walls then a Dirichlet row (the cavity flow's pressure boundary): each
     write reads the previous array at one row or column. The interior update is the one
     task over the whole array; each wall is a region task over its row or column that
@@ -775,7 +775,7 @@ REGION_PROGRAMS = {"walls": (_walls, 4), "same index": (_same_index, 1),
 
 
 @pytest.mark.parametrize("name", list(REGION_PROGRAMS))
-def test_region_slice_assignments_write_in_place_only_where_safe(name, rng):
+def test_region_slice_assignments_write_in_place_only_where_safe(name, device, rng):
     """Eager (fused and unfused: bitwise equal) and jitted results match NumPy, and exactly the
     writes that may (nothing else reads the base; every read of it is of the element the
     same iteration writes, or outside the region) are region tasks in place."""
