@@ -138,7 +138,7 @@ class Plan:
         self.check_bounds = check_bounds
         self.checks = []  # per reporting step: (CheckedTask, its check table); status rows follow it
         self.steps = []
-        slot_of = {id(n): i for i, n in enumerate(spec.slot_nodes)}
+        slot_of = spec.slot_of
         leaf_slots = {id(leaf): i for i, leaf in enumerate(spec.leaves)}
         self.view_slots = set()
         for step in spec.steps:

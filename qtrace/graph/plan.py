@@ -43,6 +43,8 @@ class PlanSpec:
     schedule: Schedule
     tasks_fused: int
     horizontal: list = field(default_factory=list)   # (task, into, None | reason)
+    slot_of: dict = field(default_factory=dict)      # id(node) -> its slot (an in-place region
+                                                     # assignment shares its base's)
 
     @property
     def tasks(self) -> list:
@@ -143,7 +145,7 @@ def build_plan(outputs: tuple, fusion: bool, diag: bool = False, lanes: int = 0)
     for s, i in last.items():
         if s not in keep:
             steps[i].frees.append(s)
-    return PlanSpec(key, leaves, slot_nodes, steps, out_specs, schedule, fused, horizontal)
+    return PlanSpec(key, leaves, slot_nodes, steps, out_specs, schedule, fused, horizontal, slot_of)
 
 
 def _task_name(task: Task) -> str:

@@ -975,8 +975,10 @@ def _math_loop_properties(task, extent: int) -> dict:
 
 
 def _uses_fast_trig(task) -> bool:
-    """A map task (no loops, no read-modify-write) computing float32/float64 sin, cos or tan."""
-    return not task.has_loops and any(uses_fast_trig(i) for i in task.instrs)
+    """A map task (no loops, no read-modify-write) computing float32/float64 sin, cos or tan,
+    and not in place (the exact re-run of :meth:`KernelEmitter.optimistic` reads the inputs
+    again: a region assignment in place would read what its first run wrote)."""
+    return not task.has_loops and not task.in_place and any(uses_fast_trig(i) for i in task.instrs)
 
 
 def _identity(prim: str, dt: np.dtype):

@@ -791,6 +791,52 @@ def test_region_slice_assignments_write_in_place_only_where_safe(name, device, r
     assert all(t.bounds != tuple(x.shape) for t in report.tasks if "in place" in t.name)
 
 
+@pytest.mark.parametrize("special", [1e20, np.nan, np.inf])
+def test_region_assignment_in_place_reruns_no_exact_trigonometry(special, device, rng):
+    """A region task in place whose values read the element they replace through sin/cos,
+    with one argument outside the fast range (on the CPU, fast sin/cos run the range, then
+    the exact functions re-run it if an argument was large: that re-run would read what the
+    first run wrote, so a task in place computes exactly, once)."""
+    x = rng.standard_normal((64, 16))
+    x[5, 0] = special
+
+    def prog(xp, a):
+        p = a * 1.0
+        p[:, 0] = xp.cos(p[:, 0]) + xp.sin(p[:, 0]) * 2.0
+        return p
+
+    def ref(a):
+        with np.errstate(invalid="ignore"):  # (sin and cos of inf are NaN)
+            return prog(np, a.copy())
+
+    _check(lambda a: prog(qt, a), ref, [x], exact=False)
+    np.testing.assert_allclose(qt.jit(lambda a: prog(qt, a))(x).numpy(), ref(x), rtol=1e-12)
+    report = _explain(lambda a: prog(qt, a), x)
+    assert sum("in place" in t.name for t in report.tasks) == 1, str(report)
+
+
+def test_trip_counts_written_in_place_size_the_adstack(device, rng):
+    """The reverse of a per-element ``fori_loop`` whose trip counts are an array written by
+    a region assignment in place: the host reads the counts (to size the stacks) from the
+    buffer the assignment shares with its base."""
+    a, x0 = rng.uniform(0.1, 2.0, 64), rng.uniform(0.5, 1.5, 64)
+
+    def f(x, a):
+        n = qt.floor(a * 3.0).astype(qt.int64)
+        n[0] = n[1] + 1
+        return qt.sum(qt.fori_loop(0, n, lambda i, v: v * 1.1, x))
+
+    counts = np.floor(a * 3.0).astype(np.int64)
+    counts[0] = counts[1] + 1
+    for fusion in (True, False):
+        qt.config.fusion = fusion
+        for g in (qt.grad(f), qt.jit(qt.grad(f))):
+            np.testing.assert_allclose(g(qt.asarray(x0), qt.asarray(a)).numpy(), 1.1 ** counts, rtol=1e-13)
+    qt.config.fusion = True
+    report = qt.explain(qt.grad(f), qt.asarray(x0), qt.asarray(a))
+    assert any("in place" in t.name for t in report.tasks), str(report)
+
+
 def test_streaming_step_of_a_lattice_method_is_one_task(rng):
     """Each component rolled and written back in turn (lattice-Boltzmann streaming): a
     read of a component reads through the writes to the others (disjoint regions), and
