@@ -415,12 +415,18 @@ class JitCall:
         return [results[k] for k in self.components]
 
 
+def plan_options(device) -> dict:
+    """What ``device``'s target chooses in a plan (see ``qtrace.graph.evaluate.plan_options``)."""
+    lowering = target_for(device).lowering
+    return {"lanes": lowering.lanes, "region_bytes": lowering.region_bytes}
+
+
 def compile_plan(outputs: tuple) -> Plan:
     """Partition, lower and compile ``outputs`` for their device; kernels already
     compiled (in this process, or on disk) are reused."""
     device = outputs[0].device
     target = target_for(device)
-    spec = build_plan(outputs, config.fusion, config.fusion_diag, target.lowering.lanes)
+    spec = build_plan(outputs, config.fusion, config.fusion_diag, **plan_options(device))
     check = config.check_bounds
     with _lock:
         missing = {}

@@ -33,6 +33,12 @@ def plan_for(nodes: tuple, key: str):
     return _get().plan_for(nodes, key)
 
 
+def plan_options(device) -> dict:
+    """The keyword arguments of :func:`qtrace.graph.plan.build_plan` that ``device``'s
+    target chooses (its lanes, its smallest base of a region task)."""
+    return _get().plan_options(device)
+
+
 def to_device(array, device):
     """A buffer on ``device`` holding host ``array`` (``array`` itself for the CPU)."""
     if device.kind == "cpu":

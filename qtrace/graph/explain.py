@@ -273,8 +273,9 @@ def _attr(value: str) -> str:
 
 
 def explain_nodes(outputs: tuple, fusion: bool, pending: dict | None = None) -> Explanation:
+    from . import evaluate
     from .plan import build_plan
-    spec = build_plan(tuple(outputs), fusion) if outputs else None
+    spec = build_plan(tuple(outputs), fusion, **evaluate.plan_options(outputs[0].device)) if outputs else None
     return Explanation(spec, pending)
 
 

@@ -48,6 +48,8 @@ MAX_TASK_COST = 160  # fused work per element (math functions count 4): keeps LL
 MULTI_OUTPUT = frozenset({"loop", "loop_vjp", "call", "lib"})  # one node per component, one task
 REGION_FRACTION = 2  # a slice assignment touching at most 1/2 of its base's memory is a region task
 REGION_ATTEMPTS = 4  # partitionings that drop region tasks unable to write in place, at most
+REGION_BYTES = 4096  # bases of region tasks have at least this many bytes (the CPU's choice:
+                     # a target passes its own, ``kernels.lowering.Lowering.region_bytes``)
 
 
 @dataclass
@@ -132,7 +134,7 @@ def _new_group(n: Node) -> Group:
     return g
 
 
-def _region_update(n: Node, memo: dict) -> bool:
+def _region_update(n: Node, memo: dict, min_bytes: int) -> bool:
     """Whether slice assignment ``n`` (a task root) becomes a region task: a non-empty
     region of a base that one of qtrace's kernels computes into a buffer of its own (not
     an input, a constant, a view, a library's or a call's result), touching
@@ -143,7 +145,9 @@ def _region_update(n: Node, memo: dict) -> bool:
     the base (``p[:, -1] = p[:, -2]``: fused, the base would be computed at two indices per
     element, compounding along a chain of such writes), or the base is itself a region
     task's result (the next write of the chain). Otherwise (``x = a + b; x[0] = 5``, the
-    two writes of ``roll``) the base fuses into one pass writing the whole result."""
+    two writes of ``roll``) the base fuses into one pass writing the whole result. A base
+    smaller than ``min_bytes`` is passed over whole: on a GPU one more launch costs more
+    than a pass over megabytes."""
     chain = []  # (walked, not recursed: chains of writes can be thousands long)
     while n.prim == "slice_update" and id(n) not in memo:
         chain.append(n)
@@ -154,7 +158,7 @@ def _region_update(n: Node, memo: dict) -> bool:
         below = memo[id(m)] = (
             values.size > 0 and not base.is_leaf and base.prim not in MULTI_OUTPUT
             and kind(base) not in ("leaf", "view", "library")
-            and region_footprint(m) * REGION_FRACTION <= m.size * m.dtype.itemsize
+            and m.size * m.dtype.itemsize >= max(min_bytes, region_footprint(m) * REGION_FRACTION)
             and (_reads(values, base) or below))
     return below
 
@@ -231,19 +235,20 @@ def in_place_safe(reads: list, g: Group) -> bool:
     return True
 
 
-def partition(outputs: tuple, fusion: bool) -> Schedule:
-    """The schedule of ``outputs``: every node's task, in execution order."""
+def partition(outputs: tuple, fusion: bool, region_bytes: int = REGION_BYTES) -> Schedule:
+    """The schedule of ``outputs``: every node's task, in execution order (region tasks
+    over bases of at least ``region_bytes``)."""
     not_regions: frozenset = frozenset()
     for _ in range(REGION_ATTEMPTS):  # a region task that cannot write in place: a plain task
-        schedule = _partition(outputs, fusion, not_regions)
+        schedule = _partition(outputs, fusion, not_regions, region_bytes)
         failed = {id(g.root) for g in schedule.order if g.base is not None and not g.in_place}
         if not failed:
             return schedule
         not_regions |= failed
-    return _partition(outputs, fusion, None)  # (none at all)
+    return _partition(outputs, fusion, None, region_bytes)  # (none at all)
 
 
-def _partition(outputs: tuple, fusion: bool, not_regions: frozenset | None) -> Schedule:
+def _partition(outputs: tuple, fusion: bool, not_regions: frozenset | None, region_bytes: int) -> Schedule:
     """One partitioning, with region tasks for every candidate but ``not_regions`` (None:
     no region task)."""
     topo, host_edges = host_read(outputs, toposort(outputs))  # trip counts only the host bounds
@@ -274,7 +279,7 @@ def _partition(outputs: tuple, fusion: bool, not_regions: frozenset | None) -> S
                 stored[id(n)] = n
                 return
         region = fusion and not_regions is not None and id(n) not in not_regions and \
-            _region_update(n, candidates)
+            _region_update(n, candidates, region_bytes)
         g = _region_group(n) if region else _new_group(n)
         group_of[id(n)] = g
         groups.append(g)

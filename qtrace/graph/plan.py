@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .instrs import LOOPS, rewrite, walk
 from .loops import depth_source, host_bound
 from .node import Node, graph_key
-from .partition import MAX_TASK_COST, VIEWED, Decision, Schedule, partition, report_decisions
+from .partition import MAX_TASK_COST, REGION_BYTES, VIEWED, Decision, Schedule, partition, report_decisions
 from .partition import kind as kind_of
 from .tasks import Task, build_tasks, coalesce, try_merge
 from .unroll import unroll
@@ -51,14 +51,16 @@ class PlanSpec:
         return [s.task for s in self.steps if s.task is not None]
 
 
-def build_plan(outputs: tuple, fusion: bool, diag: bool = False, lanes: int = 0) -> PlanSpec:
+def build_plan(outputs: tuple, fusion: bool, diag: bool = False, lanes: int = 0,
+               region_bytes: int = REGION_BYTES) -> PlanSpec:
     """The plan computing ``outputs``: partition, tasks, horizontal merges, slots and
-    lifetimes. ``lanes``: the target's block width for per-element loops (0: none)."""
+    lifetimes. ``lanes``: the target's block width for per-element loops (0: none);
+    ``region_bytes``: its smallest base of a region task (:mod:`qtrace.graph.partition`)."""
     key, leaves = graph_key(outputs)
     unrolled = []
     if fusion:  # (the rewritten graph has the same leaves: the slots stay the caller's)
         outputs, unrolled = unroll(outputs)
-    schedule = partition(outputs, fusion)
+    schedule = partition(outputs, fusion, region_bytes)
     schedule.decisions[:0] = [Decision(n, "elementwise", True, why) for n, why in unrolled]
     if diag:
         report_decisions(schedule)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..graph.instrs import word_stacks
+from ..graph.partition import REGION_BYTES
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ class Lowering:
     caches, so no line is read before it is overwritten — a third less memory traffic for
     ``y = a * x``); the kernel enters it when every output is 64-byte aligned at the start
     of its range (:func:`qtrace.kernels.codegen.streams`). 0: never.
+    ``region_bytes``: a small slice assignment writes into its base in place (a region
+    task, :mod:`qtrace.graph.partition`) only if the base has at least this many bytes:
+    the task saves a pass over the base and costs a launch (on a GPU a launch costs as
+    much as a pass over several megabytes; on a CPU small tasks share one launch).
     """
 
     math: str = "ir"
@@ -73,6 +78,7 @@ class Lowering:
     interleaved_stacks: bool = False
     ldexp: bool = False
     stream_bytes: int = 0
+    region_bytes: int = REGION_BYTES
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""
@@ -81,7 +87,7 @@ class Lowering:
 
 CPU = Lowering(split_reductions="contiguous", vector_hints=True, outline_math=True)
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
-                 split_reductions="interleaved", interleaved_stacks=True)
+                 split_reductions="interleaved", interleaved_stacks=True, region_bytes=8 << 20)
 
 STREAM_BYTES = 1 << 24     # outputs from which a CPU kernel streams its stores (at least;
                            # the CPU target raises it to its last-level cache)

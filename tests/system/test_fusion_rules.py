@@ -9,6 +9,7 @@ themselves; the others take the ``fusion`` fixture and run both ways.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import numpy as np
 import pytest
 
 import qtrace as qt
-from qtrace.graph.partition import MAX_TASK_COST
+from qtrace.graph.partition import MAX_TASK_COST, REGION_BYTES
+from qtrace.kernels.target import target_for
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -667,7 +669,17 @@ def test_horizontal_merge_waits_for_every_piece_of_a_concatenation(fusion):
     np.testing.assert_array_equal(out.numpy(), gn * cn + np.concatenate([gn[1:], np.zeros(1)]))
 
 
-def test_boundary_conditions_written_one_after_another_are_written_in_place(device, rng):
+@pytest.fixture
+def regions(device, monkeypatch):
+    """The test device, its target making region tasks over bases of the CPU's smallest
+    size: a GPU's target makes them only over bases of megabytes (there a launch costs more
+    than a pass over a smaller array), so its in-place code is tested on these sizes too."""
+    target = target_for(device)
+    monkeypatch.setattr(target, "lowering", dataclasses.replace(target.lowering, region_bytes=REGION_BYTES))
+    return device
+
+
+def test_boundary_conditions_written_one_after_another_are_written_in_place(regions, rng):
     """Neumann walls then a Dirichlet row (the cavity flow's pressure boundary): each
     write reads the previous array at one row or column. The interior update is the one
     task over the whole array; each wall is a region task over its row or column that
@@ -775,7 +787,7 @@ REGION_PROGRAMS = {"walls": (_walls, 4), "same index": (_same_index, 1),
 
 
 @pytest.mark.parametrize("name", list(REGION_PROGRAMS))
-def test_region_slice_assignments_write_in_place_only_where_safe(name, device, rng):
+def test_region_slice_assignments_write_in_place_only_where_safe(name, regions, rng):
     """Eager (fused and unfused: bitwise equal) and jitted results match NumPy, and exactly the
     writes that may (nothing else reads the base; every read of it is of the element the
     same iteration writes, or outside the region) are region tasks in place."""
@@ -792,7 +804,7 @@ def test_region_slice_assignments_write_in_place_only_where_safe(name, device, r
 
 
 @pytest.mark.parametrize("special", [1e20, np.nan, np.inf])
-def test_region_assignment_in_place_reruns_no_exact_trigonometry(special, device, rng):
+def test_region_assignment_in_place_reruns_no_exact_trigonometry(special, regions, rng):
     """A region task in place whose values read the element they replace through sin/cos,
     with one argument outside the fast range (on the CPU, fast sin/cos run the range, then
     the exact functions re-run it if an argument was large: that re-run would read what the
@@ -815,11 +827,11 @@ def test_region_assignment_in_place_reruns_no_exact_trigonometry(special, device
     assert sum("in place" in t.name for t in report.tasks) == 1, str(report)
 
 
-def test_trip_counts_written_in_place_size_the_adstack(device, rng):
+def test_trip_counts_written_in_place_size_the_adstack(regions, rng):
     """The reverse of a per-element ``fori_loop`` whose trip counts are an array written by
     a region assignment in place: the host reads the counts (to size the stacks) from the
     buffer the assignment shares with its base."""
-    a, x0 = rng.uniform(0.1, 2.0, 64), rng.uniform(0.5, 1.5, 64)
+    a, x0 = rng.uniform(0.1, 2.0, 1024), rng.uniform(0.5, 1.5, 1024)
 
     def f(x, a):
         n = qt.floor(a * 3.0).astype(qt.int64)
