@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import qtrace as qt
+from qtrace.graph import partition as partition_module
 from qtrace.graph.partition import MAX_TASK_COST, REGION_BYTES
 from qtrace.kernels.target import target_for
 
@@ -801,6 +802,25 @@ def test_region_slice_assignments_write_in_place_only_where_safe(name, regions, 
     report = _explain(lambda a, b: prog(qt, a, b), x, x3)
     assert sum("in place" in t.name for t in report.tasks) == in_place, str(report)
     assert all(t.bounds != tuple(x.shape) for t in report.tasks if "in place" in t.name)
+
+
+@pytest.mark.parametrize("attempts", [4, 1])
+def test_region_tasks_that_cannot_write_in_place_are_partitioned_again(attempts, regions, rng,
+                                                                       monkeypatch):
+    """Partitioning drops region tasks that cannot write in place and partitions again, a
+    bounded number of rounds (``REGION_ATTEMPTS``); past the bound, with no region task."""
+    monkeypatch.setattr(partition_module, "REGION_ATTEMPTS", attempts)
+    x = rng.standard_normal((16, 40))
+
+    def prog(xp, a):
+        y = a * 2.0
+        y[0, 1:] = y[0, :-1]      # a shifted overlap: not in place, so a second round
+        y[:, -1] = y[:, -2]       # in place (in the second round)
+        return y
+
+    _check(lambda a: prog(qt, a), lambda a: prog(np, a.copy()), [x])
+    report = _explain(lambda a: prog(qt, a), x)
+    assert sum("in place" in t.name for t in report.tasks) == (1 if attempts > 1 else 0), str(report)
 
 
 @pytest.mark.parametrize("special", [1e20, np.nan, np.inf])
