@@ -15,13 +15,15 @@ consumers to producers, each node is either
 * a *viewed* operand: a view only matrix products read (``x.T @ y``), handed to BLAS as
   a strided view of its materialized source instead of a copy.
 
-A slice assignment that replaces a small region of a computed array (``p[:, -1] = ...``:
-touching at most ``1/REGION_FRACTION`` of its memory) is a *region task*: its domain is the region, not
-the whole array. Its base is materialized, and when nothing else reads the base (every
-reader is fused into the region task) and the task reads it only outside the region or
-at the very element it writes (interval reasoning over the index expressions:
-:func:`in_place_safe`), the task writes into the base's buffer in place — no copy of
-the array. Otherwise the base is copied first (a copy task, then the region task).
+A slice assignment that replaces a small region of a computed array (``p[:, -1] = ...``)
+may be a *region task* (:func:`_region_update` says when: a base of at least the target's
+``region_bytes``, a region touching at most ``1/REGION_FRACTION`` of its memory, values
+that read the base): its domain is the region, not the whole array, and it writes into
+the base's buffer in place — no copy of the array. That needs the base to be read by
+nothing else (every reader fused into the region task) and only outside the region or at
+the very element each iteration writes (interval reasoning over the index expressions:
+:func:`in_place_safe`); an assignment that fails it is partitioned again as any other
+node (a task over the whole array, or fused into its readers).
 
 Afterwards, adjacent map tasks with identical launch bounds merge horizontally into
 one multi-output kernel when the buffers they share are accessed at the same index.
@@ -137,11 +139,11 @@ def _new_group(n: Node) -> Group:
 def _region_update(n: Node, memo: dict, min_bytes: int) -> bool:
     """Whether slice assignment ``n`` (a task root) becomes a region task: a non-empty
     region of a base that one of qtrace's kernels computes into a buffer of its own (not
-    an input, a constant, a view, a library's or a call's result), touching
-    at most ``1/REGION_FRACTION`` of the base's memory (:func:`region_footprint`: a
-    column of a row-major array touches a cache line per element, a row one per 64 bytes;
-    a region a whole pass would touch about as much stays a plain task, fused), and only
-    where fusing the base into the assignment would not be free: the assigned values read
+    an input, a constant, a view, a library's or a call's result), touching at most
+    ``1/REGION_FRACTION`` of the base's memory (:func:`region_footprint`: a column of a
+    row-major array touches a cache line per element, a row one per 64 bytes; a region a
+    whole pass would touch about as much stays a plain task, fused), and only where
+    fusing the base into the assignment would not be free: the assigned values read
     the base (``p[:, -1] = p[:, -2]``: fused, the base would be computed at two indices per
     element, compounding along a chain of such writes), or the base is itself a region
     task's result (the next write of the chain). Otherwise (``x = a + b; x[0] = 5``, the

@@ -502,7 +502,8 @@ def _region_tasks(schedule: Schedule, group) -> list:
     """A region slice assignment: a map over the region storing the values into the base's
     buffer, in place (partitioning made only such assignments region tasks)."""
     root, base = group.root, group.base
-    assert group.in_place, "qtrace: a region task that cannot write in place"
+    if not group.in_place:  # (partitioning drops the others before tasks are built)
+        raise AssertionError(f"qtrace: a region task that cannot write in place: {root.prim}{list(root.shape)}")
     values = root.inputs[1]
     t = Task("map", values.shape, region=(root, base))
     b = TaskBuilder(schedule, group, t, _extents(values.shape))
