@@ -503,7 +503,8 @@ def _region_tasks(schedule: Schedule, group) -> list:
     buffer, in place (partitioning made only such assignments region tasks)."""
     root, base = group.root, group.base
     if not group.in_place:  # (partitioning drops the others before tasks are built)
-        raise AssertionError(f"qtrace: a region task that cannot write in place: {root.prim}{list(root.shape)}")
+        raise AssertionError(f"qtrace: a region task that cannot write in place: "
+                             f"{root.prim}{list(root.shape)}")
     values = root.inputs[1]
     t = Task("map", values.shape, region=(root, base))
     b = TaskBuilder(schedule, group, t, _extents(values.shape))
