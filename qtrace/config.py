@@ -104,6 +104,26 @@ class Config:
         self.max_pending_nodes: int = 1000
         self.adstack_max_depth: int | None = None
 
+    def __setattr__(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+        for watcher in _watchers.get(name, ()):
+            watcher(value)
+
+    def watch(self, name: str, watcher) -> None:
+        """Call ``watcher(value)`` with setting ``name``'s value now and whenever it is
+        assigned (the compiled recorder keeps ``max_pending_nodes`` as a C integer).
+
+        Example:
+            >>> seen = []
+            >>> config.watch("spin_us", seen.append)
+            >>> config.spin_us = config.spin_us
+            >>> len(seen)
+            2
+            >>> _watchers["spin_us"].remove(seen.append)
+        """
+        _watchers.setdefault(name, []).append(watcher)
+        watcher(getattr(self, name))
+
     def codegen_options(self) -> tuple:
         """The settings that change generated code; part of every kernel cache key."""
         options = _options.get((self.fusion, self.check_bounds))
@@ -118,4 +138,5 @@ class Config:
 
 
 _options: dict = {}  # (fusion, check_bounds) -> the options tuple (built once)
+_watchers: dict = {}  # setting name -> [watcher(value)] (Config.watch)
 config = Config()

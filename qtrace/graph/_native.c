@@ -174,6 +174,22 @@ static PyObject *iota_of(Py_ssize_t n)
     return t;
 }
 
+/* The 1-tuple (i,) (new reference), shared for small i: a node's leaf positions are part
+   of its struct key, looked up by identity first (struct_by_identity), so the same
+   position must be the same object on every pass of a loop. */
+#define N_SINGLES 256
+static PyObject *singles[N_SINGLES];
+
+static PyObject *single_of(Py_ssize_t i)
+{
+    if (i < 0 || i >= N_SINGLES)
+        return Py_BuildValue("(n)", i);
+    if (singles[i] == NULL && (singles[i] = Py_BuildValue("(n)", i)) == NULL)
+        return NULL;
+    Py_INCREF(singles[i]);
+    return singles[i];
+}
+
 static int input_count(PyObject *n, Py_ssize_t *out)
 {
     PyObject *c = SLOT(n, node_off[S_COUNT]);
@@ -217,6 +233,29 @@ static inline size_t mcache_index(PyObject *la, PyObject *lb)
 {
     uintptr_t h = ((uintptr_t)list_identity(la) >> 4) * 31u + ((uintptr_t)list_identity(lb) >> 4);
     return (size_t)(h ^ (h >> 9)) & (MCACHE_SIZE - 1);
+}
+
+/* The leaf lists (x, y) of nodes over two single-leaf operands (`s * b[1:-1, 1:-1]`), by
+   identity of the two leaves: the same list on every pass of a loop, so that merging it
+   with another list, and the struct keys holding its positions, are found by identity
+   too. Entries hold their leaves; emptied with the sharing table. */
+#define PCACHE_SIZE 256
+static PyObject *pcache[PCACHE_SIZE];
+
+static PyObject *leaf_pair(PyObject *x, PyObject *y)
+{
+    uintptr_t h = ((uintptr_t)x >> 4) * 31u + ((uintptr_t)y >> 4);
+    PyObject **e = &pcache[(h ^ (h >> 9)) & (PCACHE_SIZE - 1)];
+    if (*e != NULL && PyTuple_GET_ITEM(*e, 0) == x && PyTuple_GET_ITEM(*e, 1) == y) {
+        Py_INCREF(*e);
+        return *e;
+    }
+    PyObject *t = PyTuple_Pack(2, x, y);
+    if (t == NULL)
+        return NULL;
+    Py_INCREF(t);
+    Py_XSETREF(*e, t);
+    return t;
 }
 
 static void mcache_remember(PyObject *rec)
@@ -427,7 +466,9 @@ static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
    loop are mostly the very same objects each pass (shapes and slice bounds come from the
    shared tuples, leaf positions from node._IOTA, input structs are interned), and
    comparing identities needs no walk of tuples and ints. Equal identities are equal
-   values, so a hit gives what the struct cache would. Entries hold their parts. */
+   values, so a hit gives what the struct cache would. Entries hold their parts. Two-way,
+   as the struct cache: a loop's pass between two evaluations makes ~1,500 keys, and
+   direct-mapped, the ~9% of them sharing an entry with another missed on every pass. */
 #define IDCACHE_SIZE 16384
 static SEntry idcache[IDCACHE_SIZE];
 
@@ -439,26 +480,34 @@ static inline Py_uhash_t identity_hash(PyObject **key, int n)
     return h;
 }
 
-static inline SEntry *identity_entry(Py_uhash_t h)
+static inline size_t identity_index(Py_uhash_t h)
 {
-    return &idcache[(h ^ (h >> 15)) & (IDCACHE_SIZE - 1)];
+    return (size_t)(h ^ (h >> 15)) & (IDCACHE_SIZE - 1);
 }
 
 static PyObject *struct_by_identity(PyObject **key, int n, Py_uhash_t h)
 {
-    SEntry *e = identity_entry(h);
-    if (e->st == NULL || e->hash != h || e->n != n)
-        return NULL;
-    for (int k = 0; k < n; k++)
-        if (e->key[k] != key[k])
-            return NULL;
-    Py_INCREF(e->st);
-    return e->st;
+    size_t i0 = identity_index(h);
+    for (int w = 0; w < 2; w++) {
+        SEntry *e = &idcache[i0 ^ (size_t)w];
+        if (e->st == NULL || e->hash != h || e->n != n)
+            continue;
+        int k = 0;
+        while (k < n && e->key[k] == key[k])
+            k++;
+        if (k == n) {
+            Py_INCREF(e->st);
+            return e->st;
+        }
+    }
+    return NULL;
 }
 
 static void struct_remember_identity(PyObject **key, int n, Py_uhash_t h, PyObject *st)
 {
-    SEntry *e = identity_entry(h), gone = *e;
+    size_t i0 = identity_index(h);
+    SEntry *e = &idcache[i0], *other = &idcache[i0 ^ 1], gone = *other;
+    *other = *e;   /* (the two most recent, as struct_remember) */
     sentry_fill(e, key, n, h, st);
     sentry_clear(&gone);   /* (last: releasing may run code) */
 }
@@ -483,6 +532,8 @@ static void forget_recent_table(void)
     for (int k = 0; k < n_mused; k++)
         Py_CLEAR(mcache[mused[k]]);
     n_mused = 0;
+    for (int k = 0; k < PCACHE_SIZE; k++)
+        Py_CLEAR(pcache[k]);
     for (Py_ssize_t k = 0; k < rused; k++) {
         REntry *e = &rtab[rlist[k]];
         Py_CLEAR(e->ref);   /* (a weak reference without a callback: no Python code) */
@@ -622,6 +673,8 @@ static int plain_params(PyObject *params)
     return 1;
 }
 
+static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n);
+
 /* node._merge for two leaf lists met for the first time (short ones: identity scans, no
    dict): la's leaves, then lb's not among them; interned in node._leafsets and remembered
    in node._merged under `key`, as the Python code does. 0: left to it (no error set). */
@@ -631,8 +684,9 @@ static int merge2_new(PyObject *la, PyObject *lb, PyObject *key, PyObject **leav
     Py_ssize_t na = PyTuple_GET_SIZE(la), nb = PyTuple_GET_SIZE(lb);
     if (leafsets == NULL || na * nb > 4096)
         return 0;
-    PyObject *acc = PyList_New(0), *pos = PyTuple_New(nb), *all = NULL, *tup = NULL, *rec = NULL;
-    if (acc == NULL || pos == NULL)
+    PyObject *acc = PyList_New(0), *pos = NULL, *all = NULL, *tup = NULL, *rec = NULL;
+    Py_ssize_t *where = PyMem_Malloc((nb + 1) * sizeof *where);
+    if (acc == NULL || where == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < na; i++)
         if (PyList_Append(acc, PyTuple_GET_ITEM(la, i)) < 0)
@@ -644,11 +698,13 @@ static int merge2_new(PyObject *la, PyObject *lb, PyObject *key, PyObject **leav
             i++;
         if (i == n && PyList_Append(acc, leaf) < 0)
             goto fail;
-        PyObject *v = PyLong_FromSsize_t(i);
-        if (v == NULL)
-            goto fail;
-        PyTuple_SET_ITEM(pos, j, v);
+        where[j] = i;
     }
+    /* (shared by value: the tables here are emptied at every evaluation, and fresh
+       position tuples would make every node over this merge a new struct key) */
+    pos = nb == 1 ? single_of(where[0]) : int_tuple(where, nb);
+    if (pos == NULL)
+        goto fail;
     tup = PyList_AsTuple(acc);
     all = iota_of(na);
     if (tup == NULL || all == NULL)
@@ -668,12 +724,14 @@ static int merge2_new(PyObject *la, PyObject *lb, PyObject *key, PyObject **leav
     mcache_remember(rec);
     Py_DECREF(rec);
     Py_DECREF(acc);
+    PyMem_Free(where);
     *leaves = tup;
     *pa = all;
     *pb = pos;
     return 1;
 fail:
     Py_XDECREF(acc); Py_XDECREF(pos); Py_XDECREF(all); Py_XDECREF(tup); Py_XDECREF(rec);
+    PyMem_Free(where);
     PyErr_Clear();
     return 0;
 }
@@ -692,7 +750,7 @@ static int merge2_known(PyObject *la, PyObject *lb, PyObject **leaves, PyObject 
             if (PyTuple_GET_ITEM(many, i) != leaf)
                 continue;
             /* (Python's `in` and index() compare with ==, which for nodes is identity) */
-            PyObject *pos = Py_BuildValue("(n)", i), *all = iota_of(PyTuple_GET_SIZE(many));
+            PyObject *pos = single_of(i), *all = iota_of(PyTuple_GET_SIZE(many));
             if (pos == NULL || all == NULL) {
                 Py_XDECREF(pos);
                 Py_XDECREF(all);
@@ -808,7 +866,7 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 Py_INCREF(la); leaves = la;
                 Py_INCREF(zero_t); pb = zero_t;
             } else {
-                leaves = PyTuple_Pack(2, x, y);
+                leaves = leaf_pair(x, y);
                 Py_INCREF(one_t); pb = one_t;
             }
         } else if (merge2_known(la, lb, &leaves, &pa, &pb)) {
@@ -1089,12 +1147,9 @@ static int at_anchor_statement(PyObject *code, PyObject *lasti)
    `count`-th operation past `limit` — always while it learns (no gate), once anchored only
    for an operation of the anchor's primitive and shape (ThreadState.gate), or four times
    past the limit. 0 with an error set on failure. */
-static int at_gate(PyObject *s, PyObject *owner, Py_ssize_t count, PyObject *limit)
+static int at_gate(PyObject *s, PyObject *owner, Py_ssize_t count, Py_ssize_t lim)
 {
     PyObject *gate = SLOT(s, s_gate);
-    Py_ssize_t lim = PyLong_AsSsize_t(limit);
-    if (lim == -1 && PyErr_Occurred())
-        return 0;
     if (gate == NULL || !PyTuple_Check(gate) || PyTuple_GET_SIZE(gate) < 2 || count >= 4 * lim)
         return 1;
     PyObject *node = (storage_type != NULL && Py_TYPE(owner) == storage_type)
@@ -1116,6 +1171,34 @@ static int at_gate(PyObject *s, PyObject *owner, Py_ssize_t count, PyObject *lim
         return at;
     }
     return eq != 0;
+}
+
+/* config.max_pending_nodes as a C integer (set_pending_limit: config calls it whenever the
+   setting is assigned), or -1 where it is not an int and is read on each note. */
+static Py_ssize_t pending_limit = -1;
+
+static PyObject *set_pending_limit(PyObject *self, PyObject *value)
+{
+    Py_ssize_t v = PyLong_CheckExact(value) ? PyLong_AsSsize_t(value) : -1;
+    if (v == -1 && PyErr_Occurred())
+        PyErr_Clear();   /* (too large: read each time, and found too large there) */
+    pending_limit = v < 0 ? -1 : v;
+    Py_RETURN_NONE;
+}
+
+/* The int `n` (new reference): pending counts up to COUNT_OBJECTS are shared objects, so
+   noting a value allocates no int (Python shares only those up to 256). */
+#define COUNT_OBJECTS 8192
+static PyObject *count_objects[COUNT_OBJECTS];
+
+static PyObject *count_object(Py_ssize_t n)
+{
+    if (n < 0 || n >= COUNT_OBJECTS)
+        return PyLong_FromSsize_t(n);
+    if (count_objects[n] == NULL && (count_objects[n] = PyLong_FromSsize_t(n)) == NULL)
+        return NULL;
+    Py_INCREF(count_objects[n]);
+    return count_objects[n];
 }
 
 static int note_owner(PyObject *owner)
@@ -1154,19 +1237,32 @@ static int note_owner(PyObject *owner)
         Py_DECREF(w);
     }
     Py_ssize_t n = PyLong_AsSsize_t(count);
-    PyObject *next = (n == -1 && PyErr_Occurred()) ? NULL : PyLong_FromSsize_t(n + 1);
+    PyObject *next = (n == -1 && PyErr_Occurred()) ? NULL : count_object(n + 1);
     if (next == NULL) {
         Py_DECREF(s);
         return -1;
     }
     Py_INCREF(next);   /* held: the getattr below may run Python code that resets s.count */
     set_slot(s, s_count, next);
-    PyObject *limit = PyObject_GetAttr(config_obj, str_max_pending);
-    int over = limit == NULL ? -1 : PyObject_RichCompareBool(next, limit, Py_GE);
-    if (over > 0 && !at_gate(s, owner, n + 1, limit))
-        over = PyErr_Occurred() ? -1 : 0;
-    Py_XDECREF(limit);
+    Py_ssize_t lim = pending_limit;
+    int over;
+    if (lim >= 0) {
+        over = n + 1 >= lim;
+    } else {   /* (config.max_pending_nodes is not an int: compared as Python compares it) */
+        PyObject *limit = PyObject_GetAttr(config_obj, str_max_pending);
+        over = limit == NULL ? -1 : PyObject_RichCompareBool(next, limit, Py_GE);
+        double d = over > 0 ? PyFloat_AsDouble(limit) : 0.0;
+        Py_XDECREF(limit);
+        if (over < 0 || (d == -1.0 && PyErr_Occurred())) {
+            Py_DECREF(next);
+            Py_DECREF(s);
+            return -1;
+        }
+        lim = (d != d || d >= (double)PY_SSIZE_T_MAX / 4) ? PY_SSIZE_T_MAX / 4 : (Py_ssize_t)ceil(d);
+    }
     Py_DECREF(next);
+    if (over && !at_gate(s, owner, n + 1, lim))
+        over = PyErr_Occurred() ? -1 : 0;
     if (over > 0) {
         PyObject *r = PyObject_CallFunctionObjArgs(consider_cut_fn, s, owner, NULL);
         over = r == NULL ? -1 : 0;
@@ -2378,13 +2474,76 @@ static PyObject *derive(PyObject *base, PyObject *steps)
     return n;
 }
 
-/* views.set_base: storage `st` holds `base` (stolen); every live view derives again. */
+/* views.written_region: the strided region (starts, steps, counts: nd values each) outside
+   which `new` equals `old`; 0 where there is none known (or nd is beyond MAX_DIMS). */
+static int written_region(PyObject *old, PyObject *new, Py_ssize_t *region, Py_ssize_t *nd)
+{
+    if (old == NULL || Py_TYPE(new) != node_type || !prim_is(new, str_slice_update))
+        return 0;
+    PyObject *inputs = SLOT(new, node_off[S_INPUTS]), *params = SLOT(new, node_off[S_PARAMS]);
+    if (!PyTuple_Check(inputs) || PyTuple_GET_SIZE(inputs) != 2 || !PyTuple_Check(params)
+        || PyTuple_GET_SIZE(params) != 2)
+        return 0;
+    PyObject *parent = PyTuple_GET_ITEM(inputs, 0);
+    if (parent != old) {   /* (or the same region of old's parent written again) */
+        if (Py_TYPE(old) != node_type || !prim_is(old, str_slice_update))
+            return 0;
+        PyObject *oi = SLOT(old, node_off[S_INPUTS]), *op = SLOT(old, node_off[S_PARAMS]);
+        if (!PyTuple_Check(oi) || PyTuple_GET_SIZE(oi) != 2 || PyTuple_GET_ITEM(oi, 0) != parent)
+            return 0;
+        int eq = PyObject_RichCompareBool(op, params, Py_EQ);
+        if (eq <= 0) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    PyObject *shape = SLOT(PyTuple_GET_ITEM(inputs, 1), node_off[S_SHAPE]);
+    Py_ssize_t n = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
+    if (n < 0 || n > MAX_DIMS || !read_ints(PyTuple_GET_ITEM(params, 0), region, n)
+        || !read_ints(PyTuple_GET_ITEM(params, 1), region + MAX_DIMS, n)
+        || !read_ints(shape, region + 2 * MAX_DIMS, n))
+        return 0;
+    *nd = n;
+    return 1;
+}
+
+/* views.outside: whether the view `steps` lies outside the region (written_region's). */
+static int outside(PyObject *steps, const Py_ssize_t *region, Py_ssize_t nd)
+{
+    if (!PyTuple_Check(steps) || PyTuple_GET_SIZE(steps) == 0)
+        return 0;
+    PyObject *step = PyTuple_GET_ITEM(steps, 0);
+    Py_ssize_t v[3 * MAX_DIMS];
+    if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 4
+        || !same_str(PyTuple_GET_ITEM(step, 0), str_slice)
+        || !read_ints(PyTuple_GET_ITEM(step, 1), v, nd)
+        || !read_ints(PyTuple_GET_ITEM(step, 2), v + MAX_DIMS, nd)
+        || !read_ints(PyTuple_GET_ITEM(step, 3), v + 2 * MAX_DIMS, nd))
+        return 0;
+    for (Py_ssize_t k = 0; k < nd; k++) {
+        Py_ssize_t c = v[2 * MAX_DIMS + k], m = region[2 * MAX_DIMS + k];
+        if (c == 0 || m == 0)
+            return 1;
+        Py_ssize_t a = v[k], b = a + (c - 1) * v[MAX_DIMS + k];
+        Py_ssize_t r0 = region[k], r1 = r0 + (m - 1) * region[MAX_DIMS + k];
+        Py_ssize_t lo = a < b ? a : b, hi = a < b ? b : a;
+        Py_ssize_t rlo = r0 < r1 ? r0 : r1, rhi = r0 < r1 ? r1 : r0;
+        if (hi < rlo || rhi < lo)
+            return 1;
+    }
+    return 0;
+}
+
+/* views.set_base: storage `st` holds `base` (stolen); every live view derives again, but
+   those outside the region the write changed (their elements did not change). */
 static int set_base(PyObject *st, PyObject *base)
 {
     if (views_take() < 0) {   /* (st.node too is set under the lock) */
         Py_DECREF(base);        /* (the reference this function takes) */
         return -1;
     }
+    Py_ssize_t region[3 * MAX_DIMS], nd = 0;
+    int regional = written_region(SLOT(st, g_node), base, region, &nd);
     Py_INCREF(base);   /* held to the end: derive may run Python code (rebinding st.node) */
     set_slot(st, g_node, base);
     int rc = 0;
@@ -2409,9 +2568,17 @@ static int set_base(PyObject *st, PyObject *base)
         Py_INCREF(ref);
         PyObject *v = SLOT(t, t_view);
         Py_XINCREF(v);
-        PyObject *d = (v != NULL && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2
-                       && PyTuple_Check(PyTuple_GET_ITEM(v, 1)))
-                      ? derive(base, PyTuple_GET_ITEM(v, 1)) : NULL;
+        int view = v != NULL && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2
+                   && PyTuple_Check(PyTuple_GET_ITEM(v, 1));
+        if (view && regional && outside(PyTuple_GET_ITEM(v, 1), region, nd)) {
+            if (live != NULL)   /* (its node stays: its elements are not written) */
+                rc = PyList_Append(live, ref);
+            Py_DECREF(v);
+            Py_DECREF(t);
+            Py_DECREF(ref);
+            continue;
+        }
+        PyObject *d = view ? derive(base, PyTuple_GET_ITEM(v, 1)) : NULL;
         if (d == NULL) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_TypeError, "qtrace: a view without its steps");
@@ -3600,6 +3767,8 @@ static PyMethodDef methods[] = {
      "apply2(name, x, y)\nqtrace.tracer.elementwise.apply2, with its fast path in C."},
     {"assign", (PyCFunction)(void (*)(void))assign_entry, METH_FASTCALL,
      "assign(t, new)\nqtrace.tracer.views.assign, in C."},
+    {"set_pending_limit", set_pending_limit, METH_O,
+     "set_pending_limit(n)\nconfig.max_pending_nodes changed to n (config calls it)."},
     {"note", note, METH_O, "note(owner)\nqtrace.tracer.pending.note, in C."},
     {"bind_jit", bind_jit, METH_VARARGS,
      "bind_jit(ndarray, numpy.empty, cpu.aligned_empty, data_offset, hits, launches, tasks)\n"
@@ -3626,8 +3795,8 @@ PyMODINIT_FUNC PyInit__native(void)
 {
     str_const = PyUnicode_InternFromString("const");
     str_leaves = PyUnicode_InternFromString("leaves");
-    zero_t = Py_BuildValue("(i)", 0);
-    one_t = Py_BuildValue("(i)", 1);
+    zero_t = single_of(0);   /* (the shared (0,) and (1,)) */
+    one_t = single_of(1);
     zero_long = PyLong_FromLong(0);
     str_s = PyUnicode_InternFromString("s");
     str_max_pending = PyUnicode_InternFromString("max_pending_nodes");

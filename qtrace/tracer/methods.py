@@ -43,6 +43,7 @@ def _bind_native() -> None:
     native.bind_tensors(Tensor, context.ThreadState, context._local, context.state, config,
                         pending._consider_cut, ew._recipes, ew.apply2, convert.scalar_node,
                         convert._scalars, convert._consts)
+    config.watch("max_pending_nodes", native.set_pending_limit)
     views._views_lock = native.ViewsLock()   # (taken in C without calling Python)
     native.bind_views(views.Storage, views._storage, views._leaf_view, views.reshape_node,
                       views._views_lock)

@@ -524,14 +524,52 @@ def _write(t: Tensor, new: Node):
 
 
 def set_base(st: Storage, base: Node) -> None:
-    """Give storage ``st`` the value ``base`` and every live view of it its new value."""
+    """Give storage ``st`` the value ``base`` and every live view of it its new value.
+
+    A view lying wholly outside the region that ``base`` rewrote keeps its node: its
+    elements did not change (``p[:, -1] = p[:, -2]``: the right-hand side, a view of ``p``
+    still alive during the write, is not derived again)."""
     with _views_lock:
+        region = written_region(st.node, base)
         st.node = base
         live = []
         for ref in st.views:
             t = ref()
             if t is not None:
-                t._node = derive(base, t._view[1])
+                steps = t._view[1]
+                if region is None or not outside(steps, region):
+                    t._node = derive(base, steps)
                 live.append(ref)
         st.views = live
         st.prune_at = 2 * len(live) + 16
+
+
+def written_region(old: Node, new: Node):
+    """``(starts, steps, counts)`` of the strided region outside which ``new`` equals
+    ``old`` (a slice assignment of ``old``, or of what ``old`` assigned the same region
+    of), else None."""
+    if new.prim != "slice_update":
+        return None
+    parent = new.inputs[0]
+    if parent is not old and not (old.prim == "slice_update" and old.params == new.params
+                                  and old.inputs[0] is parent):
+        return None
+    starts, steps = new.params
+    return starts, steps, new.inputs[1].shape
+
+
+def outside(steps: tuple, region: tuple) -> bool:
+    """Whether the view ``steps`` (of a storage's base) lies outside ``region``: its first
+    step is a slice, and along some axis the slice's and the region's index intervals do
+    not meet."""
+    if not steps or steps[0][0] != "slice":
+        return False
+    _, starts, strides, counts = steps[0]
+    for a, s, c, b, t, m in zip(starts, strides, counts, *region):
+        if c == 0 or m == 0:
+            return True
+        lo, hi = sorted((a, a + (c - 1) * s))
+        rlo, rhi = sorted((b, b + (m - 1) * t))
+        if hi < rlo or rhi < lo:
+            return True
+    return False

@@ -514,3 +514,29 @@ def test_past_the_limit_other_statements_pass_the_anchor_gate_in_c(rng):
     p, ref = steps(p, ref, 30)              # the anchor's statement: cuts go on
     assert pending.describe()["automatic_cuts"] > cuts
     np.testing.assert_allclose(p.numpy(), ref, rtol=1e-12, atol=1e-12)
+
+
+@needs_native
+@pytest.mark.parametrize("limit", [7, np.int64(11), 23.0], ids=["int", "numpy-int", "float"])
+def test_the_pending_limit_takes_effect_when_assigned(limit):
+    """The compiled recorder keeps ``config.max_pending_nodes`` as a C integer, told of
+    every assignment: the first automatic evaluation (a policy learning its anchor cuts at
+    twice the limit) comes at the new limit's operation, whatever type the value has (a
+    non-int is read and converted on each note)."""
+    from qtrace.tracer import pending
+
+    old = qt.config.max_pending_nodes
+    try:
+        qt.config.max_pending_nodes = limit
+        pending.reset()
+        pending.flush(())   # nothing pending: the count starts at 0
+        x = qt.asarray(np.arange(5.0))
+        before = qt.stats()["auto_evaluations"]
+        for _ in range(2 * int(limit) - 1):
+            x = x * 1.5
+        assert qt.stats()["auto_evaluations"] == before
+        x = x * 1.5
+        assert qt.stats()["auto_evaluations"] == before + 1
+        np.testing.assert_allclose(x.numpy(), np.arange(5.0) * 1.5 ** (2 * int(limit)))
+    finally:
+        qt.config.max_pending_nodes = old

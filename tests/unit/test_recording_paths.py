@@ -177,3 +177,74 @@ def test_buffer_pool_reuses_free_blocks_without_walking_live_ones():
     found = [pool.take(size) for _ in range(300 // cpu.BufferPool.SCAN + 2)]
     assert freed in {id(b) for b in found}
     assert len({id(b) for b in live + found}) == len(live) + len(found)
+
+
+WRITES = [   # (key written, values' shape): a column, a row, a block, a strided block, a corner
+    ((slice(None), -1), (9,)), ((0, slice(None)), (7,)), ((slice(2, 5), slice(1, 4)), (3, 3)),
+    ((slice(1, None, 3), slice(None, None, -2)), (3, 4)), ((-1, -1), ()),
+]
+VIEWS = [(slice(None), -2), (1, slice(None)), (slice(1, -1), slice(1, -1)), (slice(None), 0),
+         (slice(None, None, -1), slice(None, None, 2)), (slice(5, 8), slice(0, 2))]
+
+
+def _apart(shape, view, write) -> bool:
+    """Whether along some axis the index ranges (lowest to highest) of two basic keys
+    do not meet (what a write's region is told apart by: intervals, not exact sets)."""
+    def ranges(key):
+        key = key if isinstance(key, tuple) else (key,)
+        return [np.arange(n)[k].reshape(-1) for n, k in zip(shape, key)]
+    return any(a.max() < b.min() or b.max() < a.min() for a, b in zip(ranges(view), ranges(write)))
+
+
+def _overlaps(shape, view, write) -> bool:
+    seen = np.zeros(shape, bool)
+    seen[view] = True
+    return bool(seen[write].any())
+
+
+@pytest.mark.parametrize("write, vshape", WRITES, ids=["column", "row", "block", "strided", "corner"])
+def test_a_write_derives_again_only_the_views_it_overlaps(write, vshape, fusion, rng):
+    """Views of a pending base that lie outside a slice assignment's region (apart along
+    some axis) keep their nodes (their elements did not change; ``p[:, -1] = p[:, -2]``
+    does not derive its right-hand side again); the others are derived from the new base;
+    every
+    view then reads what NumPy's views read. (On both recorders: the Python one runs
+    this file too.)"""
+    shape = (9, 7)
+    x = rng.standard_normal(shape)
+    ref = x.copy()
+    p = qt.asarray(x) * 1.0       # a pending base
+    views = [p[k] for k in VIEWS]
+    before = [v._node for v in views]
+    value = rng.standard_normal(vshape)
+    p[write] = value
+    ref[write] = value
+    kept = [v._node is node for v, node in zip(views, before)]   # (before evaluating)
+    assert kept == [_apart(shape, k, write) for k in VIEWS]
+    assert not any(k and _overlaps(shape, key, write) for k, key in zip(kept, VIEWS))
+    for k, v in zip(VIEWS, views):
+        np.testing.assert_array_equal(v.numpy(), ref[k])
+    np.testing.assert_array_equal(p.numpy(), ref)
+
+
+def _walls(t):
+    g = t[:, -2]
+    t[:, -1] = g
+    g = t[1, :]
+    t[0, :] = g
+    g = t[:, 1]
+    t[:, 0] = g
+    t[-1, :] = 0
+    t[1:-1, 1:-1] = g[1:-1, None] * 0.5 + t[1:-1, 2:]
+    return g
+
+
+def test_boundary_copies_read_the_columns_before_each_write(fusion, rng):
+    """The Neumann walls of a Jacobi sweep, whose right-hand sides stay alive across the
+    next writes (``g``): each copy reads the values after the writes before it."""
+    x = rng.standard_normal((6, 5))
+    p, ref = qt.asarray(x) + 0.0, x.copy()
+    for _ in range(3):
+        g, gref = _walls(p), _walls(ref)
+    np.testing.assert_array_equal(g.numpy(), gref)
+    np.testing.assert_array_equal(p.numpy(), ref)
