@@ -2054,6 +2054,108 @@ static int parse_basic(PyObject *shape, PyObject *key, Py_ssize_t *starts, Py_ss
     return 1;
 }
 
+/* parse_basic's answers remembered by the identity of what a key is made of: the shape
+   tuple, and per axis the slice's start, stop and step objects or the integer (a loop's
+   `p[1:-1, 2:]` builds new slices and a new tuple every pass, from the same small ints and
+   None). Entries hold those objects, so equal identities are equal values; they also hold
+   the integer tuples made from the answer. Direct-mapped; up to KC_DIMS axes. */
+#define KCACHE_SIZE 256
+#define KC_DIMS 4
+typedef struct {
+    PyObject *shape, *parts[3 * KC_DIMS];   /* held; an integer axis: the int, NULL, NULL */
+    Py_ssize_t nd, starts[KC_DIMS], steps[KC_DIMS], counts[KC_DIMS], out[KC_DIMS], nout;
+    int sliced, moved;
+    PyObject *tcounts, *tstarts, *tsteps, *tout;   /* held: int_tuple of the answer */
+} KEntry;
+static KEntry kcache[KCACHE_SIZE];
+
+static void kentry_clear(KEntry *e)
+{
+    Py_CLEAR(e->shape);
+    for (int i = 0; i < 3 * KC_DIMS; i++)
+        Py_CLEAR(e->parts[i]);
+    Py_CLEAR(e->tcounts); Py_CLEAR(e->tstarts); Py_CLEAR(e->tsteps); Py_CLEAR(e->tout);
+    e->nd = 0;
+}
+
+/* The parts of `key` for `nd` axes into parts[3 * nd] (borrowed), or 0: not a key of one
+   plain slice or exact int per axis. */
+static int key_parts(PyObject *key, Py_ssize_t nd, PyObject **parts)
+{
+    PyObject *const *items;
+    Py_ssize_t nk;
+    if (PyTuple_Check(key)) {
+        nk = PyTuple_GET_SIZE(key);
+        items = &PyTuple_GET_ITEM(key, 0);
+    } else {
+        nk = 1;
+        items = &key;
+    }
+    if (nk != nd || nd == 0 || nd > KC_DIMS)
+        return 0;
+    for (Py_ssize_t k = 0; k < nd; k++) {
+        PyObject *item = items[k];
+        if (PySlice_Check(item)) {
+            PySliceObject *sl = (PySliceObject *)item;
+            parts[3 * k] = sl->start;
+            parts[3 * k + 1] = sl->stop;
+            parts[3 * k + 2] = sl->step;
+        } else if (PyLong_CheckExact(item)) {
+            parts[3 * k] = item;
+            parts[3 * k + 1] = parts[3 * k + 2] = NULL;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* parse_basic of (shape, key) with its integer tuples, remembered (borrowed entry), or
+   NULL with no error set: not such a key (the caller's parse_basic decides), or an error
+   making a tuple (the caller meets it again). */
+static KEntry *parse_cached(PyObject *shape, PyObject *key)
+{
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    PyObject *parts[3 * KC_DIMS];
+    if (!key_parts(key, nd, parts))
+        return NULL;
+    Py_uhash_t h = mix((Py_uhash_t)nd, (Py_uhash_t)(uintptr_t)shape);
+    for (Py_ssize_t i = 0; i < 3 * nd; i++)
+        h = mix(h, (Py_uhash_t)(uintptr_t)parts[i]);
+    KEntry *e = &kcache[(h ^ (h >> 11)) & (KCACHE_SIZE - 1)];
+    if (e->nd == nd && e->shape == shape) {
+        Py_ssize_t i = 0;
+        while (i < 3 * nd && e->parts[i] == parts[i])
+            i++;
+        if (i == 3 * nd)
+            return e;
+    }
+    KEntry now = {0};
+    if (!parse_basic(shape, key, now.starts, now.steps, now.counts, now.out, &now.nout,
+                     &now.sliced, &now.moved))
+        return NULL;
+    now.tcounts = int_tuple(now.counts, nd);
+    now.tstarts = int_tuple(now.starts, nd);
+    now.tsteps = int_tuple(now.steps, nd);
+    now.tout = int_tuple(now.out, now.nout);
+    if (now.tcounts == NULL || now.tstarts == NULL || now.tsteps == NULL || now.tout == NULL) {
+        kentry_clear(&now);
+        PyErr_Clear();
+        return NULL;
+    }
+    now.nd = nd;
+    Py_INCREF(shape);
+    now.shape = shape;
+    for (Py_ssize_t i = 0; i < 3 * nd; i++) {
+        Py_XINCREF(parts[i]);
+        now.parts[i] = parts[i];
+    }
+    KEntry gone = *e;
+    *e = now;
+    kentry_clear(&gone);   /* (last: ints and tuples of ints run no code when they die) */
+    return e;
+}
+
 /* x[key] for a key of one slice or integer per axis, at least one slice: NULL with no
    error set when the key is anything else (indexing.getitem then takes it). */
 /* views._leaf_view(base, steps) (new reference: a Leaf, or None), with the leaves it
@@ -2163,13 +2265,33 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
     Py_ssize_t starts[MAX_DIMS], steps[MAX_DIMS], counts[MAX_DIMS], out[MAX_DIMS];
     Py_ssize_t nout;
     int sliced, moved;
-    if (!parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved))
-        return NULL;
-    if (!sliced || !moved)
-        return NULL;   /* an element (a copy in NumPy), or the whole array: Python's */
-    PyObject *tcounts = int_tuple(counts, nd);
-    PyObject *tstarts = int_tuple(starts, nd), *tsteps = int_tuple(steps, nd);
-    PyObject *tout = nout == nd ? NULL : int_tuple(out, nout);
+    PyObject *tcounts, *tstarts, *tsteps, *tout;
+    KEntry *ke = parse_cached(shape, key);
+    if (ke != NULL) {
+        if (!ke->sliced || !ke->moved)
+            return NULL;   /* an element (a copy in NumPy), or the whole array: Python's */
+        memcpy(starts, ke->starts, sizeof(Py_ssize_t) * nd);
+        memcpy(steps, ke->steps, sizeof(Py_ssize_t) * nd);
+        memcpy(counts, ke->counts, sizeof(Py_ssize_t) * nd);
+        nout = ke->nout;
+        Py_INCREF(ke->tcounts); tcounts = ke->tcounts;
+        Py_INCREF(ke->tstarts); tstarts = ke->tstarts;
+        Py_INCREF(ke->tsteps); tsteps = ke->tsteps;
+        tout = NULL;
+        if (nout != nd) {
+            Py_INCREF(ke->tout);
+            tout = ke->tout;
+        }
+    } else {
+        if (!parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved))
+            return NULL;
+        if (!sliced || !moved)
+            return NULL;   /* an element (a copy in NumPy), or the whole array: Python's */
+        tcounts = int_tuple(counts, nd);
+        tstarts = int_tuple(starts, nd);
+        tsteps = int_tuple(steps, nd);
+        tout = nout == nd ? NULL : int_tuple(out, nout);
+    }
     PyObject *chain = NULL, *view = NULL, *st_steps = NULL, *vnode = NULL, *res = NULL;
     PyObject *all_steps = NULL, *view_tuple = NULL;
     int locked = 0, note_storage = 0;
@@ -2706,13 +2828,24 @@ static int setitem_at(PyObject *x, PyObject *node, PyObject *key, PyObject *valu
     }
     PyObject *shape = SLOT(node, node_off[S_SHAPE]);
     Py_ssize_t nd = PyTuple_GET_SIZE(shape);
-    Py_ssize_t starts[MAX_DIMS], steps[MAX_DIMS], counts[MAX_DIMS], out[MAX_DIMS], nout;
-    int sliced, moved;
-    if (!parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved))
-        return 0;
+    PyObject *tcounts, *tstarts, *tsteps, *tout;
+    KEntry *ke = parse_cached(shape, key);
+    if (ke != NULL) {
+        Py_INCREF(ke->tcounts); tcounts = ke->tcounts;
+        Py_INCREF(ke->tstarts); tstarts = ke->tstarts;
+        Py_INCREF(ke->tsteps); tsteps = ke->tsteps;
+        Py_INCREF(ke->tout); tout = ke->tout;
+    } else {
+        Py_ssize_t starts[MAX_DIMS], steps[MAX_DIMS], counts[MAX_DIMS], out[MAX_DIMS], nout;
+        int sliced, moved;
+        if (!parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved))
+            return 0;
+        tcounts = int_tuple(counts, nd);
+        tstarts = int_tuple(starts, nd);
+        tsteps = int_tuple(steps, nd);
+        tout = int_tuple(out, nout);
+    }
     int rc = -1;
-    PyObject *tcounts = int_tuple(counts, nd), *tstarts = int_tuple(starts, nd);
-    PyObject *tsteps = int_tuple(steps, nd), *tout = int_tuple(out, nout);
     PyObject *src = NULL, *region = NULL, *new = NULL;
     if (tcounts == NULL || tstarts == NULL || tsteps == NULL || tout == NULL)
         goto done;

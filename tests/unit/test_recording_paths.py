@@ -248,3 +248,30 @@ def test_boundary_copies_read_the_columns_before_each_write(fusion, rng):
         g, gref = _walls(p), _walls(ref)
     np.testing.assert_array_equal(g.numpy(), gref)
     np.testing.assert_array_equal(p.numpy(), ref)
+
+
+def test_the_same_key_objects_index_arrays_of_other_shapes_right(fusion, rng):
+    """Basic keys are parsed once per shape and key objects (the compiled recorder keeps
+    the answers by identity): the very same key — small ints, large ints beyond Python's
+    shared ones, negative bounds, integers — reused on arrays of other shapes, read and
+    written, gives NumPy's result for each shape."""
+    big = int(rng.integers(300, 400))
+    keys = [(slice(1, -1), -1), (slice(None, None, -2), slice(2, big)), (big - 301, slice(-3, None)),
+            (slice(-big, big, 3), 0)]
+    shapes = [(5, 6), (7, 4), (big, 3), (4, big)]
+    for _ in range(2):   # a second pass finds every answer remembered
+        for key in keys:
+            for shape in shapes:
+                x = rng.standard_normal(shape)
+                ref = x.copy()
+                t = qt.asarray(x) * 1.0
+                try:
+                    want = ref[key]
+                except IndexError:
+                    with pytest.raises(IndexError):
+                        t[key]
+                    continue
+                np.testing.assert_array_equal(t[key].numpy(), want)
+                ref[key] = -want
+                t[key] = -t[key]
+                np.testing.assert_array_equal(t.numpy(), ref)
