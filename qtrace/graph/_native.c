@@ -1989,6 +1989,17 @@ static inline int plain_bound(PyObject *b)
     return b == Py_None || PyLong_CheckExact(b);
 }
 
+/* The items of an indexing key (*key itself where it is not a tuple) and their number. */
+static inline PyObject *const *key_items(PyObject *const *key, Py_ssize_t *n)
+{
+    if (PyTuple_Check(*key)) {
+        *n = PyTuple_GET_SIZE(*key);
+        return &PyTuple_GET_ITEM(*key, 0);
+    }
+    *n = 1;
+    return key;
+}
+
 /* indexing.basic_key's common case: one slice or in-range integer per axis of `shape`.
    Fills starts/steps/counts (per axis) and out (the result shape: integers dropped);
    `sliced`: some axis has a slice; `moved`: not the whole array. 0: another key. */
@@ -1997,14 +2008,7 @@ static int parse_basic(PyObject *shape, PyObject *key, Py_ssize_t *starts, Py_ss
                        int *moved_p)
 {
     Py_ssize_t nd = PyTuple_GET_SIZE(shape), nk;
-    PyObject *const *items;
-    if (PyTuple_Check(key)) {
-        nk = PyTuple_GET_SIZE(key);
-        items = &PyTuple_GET_ITEM(key, 0);
-    } else {
-        nk = 1;
-        items = &key;
-    }
+    PyObject *const *items = key_items(&key, &nk);
     if (nk != nd || nd == 0 || nd > MAX_DIMS)
         return 0;
     Py_ssize_t nout = 0;
@@ -2082,15 +2086,8 @@ static void kentry_clear(KEntry *e)
    plain slice or exact int per axis. */
 static int key_parts(PyObject *key, Py_ssize_t nd, PyObject **parts)
 {
-    PyObject *const *items;
     Py_ssize_t nk;
-    if (PyTuple_Check(key)) {
-        nk = PyTuple_GET_SIZE(key);
-        items = &PyTuple_GET_ITEM(key, 0);
-    } else {
-        nk = 1;
-        items = &key;
-    }
+    PyObject *const *items = key_items(&key, &nk);
     if (nk != nd || nd == 0 || nd > KC_DIMS)
         return 0;
     for (Py_ssize_t k = 0; k < nd; k++) {
