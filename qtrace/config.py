@@ -106,12 +106,14 @@ class Config:
 
     def __setattr__(self, name: str, value) -> None:
         object.__setattr__(self, name, value)
-        for watcher in _watchers.get(name, ()):
+        for watcher in _watchers.get((id(self), name), ()):
             watcher(value)
 
     def watch(self, name: str, watcher) -> None:
-        """Call ``watcher(value)`` with setting ``name``'s value now and whenever it is
-        assigned (the compiled recorder keeps ``max_pending_nodes`` as a C integer).
+        """Call ``watcher(value)`` with this object's setting ``name`` now and whenever it
+        is assigned as an attribute (the compiled recorder keeps ``max_pending_nodes`` of
+        ``qt.config`` as a C integer; other ``Config`` objects and their copies do not
+        reach it). Writing ``vars(config)`` directly bypasses the watchers.
 
         Example:
             >>> seen = []
@@ -119,9 +121,9 @@ class Config:
             >>> config.spin_us = config.spin_us
             >>> len(seen)
             2
-            >>> _watchers["spin_us"].remove(seen.append)
+            >>> _watchers[(id(config), "spin_us")].remove(seen.append)
         """
-        _watchers.setdefault(name, []).append(watcher)
+        _watchers.setdefault((id(self), name), []).append(watcher)
         watcher(getattr(self, name))
 
     def codegen_options(self) -> tuple:
@@ -138,5 +140,6 @@ class Config:
 
 
 _options: dict = {}  # (fusion, check_bounds) -> the options tuple (built once)
-_watchers: dict = {}  # setting name -> [watcher(value)] (Config.watch)
+_watchers: dict = {}  # (id of a Config, setting name) -> [watcher(value)] (Config.watch;
+#                      only the process-wide `config` registers any, and it lives as long)
 config = Config()

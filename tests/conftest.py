@@ -70,4 +70,6 @@ def rng(request):
 def _restore_config():
     saved = dict(vars(qt.config))
     yield
-    vars(qt.config).update(saved)
+    for name, value in saved.items():   # (by assignment: watchers of a setting are told)
+        if getattr(qt.config, name) is not value:
+            setattr(qt.config, name, value)

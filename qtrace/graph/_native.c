@@ -235,29 +235,6 @@ static inline size_t mcache_index(PyObject *la, PyObject *lb)
     return (size_t)(h ^ (h >> 9)) & (MCACHE_SIZE - 1);
 }
 
-/* The leaf lists (x, y) of nodes over two single-leaf operands (`s * b[1:-1, 1:-1]`), by
-   identity of the two leaves: the same list on every pass of a loop, so that merging it
-   with another list, and the struct keys holding its positions, are found by identity
-   too. Entries hold their leaves; emptied with the sharing table. */
-#define PCACHE_SIZE 256
-static PyObject *pcache[PCACHE_SIZE];
-
-static PyObject *leaf_pair(PyObject *x, PyObject *y)
-{
-    uintptr_t h = ((uintptr_t)x >> 4) * 31u + ((uintptr_t)y >> 4);
-    PyObject **e = &pcache[(h ^ (h >> 9)) & (PCACHE_SIZE - 1)];
-    if (*e != NULL && PyTuple_GET_ITEM(*e, 0) == x && PyTuple_GET_ITEM(*e, 1) == y) {
-        Py_INCREF(*e);
-        return *e;
-    }
-    PyObject *t = PyTuple_Pack(2, x, y);
-    if (t == NULL)
-        return NULL;
-    Py_INCREF(t);
-    Py_XSETREF(*e, t);
-    return t;
-}
-
 static void mcache_remember(PyObject *rec)
 {
     size_t i = mcache_index(PyTuple_GET_ITEM(rec, 0), PyTuple_GET_ITEM(rec, 1));
@@ -532,8 +509,6 @@ static void forget_recent_table(void)
     for (int k = 0; k < n_mused; k++)
         Py_CLEAR(mcache[mused[k]]);
     n_mused = 0;
-    for (int k = 0; k < PCACHE_SIZE; k++)
-        Py_CLEAR(pcache[k]);
     for (Py_ssize_t k = 0; k < rused; k++) {
         REntry *e = &rtab[rlist[k]];
         Py_CLEAR(e->ref);   /* (a weak reference without a callback: no Python code) */
@@ -866,7 +841,7 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 Py_INCREF(la); leaves = la;
                 Py_INCREF(zero_t); pb = zero_t;
             } else {
-                leaves = leaf_pair(x, y);
+                leaves = PyTuple_Pack(2, x, y);
                 Py_INCREF(one_t); pb = one_t;
             }
         } else if (merge2_known(la, lb, &leaves, &pa, &pb)) {
@@ -1147,10 +1122,10 @@ static int at_anchor_statement(PyObject *code, PyObject *lasti)
    `count`-th operation past `limit` — always while it learns (no gate), once anchored only
    for an operation of the anchor's primitive and shape (ThreadState.gate), or four times
    past the limit. 0 with an error set on failure. */
-static int at_gate(PyObject *s, PyObject *owner, Py_ssize_t count, Py_ssize_t lim)
+static int at_gate(PyObject *s, PyObject *owner, Py_ssize_t count, Py_ssize_t four_limits)
 {
     PyObject *gate = SLOT(s, s_gate);
-    if (gate == NULL || !PyTuple_Check(gate) || PyTuple_GET_SIZE(gate) < 2 || count >= 4 * lim)
+    if (gate == NULL || !PyTuple_Check(gate) || PyTuple_GET_SIZE(gate) < 2 || count >= four_limits)
         return 1;
     PyObject *node = (storage_type != NULL && Py_TYPE(owner) == storage_type)
                      ? SLOT(owner, g_node) : SLOT(owner, t_node);
@@ -1244,24 +1219,32 @@ static int note_owner(PyObject *owner)
     }
     Py_INCREF(next);   /* held: the getattr below may run Python code that resets s.count */
     set_slot(s, s_count, next);
-    Py_ssize_t lim = pending_limit;
+    Py_ssize_t lim = pending_limit, four_limits;
     int over;
     if (lim >= 0) {
         over = n + 1 >= lim;
+        four_limits = lim <= PY_SSIZE_T_MAX / 4 ? 4 * lim : PY_SSIZE_T_MAX;
     } else {   /* (config.max_pending_nodes is not an int: compared as Python compares it) */
         PyObject *limit = PyObject_GetAttr(config_obj, str_max_pending);
         over = limit == NULL ? -1 : PyObject_RichCompareBool(next, limit, Py_GE);
         double d = over > 0 ? PyFloat_AsDouble(limit) : 0.0;
+        if (d == -1.0 && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();   /* (at or below the count: a huge negative limit) */
+            d = -HUGE_VAL;
+        }
         Py_XDECREF(limit);
         if (over < 0 || (d == -1.0 && PyErr_Occurred())) {
             Py_DECREF(next);
             Py_DECREF(s);
             return -1;
         }
-        lim = (d != d || d >= (double)PY_SSIZE_T_MAX / 4) ? PY_SSIZE_T_MAX / 4 : (Py_ssize_t)ceil(d);
+        /* Python's `count >= 4 * limit` for an integer count */
+        double four = ceil(4.0 * d);
+        four_limits = four != four || four >= (double)PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX
+                      : four <= (double)PY_SSIZE_T_MIN ? PY_SSIZE_T_MIN : (Py_ssize_t)four;
     }
     Py_DECREF(next);
-    if (over && !at_gate(s, owner, n + 1, lim))
+    if (over && !at_gate(s, owner, n + 1, four_limits))
         over = PyErr_Occurred() ? -1 : 0;
     if (over > 0) {
         PyObject *r = PyObject_CallFunctionObjArgs(consider_cut_fn, s, owner, NULL);
@@ -2263,8 +2246,10 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
     Py_ssize_t nout;
     int sliced, moved;
     PyObject *tcounts, *tstarts, *tsteps, *tout;
+    Py_INCREF(shape);   /* (held: parse_cached allocates, which may run code rebinding t's node) */
     KEntry *ke = parse_cached(shape, key);
     if (ke != NULL) {
+        Py_DECREF(shape);   /* (the entry holds it) */
         if (!ke->sliced || !ke->moved)
             return NULL;   /* an element (a copy in NumPy), or the whole array: Python's */
         memcpy(starts, ke->starts, sizeof(Py_ssize_t) * nd);
@@ -2280,10 +2265,10 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
             tout = ke->tout;
         }
     } else {
-        if (!parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved))
-            return NULL;
-        if (!sliced || !moved)
-            return NULL;   /* an element (a copy in NumPy), or the whole array: Python's */
+        int basic = parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved);
+        Py_DECREF(shape);
+        if (!basic || !sliced || !moved)
+            return NULL;   /* another key, an element (a copy in NumPy), or the whole array */
         tcounts = int_tuple(counts, nd);
         tstarts = int_tuple(starts, nd);
         tsteps = int_tuple(steps, nd);
@@ -2604,13 +2589,18 @@ static int written_region(PyObject *old, PyObject *new, Py_ssize_t *region, Py_s
         || PyTuple_GET_SIZE(params) != 2)
         return 0;
     PyObject *parent = PyTuple_GET_ITEM(inputs, 0);
-    if (parent != old) {   /* (or the same region of old's parent written again) */
+    if (parent != old) {   /* (or the same region of old's parent written again: same start,
+                              steps and shape — a smaller one undoes the rest of old's) */
         if (Py_TYPE(old) != node_type || !prim_is(old, str_slice_update))
             return 0;
         PyObject *oi = SLOT(old, node_off[S_INPUTS]), *op = SLOT(old, node_off[S_PARAMS]);
         if (!PyTuple_Check(oi) || PyTuple_GET_SIZE(oi) != 2 || PyTuple_GET_ITEM(oi, 0) != parent)
             return 0;
         int eq = PyObject_RichCompareBool(op, params, Py_EQ);
+        if (eq > 0)
+            eq = PyObject_RichCompareBool(SLOT(PyTuple_GET_ITEM(oi, 1), node_off[S_SHAPE]),
+                                          SLOT(PyTuple_GET_ITEM(inputs, 1), node_off[S_SHAPE]),
+                                          Py_EQ);
         if (eq <= 0) {
             PyErr_Clear();
             return 0;
@@ -2826,8 +2816,10 @@ static int setitem_at(PyObject *x, PyObject *node, PyObject *key, PyObject *valu
     PyObject *shape = SLOT(node, node_off[S_SHAPE]);
     Py_ssize_t nd = PyTuple_GET_SIZE(shape);
     PyObject *tcounts, *tstarts, *tsteps, *tout;
+    Py_INCREF(shape);   /* (held: parse_cached allocates, which may run code) */
     KEntry *ke = parse_cached(shape, key);
     if (ke != NULL) {
+        Py_DECREF(shape);   /* (the entry holds it) */
         Py_INCREF(ke->tcounts); tcounts = ke->tcounts;
         Py_INCREF(ke->tstarts); tstarts = ke->tstarts;
         Py_INCREF(ke->tsteps); tsteps = ke->tsteps;
@@ -2835,7 +2827,9 @@ static int setitem_at(PyObject *x, PyObject *node, PyObject *key, PyObject *valu
     } else {
         Py_ssize_t starts[MAX_DIMS], steps[MAX_DIMS], counts[MAX_DIMS], out[MAX_DIMS], nout;
         int sliced, moved;
-        if (!parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved))
+        int basic = parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved);
+        Py_DECREF(shape);
+        if (!basic)
             return 0;
         tcounts = int_tuple(counts, nd);
         tstarts = int_tuple(starts, nd);

@@ -552,8 +552,9 @@ def written_region(old: Node, new: Node):
         return None
     parent = new.inputs[0]
     if parent is not old and not (old.prim == "slice_update" and old.params == new.params
-                                  and old.inputs[0] is parent):
-        return None
+                                  and old.inputs[0] is parent
+                                  and old.inputs[1].shape == new.inputs[1].shape):
+        return None   # (a smaller write of the same start undoes the rest of old's region)
     starts, steps = new.params
     return starts, steps, new.inputs[1].shape
 

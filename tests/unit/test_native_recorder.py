@@ -540,3 +540,30 @@ def test_the_pending_limit_takes_effect_when_assigned(limit):
         np.testing.assert_allclose(x.numpy(), np.arange(5.0) * 1.5 ** (2 * int(limit)))
     finally:
         qt.config.max_pending_nodes = old
+
+
+@needs_native
+def test_the_pending_limit_follows_only_the_process_config():
+    """Other ``Config`` objects (a copy, a new one) do not move the compiled recorder's
+    limit; the process-wide ``qt.config`` does, through assignment (the tests' own
+    restore assigns too)."""
+    import copy
+
+    from qtrace.config import Config
+    from qtrace.tracer import pending
+
+    old = qt.config.max_pending_nodes
+    try:
+        qt.config.max_pending_nodes = 5
+        other = copy.copy(qt.config)
+        other.max_pending_nodes = 10**9
+        Config()                          # a fresh one sets its defaults
+        pending.reset()
+        pending.flush(())
+        x = qt.asarray(np.arange(3.0))
+        before = qt.stats()["auto_evaluations"]
+        for _ in range(10):               # twice the limit: the learning cut
+            x = x + 1.0
+        assert qt.stats()["auto_evaluations"] == before + 1
+    finally:
+        qt.config.max_pending_nodes = old
