@@ -44,6 +44,7 @@ TITLE = f"B9 recording, {N}x{N} float64"
 def _time(fn, calls: int, repeats: int) -> float:
     """Median seconds per call of ``fn`` over ``repeats`` samples of ``calls`` calls."""
     fn()
+    _harness._optimised()
     samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()

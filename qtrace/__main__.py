@@ -116,6 +116,9 @@ def info(args) -> int:
     print(f"target     {llvm_cpu.target_id().split('/')[0]} ({llvm_cpu.target_id().split('/')[1]})")
     print(f"threads    {qt.config.num_threads}")
     print(f"fusion     {'on' if qt.config.fusion else 'off'}")
+    print("compile    " + ("tiered (small plans run quickly compiled code while the optimised "
+                           "code is compiled)" if qt.config.tiered else
+                           "optimised before the first run (QTRACE_TIERED=0)"))
     print(f"recorder   {_recorder()}")
     print(f"cache dir  {qt.config.cache_dir}")
     try:

@@ -25,6 +25,10 @@ variable                    attribute                    meaning
                                                          least recently used trimmed)
 ``QTRACE_FFI_NATIVE``       ``ffi_native``               ``0``: ``qt.to_jax`` calls run
                                                          through the Python FFI handler
+``QTRACE_TIERED``           ``tiered``                   ``0``: compile every plan
+                                                         optimised before its first run
+                                                         (default: small plans run
+                                                         quickly compiled code first)
 ``QTRACE_NATIVE``           ``native``                   ``0``: record in Python only,
                                                          without the compiled recorder,
                                                          and Python worker threads
@@ -100,6 +104,7 @@ class Config:
         self.cache_max_bytes: int = int(float(os.environ.get("QTRACE_CACHE_MAX_MB") or 1024) * 2**20)
         self.ffi_native: bool = _flag("QTRACE_FFI_NATIVE", True)
         self.native: bool = _flag("QTRACE_NATIVE", True)
+        self.tiered: bool = _flag("QTRACE_TIERED", True)
         self.check_bounds: bool = True
         self.max_pending_nodes: int = 1000
         self.adstack_max_depth: int | None = None

@@ -16,6 +16,8 @@ import threading
 COUNTERS = (
     "traces",
     "compiles",
+    "tier_ups",             # kernels whose optimised code replaced their quick code (tiering)
+    "tier_up_failures",     # optimising compiles that failed (their quick code stays)
     "cache_hits_memory",
     "cache_hits_disk",
     "kernel_launches",      # native launches (a run of small tasks is one sequence launch)

@@ -15,6 +15,11 @@ if "QTRACE_CACHE_DIR" not in os.environ:
     os.environ["QTRACE_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 
+# kernels compiled optimised before their first run (tiering off): the suite tests the code
+# users run from the second call on, and sees compiles and disk writes as they happen;
+# tests/system/test_tiering.py turns it on (QTRACE_TIERED=1 runs the whole suite tiered)
+os.environ.setdefault("QTRACE_TIERED", "0")
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 

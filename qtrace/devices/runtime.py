@@ -443,8 +443,9 @@ def compile_plan(outputs: tuple) -> Plan:
                 module = target.new_module(f"qtrace_{spec.key[:16]}")
                 for sym, t in missing.items():
                     target.lower(t, module, sym, check)
-                compiled, payload = target.compile(module, list(missing))
-                if entry is not None:
+                compiled, payload = target.compile(module, list(missing), list(missing.values()),
+                                                   _tiered_up(target.key, device, check, entry))
+                if payload is not None and entry is not None:   # (else stored once optimised)
                     entry.store(payload)
             # -- end of the disk cache hook
             for sym, fn in compiled.items():
@@ -453,6 +454,19 @@ def compile_plan(outputs: tuple) -> Plan:
                    for t in spec.tasks}
     bump("tasks_fused", spec.tasks_fused)
     return Plan(spec, kernels, check, device)
+
+
+def _tiered_up(target_key: str, device, check: bool, entry):
+    """What a tiered compile calls with its optimised kernels: plans built from now on
+    take them (plans built before reach them through their quick entries), and the disk
+    cache stores their object code."""
+    def ready(kernels: dict, payload: bytes) -> None:
+        with _lock:
+            for sym, fn in kernels.items():
+                _kernels[(target_key, device, sym, check)] = fn
+        if entry is not None:
+            entry.store(payload)
+    return ready
 
 
 def plan_for(outputs: tuple, key: str) -> Plan:

@@ -73,6 +73,7 @@ import warnings
 
 from ..config import config
 from ..stats import bump
+from . import tiering
 from .target import Target, target_for
 
 FORMAT = "qtrace-kernel-cache"
@@ -504,6 +505,7 @@ def info() -> dict:
         >>> sorted(disk_cache.info())
         ['bytes', 'cap_bytes', 'corrupt', 'entries', 'location', 'state', 'temporary_files']
     """
+    tiering.wait()   # (the entries of plans this process compiled are written once optimised)
     path = kernel_dir()
     entries, temps = _entries(path)
     corrupt = sum(map(_corrupt, entries))
@@ -556,6 +558,7 @@ def clear() -> tuple[int, int, int]:
     Raises :class:`CacheDirectoryError` when the directory cannot be listed or a file in
     it cannot be removed.
     """
+    tiering.wait()   # (an optimising compile under way would write its entry after the clear)
     entries, temps = _entries(kernel_dir())
     removed = freed = skipped = 0
     for p in entries + temps:

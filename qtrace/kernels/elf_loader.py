@@ -67,6 +67,7 @@ _MAP_PRIVATE, _MAP_ANONYMOUS = 0x02, 0x20
 _lock = threading.Lock()
 _libc: list = []          # the C library, set up at first use (on Linux)
 _libraries: list = []     # where undefined symbols are looked up, once the C math library is added
+_defined: dict = {}       # symbols qtrace defines in its own memory: name -> address
 
 
 class Unsupported(Exception):
@@ -98,11 +99,25 @@ def _c() -> ctypes.CDLL:
         return _libc[0]
 
 
+def define(name: str, address: int) -> None:
+    """Resolve ``name`` to ``address`` in every object loaded from now on (a word of
+    qtrace's own memory that kernels read, such as :mod:`qtrace.kernels.tiering`'s slots)."""
+    _defined[name] = address
+
+
+def defined() -> dict:
+    """The symbols :func:`define` gave, ``{name: address}`` (MCJIT is told them too)."""
+    return dict(_defined)
+
+
 def process_symbol(name: str) -> int | None:
-    """The address of ``name`` in this process: the kernels' abort flag, else the first of
-    the process's global symbols and the C math library that defines it."""
+    """The address of ``name`` in this process: the kernels' abort flag or a symbol
+    :func:`define` gave, else the first of the process's global symbols and the C math
+    library that defines it."""
     if name == interrupt.SYMBOL:
         return interrupt.address()
+    if name in _defined:
+        return _defined[name]
     found = _lookup(_libraries or [_c()], name)
     if found is None and not _libraries:   # not among the process's symbols: add libm, once
         with _lock:

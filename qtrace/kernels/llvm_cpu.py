@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from typing import NamedTuple
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -23,6 +24,7 @@ from . import elf_loader, interrupt, loop_hints, outline
 from .lowering import STREAM_SUFFIX
 
 _lock = threading.RLock()
+_quick_lock = threading.Lock()
 _state: dict = {}
 
 KERNEL = elf_loader.KERNEL
@@ -101,17 +103,37 @@ def _full_width(text: str) -> str:
     return re.sub(r"^(define [^\n(]*\([^)\n]*\))", r'\1 "prefer-vector-width"="512"', text, flags=re.M)
 
 
+class Prepared(NamedTuple):
+    """A module ready for LLVM: its final IR text and what its compile must switch on."""
+
+    text: str
+    epilogues: bool     # vectorize loop remainders (:func:`qtrace.kernels.loop_hints.vector_epilogues`)
+    streaming: bool     # has streaming entries whose vector stores become non-temporal
+
+
+def prepare(module: ir.Module) -> Prepared:
+    """The finished text of ``module``: outlined math given its vector variants, loops
+    their host widths, functions the host's full vector width."""
+    outline.finish(module, vector_bits())
+    return Prepared(_full_width(str(module)), loop_hints.wants_epilogues(module),
+                    any(name.endswith(STREAM_SUFFIX) for name in module.globals))
+
+
 def optimize(module: ir.Module) -> llvm.ModuleRef:
     """Parse, verify and run the O3 pipeline; returns the optimised module."""
+    return optimize_prepared(prepare(module))
+
+
+def optimize_prepared(p: Prepared) -> llvm.ModuleRef:
+    """:func:`optimize` of a module :func:`prepare` made ready."""
     s = _init()
-    outline.finish(module, vector_bits())
-    mod = llvm.parse_assembly(_full_width(str(module)))
+    mod = llvm.parse_assembly(p.text)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     pb = llvm.create_pass_builder(s["tm"], pto)
-    if loop_hints.wants_epilogues(module):
+    if p.epilogues:
         with _lock:   # (an LLVM option: process-wide)
             _epilogues(True)
             try:
@@ -120,7 +142,7 @@ def optimize(module: ir.Module) -> llvm.ModuleRef:
                 _epilogues(False)
     else:
         pb.getModulePassManager().run(mod, pb)
-    if any(name.endswith(STREAM_SUFFIX) for name in module.globals):
+    if p.streaming:
         mod = llvm.parse_assembly(nontemporal(str(mod)))
     return mod
 
@@ -157,14 +179,40 @@ def compile_module(module: ir.Module, symbols: list, counted: bool = True) -> tu
     runtime helpers do not).
     """
     with _lock:
+        return compile_prepared(prepare(module), symbols, counted, name=module.name)
+
+
+def compile_prepared(p: Prepared, symbols: list, counted: bool = True,
+                     name: str = "module") -> tuple[dict, bytes]:
+    """:func:`compile_module` of a module :func:`prepare` made ready (from any thread)."""
+    with _lock:
         s = _init()
-        mod = optimize(module)
+        mod = optimize_prepared(p)
         if config.dump_ir:
-            _dump(module.name, str(module), str(mod))
+            _dump(name, p.text, str(mod))
         obj = s["tm"].emit_object(mod)
         if counted:
             bump("compiles", len(symbols))
         return load_object(obj, symbols), obj
+
+
+def emit_unoptimized(text: str) -> bytes:
+    """Object code of IR ``text`` without the optimisation pipeline, emitted by LLVM's fast
+    instruction selector (codegen level 0): ~10x quicker to compile than
+    :func:`compile_prepared`, and slower to run (:mod:`qtrace.kernels.tiering` runs it
+    while the optimised code is compiled). Parsed in a context of its own, under a lock
+    of its own, so it never waits for an optimising compile on another thread."""
+    s = _init()
+    with _quick_lock:
+        if "quick_tm" not in s:
+            s["quick_context"] = llvm.create_context()
+            s["quick_tm"] = s["target"].create_target_machine(
+                cpu=s["cpu"], features=s["features"], opt=0, reloc="pic", codemodel="jitdefault")
+        mod = llvm.parse_assembly(text, context=s["quick_context"])
+        mod.verify()
+        obj = s["quick_tm"].emit_object(mod)
+        del mod   # (before its context: a module never outlives the context it lives in)
+        return obj
 
 
 def load_object(obj: bytes, symbols: list) -> dict:
@@ -182,6 +230,8 @@ def mcjit_load(obj: bytes, symbols: list) -> dict:
         s = _init()
         # one engine per object: relocations of a second object added to one MCJIT engine
         # are not applied reliably (constant-pool loads came back as zeros)
+        for name, address in elf_loader.defined().items():
+            llvm.add_symbol(name, address)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()

@@ -68,8 +68,12 @@ class Target:
         """Emit ``task`` into ``module`` as the entry point ``symbol``."""
         raise NotImplementedError
 
-    def compile(self, module, symbols: list) -> tuple[dict, bytes]:
-        """Compile ``module``: its entry points ``{symbol: kernel}`` and the payload."""
+    def compile(self, module, symbols: list, tasks: list = (), ready=None) -> tuple[dict, bytes | None]:
+        """Compile ``module``: its entry points ``{symbol: kernel}`` and the payload.
+
+        A target may tier a plan of these ``tasks`` when given ``ready``: it then returns
+        entry points compiled quickly and no payload, and calls ``ready(kernels, payload)``
+        when its optimised kernels are installed (:mod:`qtrace.kernels.tiering`)."""
         raise NotImplementedError
 
     def load(self, payload: bytes, symbols: list) -> dict:
@@ -107,9 +111,14 @@ class CpuTarget(Target):
         from . import codegen
         codegen.lower_task(task, module, symbol, check_bounds, self.emitting)
 
-    def compile(self, module, symbols: list) -> tuple[dict, bytes]:
-        from . import llvm_cpu
-        return llvm_cpu.compile_module(module, symbols)
+    def compile(self, module, symbols: list, tasks: list = (), ready=None) -> tuple[dict, bytes | None]:
+        from . import llvm_cpu, tiering
+        prepared = llvm_cpu.prepare(module)
+        if ready is not None and tiering.eligible(tasks):
+            quick = tiering.compile(prepared, symbols, ready, module.name)
+            if quick is not None:
+                return quick, None
+        return llvm_cpu.compile_prepared(prepared, symbols, name=module.name)
 
     def load(self, payload: bytes, symbols: list) -> dict:
         from . import elf_loader
@@ -152,7 +161,7 @@ class CudaTarget(Target):
                               llvm_nvptx.UNROLL if plain else 1,
                               full_occupancy=_lowering.reduce_segments(task, self.lowering) > 1)
 
-    def compile(self, module, symbols: list) -> tuple[dict, bytes]:
+    def compile(self, module, symbols: list, tasks: list = (), ready=None) -> tuple[dict, bytes]:
         from . import llvm_nvptx
         ptx = llvm_nvptx.compile_module(module, symbols, self.arch)
         return self.load(ptx, symbols), ptx

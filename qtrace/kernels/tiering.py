@@ -1,0 +1,247 @@
+"""Tiered compilation of small CPU kernels: the first result from quickly compiled code,
+optimised code installed behind it.
+
+A new plan's kernels normally go through LLVM's O3 pipeline and its optimising code
+generator before the first call can run: for B4's 50-operation step ~50 of the ~90 ms from
+the call to the first result, while its kernel then runs for microseconds. Where a plan's
+work is small, :func:`compile` instead
+
+1. emits the module unoptimised (no pass pipeline, LLVM's fast instruction selector:
+   ~5 ms for B4's module) with, for each kernel ``k``, an entry ``k.quick`` that loads a
+   *slot* (a word of qtrace's memory, an external symbol the loaders resolve:
+   :func:`qtrace.kernels.elf_loader.define`) and calls the slot's function if it is set,
+   else the unoptimised ``k``; the plan is built on these entries and runs at once;
+2. queues the same module text for the usual optimising compile on a background thread
+   (LLVM runs without the GIL, so the caller's Python goes on meanwhile); when it is done
+   the optimised kernels are loaded, their addresses written into the slots — from then
+   on every plan holding a quick entry runs optimised code, at the cost of one indirect
+   call per launch — and the ``ready`` callback hands the runtime the optimised kernels
+   (for plans built later) and the object code (for the disk cache, which only ever
+   holds optimised code).
+
+Both tiers compute the same bits: a plan is tiered only if its IR has no reassociable
+operation (reductions, whose vectorized order differs from the scalar one) and its tasks
+are maps without per-element loops; plain IR arithmetic means what IEEE says at every
+optimisation level, and the outlined math functions' vector variants run the scalar
+code lane by lane (:mod:`qtrace.kernels.outline`). Tiered only where the plan's work is at
+most :data:`WORK_LIMIT` (elements x operation cost, :attr:`qtrace.graph.tasks.Task.cost`),
+so the unoptimised code's calls stay short while they last.
+
+The background thread is not a daemon: an interpreter that exits first waits for it, so
+the disk cache still gets the optimised kernels; a ``fork`` waits for the compile under way
+(a child must never inherit LLVM in the middle of a compile; the jobs still queued are
+compiled in both processes). :func:`wait` waits for the queue to drain.
+``qt.config.tiered = False`` (``QTRACE_TIERED=0``) compiles every plan optimised, at once.
+``qt.stats()``: ``compiles`` counts a tiered kernel once (its quick compile),
+``tier_ups`` the kernels whose optimised code was installed.
+
+Example:
+    >>> import numpy as np, qtrace as qt
+    >>> from qtrace.kernels import tiering
+    >>> x = qt.asarray(np.arange(4.0))
+    >>> (qt.sin(x) * 2).numpy().round(3)      # small work: first run unoptimised
+    array([0.   , 1.683, 1.819, 0.282])
+    >>> tiering.wait()                        # optimised code installed
+    True
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import itertools
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from math import prod
+from typing import NamedTuple
+
+from ..config import config
+from ..stats import bump
+
+QUICK_SUFFIX = ".quick"
+SLOT_PREFIX = "qt_tier_slot_"
+# elements x operation cost at most, summed over a plan's new kernels, for the quick tier;
+# measured on B4's step (cost 86 per element): unoptimised ~40 ns per element, optimised ~2
+WORK_LIMIT = 1 << 18
+
+# the quick entry of kernel "{sym}": the optimised kernel once its slot is set, else "{sym}"
+_STUB = """
+@"{slot}" = external global ptr, align 8
+
+define void @"{sym}{quick}"(i64 %start, i64 %end, ptr %args, ptr %status, ptr %scratch) {{
+entry:
+  %fn = load atomic ptr, ptr @"{slot}" acquire, align 8
+  %unset = icmp eq ptr %fn, null
+  br i1 %unset, label %quick, label %optimised
+quick:
+  tail call void @"{sym}"(i64 %start, i64 %end, ptr %args, ptr %status, ptr %scratch)
+  ret void
+optimised:
+  tail call void %fn(i64 %start, i64 %end, ptr %args, ptr %status, ptr %scratch)
+  ret void
+}}
+"""
+
+
+class _Job(NamedTuple):
+    prepared: object        # llvm_cpu.Prepared
+    symbols: list
+    slots: ctypes.Array     # one word per symbol: the optimised kernel's address, once loaded
+    ready: Callable         # ready(kernels, object code), after the slots are set
+    name: str
+
+
+_lock = threading.Lock()
+_drained = threading.Condition(_lock)
+_queue: collections.deque = collections.deque()
+_state = {"thread": None, "busy": 0, "paused": 0, "running": False}
+_count = itertools.count()
+_slots: list = []    # every slot array: the quick entries read them as long as the process lives
+
+
+def eligible(tasks) -> bool:
+    """Whether a plan whose new kernels are ``tasks`` should take the quick tier: tiering
+    on (and no IR dump asked for: ``QTRACE_DUMP_IR`` writes each kernel's IR as it is
+    compiled, optimised), every task a map without per-element loops, little work in all."""
+    if not config.tiered or config.dump_ir:
+        return False
+    work = 0
+    for t in tasks:
+        if t.kind != "map" or t.has_loops or t.stack is not None or t.reduce is not None:
+            return False
+        work += prod(t.domain) * max(t.cost, 1)
+    return work <= WORK_LIMIT
+
+
+def compile(prepared, symbols: list, ready: Callable, name: str = "module") -> dict | None:
+    """The quick entries ``{symbol: kernel}`` of a module made ready by
+    :func:`qtrace.kernels.llvm_cpu.prepare`, its optimised compile queued; ``ready(kernels,
+    object code)`` is called on the background thread when the optimised kernels are
+    installed. ``None`` where the module
+    must not be tiered (a reassociable operation: the tiers' bits could differ)."""
+    if " reassoc " in prepared.text:
+        return None
+    from . import elf_loader, llvm_cpu
+    n = next(_count)
+    slots = (ctypes.c_void_p * len(symbols))()
+    _slots.append(slots)
+    stubs = []
+    for i, sym in enumerate(symbols):
+        slot = f"{SLOT_PREFIX}{n}_{i}"
+        elf_loader.define(slot, ctypes.addressof(slots) + i * ctypes.sizeof(ctypes.c_void_p))
+        stubs.append(_STUB.format(slot=slot, sym=sym, quick=QUICK_SUFFIX))
+    obj = llvm_cpu.emit_unoptimized(prepared.text + "".join(stubs))
+    quick = llvm_cpu.load_object(obj, [sym + QUICK_SUFFIX for sym in symbols])
+    bump("compiles", len(symbols))
+    _submit(_Job(prepared, list(symbols), slots, ready, name))
+    return {sym: quick[sym + QUICK_SUFFIX] for sym in symbols}
+
+
+def pending() -> int:
+    """How many queued or running optimising compiles have not installed their kernels."""
+    return _state["busy"]
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Wait until every queued optimising compile has installed its kernels (or
+    ``timeout`` seconds passed); whether the queue is drained. (Within :func:`paused`
+    the queue only drains after the block: wait there with a timeout.)"""
+    with _drained:
+        return _drained.wait_for(lambda: _state["busy"] == 0, timeout)
+
+
+@contextlib.contextmanager
+def paused():
+    """Within the block, optimising compiles are queued but not started (their plans run
+    the quick code); they start when the block exits. For tests and for inspecting the
+    quick tier.
+
+    Example:
+        >>> with paused():
+        ...     pass
+    """
+    with _lock:
+        _state["paused"] += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _state["paused"] -= 1
+            _start()
+
+
+def _submit(job: _Job) -> None:
+    with _lock:
+        _queue.append(job)
+        _state["busy"] += 1
+        _start()
+
+
+def _start() -> None:
+    """Start the background thread if there is work and none runs (``_lock`` held)."""
+    if _queue and _state["thread"] is None and not _state["paused"]:
+        thread = threading.Thread(target=_work, name="qtrace-tier-up")
+        _state["thread"] = thread
+        thread.start()
+
+
+def _work() -> None:
+    """The background thread: optimise queued modules until the queue is empty."""
+    while True:
+        with _lock:
+            if not _queue or _state["paused"]:
+                _state["thread"] = None
+                return
+            job = _queue.popleft()
+            _state["running"] = True
+        try:
+            _tier_up(job)
+        except Exception as exc:   # the quick code stays: slower, never wrong
+            bump("tier_up_failures")
+            warnings.warn(f"qtrace: optimising {job.name} failed ({type(exc).__name__}: {exc}); "
+                          "its kernels keep running unoptimised", RuntimeWarning, stacklevel=1)
+        finally:
+            with _lock:
+                _state["busy"] -= 1
+                _state["running"] = False
+                _drained.notify_all()
+
+
+def _tier_up(job: _Job) -> None:
+    from . import llvm_cpu
+    kernels, obj = llvm_cpu.compile_prepared(job.prepared, job.symbols, counted=False,
+                                             name=job.name)
+    for i, sym in enumerate(job.symbols):
+        job.slots[i] = ctypes.cast(kernels[sym], ctypes.c_void_p).value
+    bump("tier_ups", len(job.symbols))
+    job.ready(kernels, obj)
+
+
+def _before_fork() -> None:
+    """Hold the queue, with no compile running, across a ``fork``: the child must not
+    inherit LLVM (or its locks) in the middle of a compile. Queued jobs stay queued, in
+    the parent and in the child."""
+    _lock.acquire()
+    while _state["running"]:
+        _drained.wait()
+
+
+def _after_fork_in_parent() -> None:
+    _lock.release()
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _drained
+    _lock = threading.Lock()
+    _drained = threading.Condition(_lock)
+    _state.update(thread=None, running=False)
+    with _lock:
+        _start()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
