@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import qtrace as qt
-from qtrace.kernels import disk_cache, llvm_cpu, sequence
+from qtrace.kernels import disk_cache, llvm_cpu, sequence, tiering
 from qtrace.kernels.disk_cache import QtraceCacheWarning
 
 # The program every process runs: a jitted step with transcendental functions, a
@@ -89,7 +89,9 @@ def run_program(cache_dir, config=None, start=None, **env) -> dict:
 
 def entry_files(cache_dir) -> list:
     """The cache's kernel entries (not the sequence runner's, which a program launching a
-    run of small kernels adds)."""
+    run of small kernels adds), once this process's optimising compiles are done (under
+    ``QTRACE_TIERED=1`` a small plan's entry is written when its optimised code is)."""
+    tiering.wait()
     d = os.path.join(cache_dir, "kernels")
     runner = disk_cache._kernels_id([sequence.KEY])
     return sorted(os.path.join(d, n) for n in os.listdir(d) if not n.startswith(runner)) \
