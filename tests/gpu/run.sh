@@ -4,18 +4,21 @@
 # fixture; NumPy/JAX references on the CPU), then the GPU-specific tests (JAX may use the
 # GPU there, for the DLPack checks); prints one summary table per file and a total.
 # Usage: tests/gpu/run.sh [pytest args...]   (a CPU-only machine skips every case)
+# A selection of your own goes in GPU_K (it is added to the suites' `-k cuda`: a `-k` among
+# the arguments would replace it), e.g. GPU_K="not optree" tests/gpu/run.sh -n 16
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" QTRACE_TEST_DEVICES=cuda PYTHONUNBUFFERED=1
 dir="${OUT:-/tmp}"
 python3 tests/gpu/smoke.py
-JAX_PLATFORMS=cpu python3 -m pytest -q -p no:cacheprovider -k cuda --junitxml="$dir/gpu-suite.xml" "$@" \
+JAX_PLATFORMS=cpu python3 -m pytest -q -p no:cacheprovider -k "cuda${GPU_K:+ and ($GPU_K)}" \
+    --junitxml="$dir/gpu-suite.xml" "$@" \
     tests/ops/test_forward.py tests/ops/test_gradients.py tests/ops/test_chain.py \
     tests/system/test_fusion_rules.py tests/system/test_ad.py tests/system/test_loops.py \
     tests/system/test_jit.py
 suite=$?
 XLA_PYTHON_CLIENT_PREALLOCATE=false python3 -m pytest -q -p no:cacheprovider \
-    --junitxml="$dir/gpu-device.xml" tests/gpu
+    ${GPU_K:+-k "$GPU_K"} --junitxml="$dir/gpu-device.xml" tests/gpu
 device=$?
 python3 tests/gpu/summary.py "$dir/gpu-suite.xml" "$dir/gpu-device.xml"
 exit $((suite || device))
