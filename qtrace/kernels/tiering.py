@@ -27,6 +27,12 @@ code lane by lane (:mod:`qtrace.kernels.outline`). Tiered only where the plan's 
 most :data:`WORK_LIMIT` (elements x operation cost, :attr:`qtrace.graph.tasks.Task.cost`),
 so the unoptimised code's calls stay short while they last.
 
+One limit: llvmlite serialises every call into LLVM with one process-wide lock, so a quick
+compile started while the background thread is inside the optimiser waits for that call
+(up to a few tens of ms). The first plan's result comes early; a program that compiles many
+plans at once gets them at about the pace it did without tiering (measured: the B8 programs'
+cold first runs are unchanged).
+
 The background thread is not a daemon: an interpreter that exits first waits for it, so
 the disk cache still gets the optimised kernels; a ``fork`` waits for the compile under way
 (a child must never inherit LLVM in the middle of a compile; the jobs still queued are
