@@ -28,6 +28,7 @@ from ..errors import AdstackOverflowError
 from ..graph import origins
 from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
+from ..kernels import tiering  # noqa: F401  (now: its exit handler must come before the user's)
 from ..kernels.lowering import interleaves_stacks, split_phases, split_scratch_bytes, task_segments
 from ..kernels.target import target_for
 from ..stats import bump, bump_many
@@ -444,29 +445,40 @@ def compile_plan(outputs: tuple) -> Plan:
                 for sym, t in missing.items():
                     target.lower(t, module, sym, check)
                 compiled, payload = target.compile(module, list(missing), list(missing.values()),
-                                                   _tiered_up(target.key, device, check, entry))
+                                                   _TieredUp(target.key, device, check, entry))
                 if payload is not None and entry is not None:   # (else stored once optimised)
                     entry.store(payload)
             # -- end of the disk cache hook
+            # loaded on this device (a tiered compile's optimised kernels may be there already:
+            # where no background thread could start, they were installed during the compile;
+            # otherwise they arrive later, and _lock, held here, orders them after these)
             for sym, fn in compiled.items():
-                _kernels[(target.key, device, sym, check)] = fn   # loaded on this device
+                _kernels.setdefault((target.key, device, sym, check), fn)
         kernels = {t.symbol: _kernels[(target.key, device, target.symbol(t), check)]
                    for t in spec.tasks}
     bump("tasks_fused", spec.tasks_fused)
     return Plan(spec, kernels, check, device)
 
 
-def _tiered_up(target_key: str, device, check: bool, entry):
-    """What a tiered compile calls with its optimised kernels: plans built from now on
-    take them (plans built before reach them through their quick entries), and the disk
-    cache stores their object code."""
-    def ready(kernels: dict, payload: bytes) -> None:
+class _TieredUp:
+    """What a tiered compile calls with its optimised kernels (``ready`` of
+    :meth:`qtrace.kernels.target.Target.compile`): plans built from now on take them (plans
+    built before reach them through their quick entries), and the disk cache entry, if
+    any, stores their object code."""
+
+    def __init__(self, target_key: str, device, check: bool, entry):
+        self.target_key, self.device, self.check, self.entry = target_key, device, check, entry
+
+    @property
+    def persist(self) -> bool:
+        return self.entry is not None
+
+    def __call__(self, kernels: dict, payload: bytes) -> None:
         with _lock:
             for sym, fn in kernels.items():
-                _kernels[(target_key, device, sym, check)] = fn
-        if entry is not None:
-            entry.store(payload)
-    return ready
+                _kernels[(self.target_key, self.device, sym, self.check)] = fn
+        if self.entry is not None:
+            self.entry.store(payload)
 
 
 def plan_for(outputs: tuple, key: str) -> Plan:

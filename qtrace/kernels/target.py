@@ -73,7 +73,8 @@ class Target:
 
         A target may tier a plan of these ``tasks`` when given ``ready``: it then returns
         entry points compiled quickly and no payload, and calls ``ready(kernels, payload)``
-        when its optimised kernels are installed (:mod:`qtrace.kernels.tiering`)."""
+        when its optimised kernels are installed (:mod:`qtrace.kernels.tiering`;
+        ``ready.persist`` says whether the payload is stored)."""
         raise NotImplementedError
 
     def load(self, payload: bytes, symbols: list) -> dict:
@@ -115,7 +116,14 @@ class CpuTarget(Target):
         from . import llvm_cpu, tiering
         prepared = llvm_cpu.prepare(module)
         if ready is not None and tiering.eligible(tasks):
-            quick = tiering.compile(prepared, symbols, ready, module.name)
+            try:
+                quick = tiering.compile(prepared, symbols, ready, module.name, ready.persist)
+            except Exception as exc:   # (the optimising compile may still succeed)
+                import warnings
+                warnings.warn(f"qtrace: the quick compile of {module.name} failed "
+                              f"({type(exc).__name__}: {exc}); compiling it optimised",
+                              RuntimeWarning, stacklevel=2)
+                quick = None
             if quick is not None:
                 return quick, None
         return llvm_cpu.compile_prepared(prepared, symbols, name=module.name)
