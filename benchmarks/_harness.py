@@ -166,6 +166,28 @@ def _optimised() -> None:
         tiering.wait()
 
 
+def worker_threads(qt: ModuleType | None = None, dr: ModuleType | None = None,
+                   one: bool = False) -> Callable[[], None]:
+    """A setup step (untimed, before every sample) that gives qtrace (``qt``) and/or Dr.Jit
+    (``dr``) one CPU worker thread (``one``) or the count each had when this was made (all
+    cores unless ``QTRACE_NUM_THREADS`` says otherwise), so that 1-thread and all-thread
+    cases of one benchmark can be interleaved. (NumPy's ufuncs run on one thread; JAX's CPU
+    thread pool is fixed when it starts.)"""
+    counts = (1 if one else qt.config.num_threads if qt is not None else 0,
+              1 if one else dr.thread_count() if dr is not None else 0)
+
+    def setup() -> None:
+        if qt is not None:
+            if qt.config.num_threads != counts[0]:
+                qt.config.num_threads = counts[0]
+            from qtrace.devices import cpu
+            cpu.pool()        # (a new pool's threads start here, outside the timed region)
+        if dr is not None and dr.thread_count() != counts[1]:
+            dr.set_thread_count(counts[1])
+
+    return setup
+
+
 def measure(fn: Callable[[], object], *, repeats: int, warmup: int = 1, per: int = 1,
             setup: Callable[[], object] | None = None) -> Timing:
     """Time one callable (see :class:`Case` for the arguments); exceptions propagate."""

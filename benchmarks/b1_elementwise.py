@@ -10,7 +10,9 @@ of N elements (default 1e7; ``--quick``: 1e6 and fewer repeats), inputs uniform 
 * Quadrants (optional, CPU): a hand-written kernel on ``qd.ndarray`` arrays, then ``qd.sync``;
 * Warp (optional, CPU): a hand-written kernel, ``wp.launch`` + ``wp.synchronize_device``;
 * qtrace eager: the operations recorded on ``qt.Tensor``s, then ``qt.eval`` + ``qt.sync``;
-* qtrace jit: ``qt.jit(f)``, then ``qt.eval`` + ``qt.sync``.
+* qtrace jit: ``qt.jit(f)``, then ``qt.eval`` + ``qt.sync``;
+* Dr.Jit and qtrace jit on one worker thread (``dr.set_thread_count(1)``,
+  ``qt.config.num_threads = 1``), interleaved with the rest (which use every core).
 
 Bandwidth is reported assuming the compulsory traffic, 12 bytes/element (2 reads, 1
 write). Every system's result is checked against float64 NumPy on the same float32
@@ -55,8 +57,9 @@ class _Problem:
         self.ref = chain(np, self.x.astype(np.float64), self.y.astype(np.float64))
         self.title = f"B1 fused elementwise chain: N={n:,} float32"
 
-    def case(self, system, evaluate, to_numpy, counters=None) -> h.Case:
-        """A case timing ``evaluate()`` (returns the materialised result)."""
+    def case(self, system, evaluate, to_numpy, counters=None, setup=None) -> h.Case:
+        """A case timing ``evaluate()`` (returns the materialised result); ``setup`` runs
+        untimed before each call."""
         out = {}
 
         def fn():
@@ -72,7 +75,7 @@ class _Problem:
                                error=h.max_abs_err(to_numpy(out["r"]), self.ref), tol=TOL,
                                extra=extra, note=note)
 
-        return h.Case(system, fn, finish=finish)
+        return h.Case(system, fn, setup=setup, finish=finish)
 
 
 def prepare_numpy(p: _Problem):
@@ -90,7 +93,7 @@ def prepare_jax(p: _Problem):
     return p.case("JAX jit", lambda: f(x, y).block_until_ready(), np.asarray)
 
 
-def prepare_drjit(p: _Problem):
+def prepare_drjit(p: _Problem, one_thread: bool = False):
     dr, Float, reason = h.load_drjit_llvm()
     if dr is None:
         return reason
@@ -102,7 +105,8 @@ def prepare_drjit(p: _Problem):
         dr.sync_thread()
         return r
 
-    return p.case("Dr.Jit", evaluate, np.asarray)
+    return p.case("Dr.Jit, 1 thread" if one_thread else "Dr.Jit", evaluate, np.asarray,
+                  setup=h.worker_threads(dr=dr, one=one_thread))
 
 
 def prepare_warp(p: _Problem):
@@ -136,7 +140,7 @@ def prepare_quadrants(p: _Problem):
     return p.case("Quadrants", evaluate, lambda a: a.to_numpy())
 
 
-def _prepare_qtrace(p: _Problem, system: str, use_jit: bool):
+def _prepare_qtrace(p: _Problem, system: str, use_jit: bool, one_thread: bool = False):
     qt, reason = h.load_qtrace()
     if qt is None:
         return reason
@@ -154,7 +158,8 @@ def _prepare_qtrace(p: _Problem, system: str, use_jit: bool):
         return r
 
     return p.case(system, evaluate, lambda t: t.numpy(),
-                  counters=lambda fn: h.qtrace_counters(qt, fn, per=1))
+                  counters=lambda fn: h.qtrace_counters(qt, fn, per=1),
+                  setup=h.worker_threads(qt=qt, one=one_thread))
 
 
 def prepare_qtrace_eager(p: _Problem):
@@ -165,6 +170,14 @@ def prepare_qtrace_jit(p: _Problem):
     return _prepare_qtrace(p, "qtrace jit", use_jit=True)
 
 
+def prepare_qtrace_jit_one(p: _Problem):
+    return _prepare_qtrace(p, "qtrace jit, 1 thread", use_jit=True, one_thread=True)
+
+
+def prepare_drjit_one(p: _Problem):
+    return prepare_drjit(p, one_thread=True)
+
+
 SYSTEMS = {
     "NumPy": prepare_numpy,
     "JAX jit": prepare_jax,
@@ -173,6 +186,8 @@ SYSTEMS = {
     "Warp": prepare_warp,
     "qtrace eager": prepare_qtrace_eager,
     "qtrace jit": prepare_qtrace_jit,
+    "Dr.Jit, 1 thread": prepare_drjit_one,
+    "qtrace jit, 1 thread": prepare_qtrace_jit_one,
 }
 
 

@@ -9,7 +9,9 @@ repeats), inputs uniform in [-1, 1), with no jit, every iteration's result mater
 * Dr.Jit (optional, LLVM backend): traced lazily, ``dr.eval(x, y)`` every iteration,
   ``dr.sync_thread()`` at the end;
 * qtrace: the operations recorded on ``qt.Tensor``s, ``qt.eval(x, y)`` every iteration,
-  ``qt.sync()`` at the end of the timed loop.
+  ``qt.sync()`` at the end of the timed loop;
+* Dr.Jit and qtrace on one worker thread (``dr.set_thread_count(1)``,
+  ``qt.config.num_threads = 1``), interleaved with the rest (which use every core).
 
 One timed sample is the 200 iterations from the same initial state; the table reports
 milliseconds per iteration. The same loop at N=16, where kernel time is negligible, gives
@@ -63,11 +65,12 @@ class _System:
     """
 
     def __init__(self, name, module, to_array, to_numpy, block_iter=None, block_end=None,
-                 counters=None):
+                 counters=None, threads=None):
         self.name, self.module, self.to_array, self.to_numpy = name, module, to_array, to_numpy
         self.block_iter = block_iter or (lambda x, y: None)
         self.block_end = block_end or (lambda x, y: None)
         self.counters = counters
+        self.threads = threads or (lambda: None)   # sets the worker threads (untimed)
 
     def case(self, x0, y0, finish=None) -> h.Case:
         """A case running ``ITERS`` iterations from ``(x0, y0)``.
@@ -78,8 +81,10 @@ class _System:
         m, block_iter, block_end = self.module, self.block_iter, self.block_end
         x0, y0 = self.to_array(x0), self.to_array(y0)
         state = {}
+        threads = self.threads
 
         def reset():
+            threads()
             state["x"], state["y"] = x0, y0
 
         def loop():
@@ -147,25 +152,28 @@ def jax_system():
                    block_iter=lambda x, y: jax.block_until_ready((x, y)))
 
 
-def drjit_system():
+def drjit_system(one_thread: bool = False):
     dr, Float, reason = h.load_drjit_llvm()
     if dr is None:
         return reason
-    return _System("Dr.Jit", dr, Float, np.asarray, block_iter=dr.eval,
-                   block_end=lambda x, y: dr.sync_thread())
+    return _System("Dr.Jit, 1 thread" if one_thread else "Dr.Jit", dr, Float, np.asarray,
+                   block_iter=dr.eval, block_end=lambda x, y: dr.sync_thread(),
+                   threads=h.worker_threads(dr=dr, one=one_thread))
 
 
-def qtrace_system():
+def qtrace_system(one_thread: bool = False):
     qt, reason = h.load_qtrace()
     if qt is None:
         return reason
-    return _System("qtrace", qt, qt.asarray, lambda t: t.numpy(), block_iter=qt.eval,
-                   block_end=lambda x, y: qt.sync(),
-                   counters=lambda fn: h.qtrace_counters(qt, fn, per=ITERS))
+    return _System("qtrace, 1 thread" if one_thread else "qtrace", qt, qt.asarray,
+                   lambda t: t.numpy(), block_iter=qt.eval, block_end=lambda x, y: qt.sync(),
+                   counters=lambda fn: h.qtrace_counters(qt, fn, per=ITERS),
+                   threads=h.worker_threads(qt=qt, one=one_thread))
 
 
 SYSTEMS = {"NumPy": numpy_system, "JAX eager": jax_system, "Dr.Jit": drjit_system,
-           "qtrace": qtrace_system}
+           "qtrace": qtrace_system, "Dr.Jit, 1 thread": lambda: drjit_system(one_thread=True),
+           "qtrace, 1 thread": lambda: qtrace_system(one_thread=True)}
 
 
 def run(quick: bool = False, n: int | None = None, repeats: int | None = None,
