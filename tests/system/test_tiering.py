@@ -404,6 +404,13 @@ def test_threads_calling_a_plan_during_its_tier_up_get_its_results(tiered, rng):
     assert tiering.wait(60) and qt.stats()["tier_ups"] >= 1
 
 
+def _quiet_fork_warnings() -> None:
+    """(Inside ``catch_warnings``.) Python warns at a fork with threads running, and JAX,
+    which other tests import, warns too: here the threads are understood."""
+    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+
+
 def _forked_child(queue, x):
     try:
         r = (qt.cos(qt.asarray(x)) * 3 - 1).numpy()
@@ -421,7 +428,7 @@ def test_a_forked_child_compiles_while_the_parent_tiers_up(tiered, rng, paused):
     with tiering.paused() if paused else contextlib.nullcontext():
         qt.jit(lambda a, b: b4_step(qt, a, b))(x, y).numpy()   # its tier-up queued or running
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)   # (fork with threads)
+            _quiet_fork_warnings()
             child = ctx.Process(target=_forked_child, args=(queue, rng.standard_normal(200)))
             child.start()
         child.join(120)
@@ -456,7 +463,7 @@ def test_a_fork_waits_for_the_compile_under_way_only(tiered, rng, monkeypatch):
     threading.Timer(0.3, release.set).start()
     t0 = time.perf_counter()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)   # (fork with threads)
+        _quiet_fork_warnings()
         pid = os.fork()
     if pid == 0:                                 # the child: the second compile still queued
         os._exit(10 + tiering.pending())
