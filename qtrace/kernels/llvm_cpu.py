@@ -200,8 +200,9 @@ def emit_unoptimized(text: str) -> bytes:
     """Object code of IR ``text`` without the optimisation pipeline, emitted by LLVM's fast
     instruction selector (codegen level 0): ~10x quicker to compile than
     :func:`compile_prepared`, and slower to run (:mod:`qtrace.kernels.tiering` runs it
-    while the optimised code is compiled). Parsed in a context of its own, under a lock
-    of its own, so it never waits for an optimising compile on another thread."""
+    while the optimised code is compiled). Parsed in an LLVM context of its own, under a
+    lock of its own, so it does not wait for a whole optimising compile on another thread
+    (only, through llvmlite's process-wide lock, for the LLVM call under way there)."""
     s = _init()
     with _quick_lock:
         if "quick_tm" not in s:
