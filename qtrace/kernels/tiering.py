@@ -244,19 +244,24 @@ def _start() -> None:
 
 def _work() -> None:
     """The background thread: optimise queued jobs until none is left (or it must stop)."""
+    me = threading.current_thread()
     try:
         while True:
             with _lock:
                 if not _queue or _state["paused"] or _state["forking"]:
+                    # (in the same critical section as the decision: a job queued after it
+                    # finds no thread, and starts one)
+                    _state["thread"] = None
+                    _changed.notify_all()
                     return
                 job = _queue.popleft()
-                _state["runner"] = threading.current_thread()
+                _state["runner"] = me
             _run(job)
-    finally:
+    finally:   # (an unexpected exit: never leave a dead thread recorded as running)
         with _lock:
-            if _state["thread"] is threading.current_thread():
+            if _state["thread"] is me:
                 _state["thread"] = None
-            _changed.notify_all()
+                _changed.notify_all()
 
 
 def _run(job: _Job) -> None:

@@ -407,6 +407,35 @@ def test_threads_calling_a_plan_during_its_tier_up_get_its_results(tiered, rng):
     assert tiering.wait(60) and qt.stats()["tier_ups"] >= 1
 
 
+def test_plans_compiled_from_several_threads_all_tier_up(tiered, rng):
+    """Jobs queued while the background thread decides to stop must still be compiled:
+    two threads compile 25 distinct small plans each, then every one has tiered up."""
+    x = rng.standard_normal(64)
+    qt.reset_stats()
+    errors = []
+
+    def compile_many(f, ref):
+        try:
+            for k in range(25):                      # a new length: a new kernel
+                np.testing.assert_allclose(f(qt.asarray(x[:k + 10])).numpy(), ref(x[:k + 10]),
+                                           rtol=1e-14)
+        except BaseException as exc:   # (reported by the main thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=compile_many, args=(lambda a: qt.sin(a) * 1.5,
+                                                           lambda a: np.sin(a) * 1.5)),
+               threading.Thread(target=compile_many, args=(lambda a: qt.cos(a) - 2.5,
+                                                           lambda a: np.cos(a) - 2.5))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors[0]
+    assert tiering.wait(120)
+    s = qt.stats()
+    assert s["tier_ups"] == s["compiles"] >= 50
+
+
 def _quiet_fork_warnings() -> None:
     """(Inside ``catch_warnings``.) Python warns at a fork with threads running, and JAX,
     which other tests import, warns too: here the threads are understood."""
