@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import warnings
 
 from ..graph.device import per_device
 from . import lowering as _lowering
@@ -119,7 +120,6 @@ class CpuTarget(Target):
             try:
                 quick = tiering.compile(prepared, symbols, ready, module.name, ready.persist)
             except Exception as exc:   # (the optimising compile may still succeed)
-                import warnings
                 warnings.warn(f"qtrace: the quick compile of {module.name} failed "
                               f"({type(exc).__name__}: {exc}); compiling it optimised",
                               RuntimeWarning, stacklevel=2)
