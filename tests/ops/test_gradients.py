@@ -489,6 +489,16 @@ def _update_params():
     return params
 
 
+def _closest_pair(args) -> float:
+    """The smallest gap between any two values of ``args`` (all arrays together).
+
+    Scatter-min/max competitors closer than the finite-difference step (at most 5e-6
+    here) are a tie to finite differences, which then split the gradient.
+    """
+    values = np.sort(np.concatenate([np.ravel(a) for a in args]))
+    return float(np.min(np.diff(values))) if values.size > 1 else np.inf
+
+
 @pytest.mark.parametrize("op,case", _update_params())
 def test_update_gradient(op, case, fusion, rng):
     """``x.at[key].<mode>(v)`` and ``x[key] = v``: gradients w.r.t. ``x`` and ``v``.
@@ -498,6 +508,8 @@ def test_update_gradient(op, case, fusion, rng):
     """
     args = _case_inputs(rng, op, case)
     mode = op.name.split("[")[0]
+    while mode in ("min", "max") and _closest_pair(args) < 1e-5:
+        args = _case_inputs(rng, op, case)   # a near-tie: finite differences would split it
     jfn = None if mode == "multiply" and _update_key(op)[2] else jax_fn(op)
     check_grad(op.qt, jfn, op.ref, args, rng, key=(op.name, case))
 
