@@ -130,6 +130,8 @@ static PyObject *bind(PyObject *self, PyObject *args)
 
 /* -- make_node ------------------------------------------------------------------------- */
 
+static inline PyObject *acyclic(PyObject *obj);
+
 /* A node's leaf tuple (new reference): the slot of a Node, the property of a Leaf
    (`(self,)`, built here as Leaf.leaves builds it). */
 static PyObject *leaves_of(PyObject *n)
@@ -141,7 +143,7 @@ static PyObject *leaves_of(PyObject *n)
             return l;
         }
     } else if (Py_TYPE(n) == leaf_type) {
-        return PyTuple_Pack(1, n);
+        return acyclic(PyTuple_Pack(1, n));   /* (held by other nodes only: see acyclic_nodes) */
     }
     PyObject *l = PyObject_GetAttr(n, str_leaves);
     if (l != NULL && !PyTuple_Check(l)) {
@@ -618,6 +620,29 @@ static inline PyObject *acyclic(PyObject *obj)
     return obj;
 }
 
+/* Whether `x` cannot be part of a reference cycle that the collector would need to see:
+   untracked already, or an input leaf (Leaf: plain params, a struct and a buffer array,
+   nothing that refers back to a node or a tuple of nodes). */
+static inline int unseen_node(PyObject *x)
+{
+    return !PyObject_GC_IsTracked(x) || Py_TYPE(x) == leaf_type;
+}
+
+/* `tup` (a tuple of nodes: a leaf list, a node's inputs) untracked when each of its items
+   is unseen_node: the collector never untracks a tuple of GC-capable objects by itself,
+   so each one would age into the oldest generation, and their number set off its full
+   collections (which traverse every tracked object: ~8-10 ms each in a 41x41 cavity
+   run, once every few thousand pressure sweeps). Returns `tup`. */
+static PyObject *acyclic_nodes(PyObject *tup)
+{
+    if (tup == NULL || !PyTuple_CheckExact(tup) || !PyObject_GC_IsTracked(tup))
+        return tup;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tup); i++)
+        if (!unseen_node(PyTuple_GET_ITEM(tup, i)))
+            return tup;
+    return acyclic(tup);
+}
+
 /* Whether `params` are plain data: a tuple of numbers, strings, None and tuples of those.
 
    A node with plain params cannot be part of a reference cycle (its inputs are older nodes,
@@ -680,7 +705,7 @@ static int merge2_new(PyObject *la, PyObject *lb, PyObject *key, PyObject **leav
     pos = nb == 1 ? single_of(where[0]) : int_tuple(where, nb);
     if (pos == NULL)
         goto fail;
-    tup = PyList_AsTuple(acc);
+    tup = acyclic_nodes(PyList_AsTuple(acc));
     all = iota_of(na);
     if (tup == NULL || all == NULL)
         goto fail;
@@ -693,7 +718,7 @@ static int merge2_new(PyObject *la, PyObject *lb, PyObject *key, PyObject **leav
     Py_SETREF(tup, interned);
     if (PyDict_GET_SIZE(merged) >= merge_cap)
         PyDict_Clear(merged);
-    rec = PyTuple_Pack(5, la, lb, tup, all, pos);
+    rec = acyclic(PyTuple_Pack(5, la, lb, tup, all, pos));   /* (leaf lists and ints) */
     if (rec == NULL || PyDict_SetItem(merged, key, rec) < 0)
         goto fail;
     mcache_remember(rec);
@@ -841,7 +866,7 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 Py_INCREF(la); leaves = la;
                 Py_INCREF(zero_t); pb = zero_t;
             } else {
-                leaves = PyTuple_Pack(2, x, y);
+                leaves = acyclic_nodes(PyTuple_Pack(2, x, y));
                 Py_INCREF(one_t); pb = one_t;
             }
         } else if (merge2_known(la, lb, &leaves, &pa, &pb)) {
@@ -855,7 +880,7 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 PyErr_SetString(PyExc_TypeError, "make_node: _merge2 must return 3 values");
                 goto fail;
             }
-            leaves = PyTuple_GET_ITEM(r, 0); Py_INCREF(leaves);
+            leaves = acyclic_nodes(PyTuple_GET_ITEM(r, 0)); Py_INCREF(leaves);
             pa = PyTuple_GET_ITEM(r, 1); Py_INCREF(pa);
             pb = PyTuple_GET_ITEM(r, 2); Py_INCREF(pb);
             Py_DECREF(r);
@@ -902,6 +927,17 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
             st = struct_of(parts);
             if (st == NULL)
                 goto fail;
+            if (plain || is_const) {
+                /* Unseen by the collector too, with its parts: a struct holds plain data
+                   and the structs of its inputs (made before it), its key (a string) and
+                   its result record (a leaf's struct): no cycle. Pending values make new
+                   structs at every step (deeper chains), which the intern table keeps: as
+                   tracked objects they aged into the oldest generation and set off its
+                   full collections (a 41x41 cavity sweep: ~10 ms each, ~8% of the
+                   recording time), traversing every interned struct each time. */
+                acyclic(st);
+                acyclic(parts);   /* (its parts, when it is new) */
+            }
             if (cacheable)
                 struct_remember(key, nkey, hash, st);
         }
@@ -923,16 +959,10 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
         goto fail;
     if (plain) {
         PyObject_GC_UnTrack(node);   /* see plain_params */
-        /* Its input tuple too, when it holds only untracked nodes: the collector never
-           untracks a tuple of GC-capable objects by itself (tracked or not), so each
-           pending node's inputs would age into the oldest generation, and their number
-           alone trigger its full collections (a 41x41 cavity step: every 30 steps, ~7 ms
-           each). A tuple of objects the collector does not see cannot close a cycle. */
-        int inputs_acyclic = 1;
-        for (Py_ssize_t i = 0; i < n_in; i++)
-            inputs_acyclic &= !PyObject_GC_IsTracked(PyTuple_GET_ITEM(inputs, i));
-        if (inputs_acyclic && PyTuple_CheckExact(inputs))   /* (a subclass may have a dict) */
-            acyclic(inputs);
+        /* Its input tuple too, when it holds only untracked nodes and leaves (see
+           acyclic_nodes; a 41x41 cavity step: a full collection every 30 steps, ~7 ms
+           each, before input tuples were untracked). */
+        acyclic_nodes(inputs);   /* (an exact tuple: a subclass may have a dict) */
     }
     count += n_in;
     if (count > count_cap)
