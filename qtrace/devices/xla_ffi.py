@@ -29,6 +29,7 @@ import ctypes
 import numpy as np
 
 from ..stats import bump
+from . import host_pages
 
 EXTENSION_METADATA = 1
 STAGE_EXECUTE = 3
@@ -112,6 +113,13 @@ def _host_array(data: int, shape: tuple, dt: np.dtype, n: int) -> np.ndarray:
         return np.empty(shape, dt)
     raw = (ctypes.c_char * (n * dt.itemsize)).from_address(data)
     return np.frombuffer(raw, dt, n).reshape(shape)
+
+
+def _host_result(data: int, shape: tuple, dt: np.dtype, n: int) -> np.ndarray:
+    """:func:`_host_array` of a result buffer: a large one (a fresh mapping for each call)
+    advised for huge pages before it is written (:mod:`qtrace.devices.host_pages`)."""
+    host_pages.advise(data, n * dt.itemsize)
+    return _host_array(data, shape, dt, n)
 
 
 def _gpu_array(data: int, shape: tuple, dt: np.dtype, n: int):
@@ -211,7 +219,8 @@ def handler(run, platform: str = "cpu"):
             if _metadata_query(frame) or frame.stage != STAGE_EXECUTE:
                 return None
             bump("ffi_python_calls")
-            args, rets = _buffers(frame.args, "argument", view), _buffers(frame.rets, "result", view)
+            args = _buffers(frame.args, "argument", view)
+            rets = _buffers(frame.rets, "result", _gpu_array if gpu else _host_result)
             if gpu:   # on the GPU of the call's buffers, on XLA's stream
                 import cupy
                 device = (args + rets)[0].device.id if args or rets else 0

@@ -32,7 +32,7 @@ from ..config import config
 from ..kernels import ffi_entry, ffi_parallel
 from ..kernels.ffi_entry import Copy, Launch, Level, Program
 from ..stats import native_address
-from . import adstack, cpu, xla_ffi
+from . import adstack, cpu, host_pages, xla_ffi
 from .runtime import KernelStep
 
 _count = itertools.count()
@@ -284,13 +284,24 @@ def _program(entries: list, n_args: int, n_rets: int, gpu: bool) -> tuple:
         natives["header_kernel"] = column([h[2] for h in helpers])
     cb, natives["error"] = _error_callback(plan, entry.graph, n_args, n_rets)
     keep.append(cb)
+    huge: list = []
+    advise = None if gpu else host_pages.madvise_address()
+    if advise is not None:   # XLA's fresh result mappings, and the arena, before writing them
+        natives["madvise"] = advise
+        for j, (kind, v) in enumerate(plan.outputs):
+            shape, dtype = plan.slot_meta[v] if kind == "slot" else (v.shape, v.dtype)
+            if math.prod(shape) * dtype.itemsize >= host_pages.MIN_BYTES:
+                huge.append((j, math.prod(shape) * dtype.itemsize))
+        if arena.size >= host_pages.MIN_BYTES:
+            huge.append((-1, arena.size))
     cap = config.adstack_max_depth
     program = Program("cuda" if gpu else "cpu", n_args, n_rets, tuple(slots), arena.size, status,
                       len(plan.checks), tuple(launches) + tuple(copies), -1 if cap is None else int(cap),
                       config.num_threads,
                       {n: native_address(n) for n in _COUNTED + tuple(
                           name for pairs in adstack.PATHS.values() for name, _ in pairs)},
-                      tuple(tuple(r) for r in table), natives)
+                      tuple(tuple(r) for r in table), natives, tuple(huge),
+                      (host_pages.HUGE_PAGE, host_pages.MADV_HUGEPAGE))
     keep.append(entries)
     return program, keep
 

@@ -127,6 +127,8 @@ class Program(NamedTuple):
     counters: dict        # addresses of the qt.stats() words a call adds to
     table: tuple
     natives: dict
+    huge: tuple = ()      # CPU: (result index, or -1 for the arena; bytes) advised for huge
+    huge_page: tuple = (0, 0)  # pages before they are written, by natives["madvise"]: (page bytes, advice)
 
 
 def _round64(b, v):
@@ -233,6 +235,8 @@ class _Emitter:
             row = self._table_row(ir.Constant(I64, 0))
         self.row = row
         self._alloc_arena()
+        for j, nbytes in p.huge:   # (fresh mappings: see qtrace.devices.host_pages)
+            self.advise_huge(rets[j] if j >= 0 else self.arena, nbytes)
         self.ptrs = []
         for kind, v in p.slots:
             if kind == "arg":
@@ -351,6 +355,16 @@ class _Emitter:
             self.arena = self.native("aligned_alloc", PTR, [ir.Constant(I64, 64), size])
         self.fail_if(b.icmp_unsigned("==", self.arena, NULL), lambda: self.error(ERR_ALLOC, size))
         self.arena_live = True
+
+    def advise_huge(self, ptr, nbytes: int) -> None:
+        """``madvise`` the whole huge pages inside ``[ptr, ptr + nbytes)`` (result ignored)."""
+        b = self.b
+        page, advice = self.p.huge_page
+        at = b.ptrtoint(ptr, I64)
+        lo = b.and_(b.add(at, ir.Constant(I64, page - 1)), ir.Constant(I64, -page))
+        hi = b.and_(b.add(at, ir.Constant(I64, nbytes)), ir.Constant(I64, -page))
+        with b.if_then(b.icmp_unsigned(">", hi, lo)):
+            self.native("madvise", I32, [b.inttoptr(lo, PTR), b.sub(hi, lo), ir.Constant(I32, advice)])
 
     def device_alloc(self, nbytes):
         """GPU memory from XLA's allocator (``XLA_FFI_DeviceMemory_Allocate``), for this call."""

@@ -109,6 +109,53 @@ def test_native_and_python_handlers_agree_with_numpy(case, n, fusion, rng):
             np.testing.assert_array_equal(a, w)
 
 
+def _thp_mode() -> str:
+    """The system's transparent huge page mode (``always``, ``madvise``, ``never``), or ``""``."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _huge_kib(address: int) -> int:
+    """KiB of transparent huge pages backing the mapping that holds ``address``."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "AnonHugePages:":
+                return int(line.split()[1])
+    return 0
+
+
+def test_large_results_and_temporaries_are_backed_by_huge_pages(fusion, rng):
+    """A result (or the temporaries' arena) of 4 MiB or more is a fresh mapping at every
+    call, XLA's or the handler's: both handlers advise it for transparent huge pages before
+    writing it (on a 2-core machine, 40 MB of B1's result took ~13 ms of page faults
+    without, ~3 ms with), and the values are unchanged (unfused, the steps' temporaries of
+    40 MB go through the arena, advised the same way)."""
+    n = 5_000_000   # 40 MB: above glibc's largest mmap threshold, a fresh mapping per call
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+
+    def fn(x, y):
+        return qt.sin(x) * 2.0 + y * y, qt.cumsum(qt.exp(-x * x) * y)
+    want = (np.sin(x) * 2.0 + y * y, np.cumsum(np.exp(-x * x) * y))
+    for native in (True, False):
+        qt.config.ffi_native = native
+        out = jax.block_until_ready(jax.jit(qt.to_jax(fn))(x, y))
+        for got, w in zip(out, want):
+            np.testing.assert_allclose(np.asarray(got), w, rtol=1e-12, atol=1e-9)
+        if _thp_mode() in ("always", "madvise"):
+            # (XLA's result buffer itself, NumPy would advise a copy of its own; its middle:
+            # the advice splits the mapping at the first and last whole huge page)
+            middle = out[0].unsafe_buffer_pointer() + out[0].nbytes // 2
+            assert _huge_kib(middle) > 0, native
+
+
 @pytest.mark.parametrize("n", [40, 100_000])
 def test_while_loop_gradient_through_the_native_backward(n, fusion, rng):
     """The backward custom call sizes the adstack from the counts the forward loop recorded
