@@ -2013,16 +2013,52 @@ static inline PyObject *const *key_items(PyObject *const *key, Py_ssize_t *n)
     return key;
 }
 
-/* indexing.basic_key's common case: one slice or in-range integer per axis of `shape`.
+static PyObject *full_slice;   /* slice(None, None, None): an axis a key leaves whole */
+
+/* The items of key `key` for an array of `nd` axes into buf[nd] (borrowed), by NumPy's
+   rules for basic keys: the key's own items, an Ellipsis standing for as many whole axes
+   as the other items leave, and whole trailing axes after a short key (`p[1:-1]`, `p[3]`
+   and `p[..., 0]` of a 2-d p are `p[1:-1, :]`, `p[3, :]` and `p[:, 0]`). 0: more items
+   than axes, a second Ellipsis, or more than MAX_DIMS axes (the Python code decides). */
+static int key_axes(PyObject *key, Py_ssize_t nd, PyObject **buf)
+{
+    Py_ssize_t nk, ellipsis = -1;
+    PyObject *const *items = key_items(&key, &nk);
+    if (nd == 0 || nd > MAX_DIMS || full_slice == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < nk; i++)
+        if (items[i] == Py_Ellipsis) {
+            if (ellipsis >= 0)
+                return 0;
+            ellipsis = i;
+        }
+    Py_ssize_t given = nk - (ellipsis >= 0), k = 0;
+    if (given > nd)
+        return 0;
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        if (i != ellipsis) {
+            buf[k++] = items[i];
+            continue;
+        }
+        for (Py_ssize_t f = 0; f < nd - given; f++)
+            buf[k++] = full_slice;
+    }
+    while (k < nd)
+        buf[k++] = full_slice;
+    return 1;
+}
+
+/* indexing.basic_key's common case: one slice or in-range integer per axis of `shape`
+   (after key_axes).
    Fills starts/steps/counts (per axis) and out (the result shape: integers dropped);
    `sliced`: some axis has a slice; `moved`: not the whole array. 0: another key. */
 static int parse_basic(PyObject *shape, PyObject *key, Py_ssize_t *starts, Py_ssize_t *steps,
                        Py_ssize_t *counts, Py_ssize_t *out, Py_ssize_t *nout_p, int *sliced_p,
                        int *moved_p)
 {
-    Py_ssize_t nd = PyTuple_GET_SIZE(shape), nk;
-    PyObject *const *items = key_items(&key, &nk);
-    if (nk != nd || nd == 0 || nd > MAX_DIMS)
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    PyObject *items[MAX_DIMS];
+    if (!key_axes(key, nd, items))
         return 0;
     Py_ssize_t nout = 0;
     int moved = 0, sliced = 0;
@@ -2095,13 +2131,12 @@ static void kentry_clear(KEntry *e)
     e->nd = 0;
 }
 
-/* The parts of `key` for `nd` axes into parts[3 * nd] (borrowed), or 0: not a key of one
-   plain slice or exact int per axis. */
+/* The parts of `key` for `nd` axes (key_axes) into parts[3 * nd] (borrowed), or 0: not a
+   key of one plain slice or exact int per axis. */
 static int key_parts(PyObject *key, Py_ssize_t nd, PyObject **parts)
 {
-    Py_ssize_t nk;
-    PyObject *const *items = key_items(&key, &nk);
-    if (nk != nd || nd == 0 || nd > KC_DIMS)
+    PyObject *items[MAX_DIMS];
+    if (nd > KC_DIMS || !key_axes(key, nd, items))
         return 0;
     for (Py_ssize_t k = 0; k < nd; k++) {
         PyObject *item = items[k];
@@ -3968,7 +4003,8 @@ PyMODINIT_FUNC PyInit__native(void)
     str_run = PyUnicode_InternFromString("run");
     str_name = PyUnicode_InternFromString("__name__");
     str_qtrace = PyUnicode_InternFromString("qtrace");
-    if (str_name == NULL || str_qtrace == NULL)
+    full_slice = PySlice_New(NULL, NULL, NULL);
+    if (str_name == NULL || str_qtrace == NULL || full_slice == NULL)
         return NULL;
     if (str_const == NULL || str_leaves == NULL || zero_t == NULL || one_t == NULL || zero_long == NULL
         || str_s == NULL || str_max_pending == NULL || empty_tuple == NULL || str_slice == NULL

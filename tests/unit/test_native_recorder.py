@@ -52,6 +52,11 @@ def key():
          for _ in range(2)]
     if rng.random() < 0.3:
         k[int(rng.integers(0, 2))] = int(rng.integers(-2, 2))
+    form = rng.random()
+    if form < 0.15:    # a short key: the trailing axis whole (p[1:-1], p[3])
+        return k[0] if rng.random() < 0.5 else (k[0],)
+    if form < 0.3:     # an Ellipsis for the axes the other item leaves
+        return (Ellipsis, k[1]) if rng.random() < 0.5 else (k[0], Ellipsis)
     return tuple(k)
 
 
