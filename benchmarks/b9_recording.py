@@ -73,9 +73,16 @@ def _operations(xp, p, q):
     def assign_column():
         p[:, -1] = p[:, -2]
 
+    def short_key():
+        return p[1:-1]
+
+    def assign_row():
+        p[0] = q[1]
+
     return {"x[1:-1, 2:]": slice_, "x[1:-1, 2:] + x[1:-1, 0:-2]": slice_add, "x * y": elementwise,
             "x * 2.0": scalar, "x[1:-1, 1:-1] = y[1:-1, 2:]": assign_expr,
-            "x[:, -1] = x[:, -2]": assign_column}
+            "x[:, -1] = x[:, -2]": assign_column, "x[1:-1] (a short key)": short_key,
+            "x[0] = y[1]": assign_row}
 
 
 def run(quick: bool = False, systems: str | None = None, depth: int = 800) -> list:
