@@ -18,7 +18,7 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 9
+#define QTRACE_NATIVE_ABI 10
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1603,19 +1603,20 @@ static PyTypeObject *storage_type;
 static PyObject *storage_fn;         /* views._storage(t): (storage, steps), made if missing */
 static PyObject *leaf_view_fn;       /* views._leaf_view(base node, steps) */
 static PyObject *reshape_node_fn;    /* views.reshape_node (constants: a broadcast) */
+static PyObject *view_chain_fn;      /* views.view_chain (Python) */
 static PyObject *views_acquire;      /* views._views_lock.acquire (bound) */
 static PyObject *views_release;      /* views._views_lock.release (bound) */
 static ViewsLock *views_lock;        /* views._views_lock where it is a ViewsLock */
 static Py_ssize_t g_node, g_views, g_prune_at, g_noted;
-static PyObject *str_slice, *str_reshape, *str_slice_update, *str_input, *str_add;
+static PyObject *str_slice, *str_reshape, *str_slice_update, *str_input, *str_add, *str_transpose;
 static PyObject *str_acquire, *str_release;
 
 #define MAX_DIMS 64
 
 static PyObject *bind_views(PyObject *self, PyObject *args)
 {
-    PyObject *stt, *sfn, *lv, *rn, *lock;
-    if (!PyArg_ParseTuple(args, "O!OOOO:bind_views", &PyType_Type, &stt, &sfn, &lv, &rn, &lock))
+    PyObject *stt, *sfn, *lv, *rn, *lock, *vc;
+    if (!PyArg_ParseTuple(args, "O!OOOOO:bind_views", &PyType_Type, &stt, &sfn, &lv, &rn, &lock, &vc))
         return NULL;
     if (slot_offset((PyTypeObject *)stt, "node", &g_node) < 0
         || slot_offset((PyTypeObject *)stt, "views", &g_views) < 0
@@ -1633,8 +1634,9 @@ static PyObject *bind_views(PyObject *self, PyObject *args)
     ViewsLock *vl = Py_TYPE(lock) == &ViewsLockType ? (ViewsLock *)lock : NULL;
     Py_XINCREF(vl);
     Py_XSETREF(views_lock, vl);
-    PyObject **dst[] = {(PyObject **)&storage_type, &storage_fn, &leaf_view_fn, &reshape_node_fn};
-    PyObject *src[] = {stt, sfn, lv, rn};
+    PyObject **dst[] = {(PyObject **)&storage_type, &storage_fn, &leaf_view_fn, &reshape_node_fn,
+                        &view_chain_fn};
+    PyObject *src[] = {stt, sfn, lv, rn, vc};
     for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
         Py_INCREF(src[i]);
         Py_XSETREF(*dst[i], src[i]);
@@ -1964,6 +1966,57 @@ static PyObject *reshape_node(PyObject *n, PyObject *shape)
     return node;
 }
 
+/* views.transpose_node (new reference): `n` with its axes permuted by `perm` (a tuple of
+   ints), composed with a transpose it already is; NULL with no error set where `perm` is
+   not what this code reads (the caller falls back to Python). */
+static PyObject *transpose_node(PyObject *n, PyObject *perm)
+{
+    Py_ssize_t nd = PyTuple_Check(perm) ? PyTuple_GET_SIZE(perm) : -1, p[MAX_DIMS], d[MAX_DIMS];
+    PyObject *shape = SLOT(n, node_off[S_SHAPE]);
+    if (nd < 0 || nd > MAX_DIMS || PyTuple_GET_SIZE(shape) != nd || !read_ints(perm, p, nd))
+        return NULL;
+    if (prim_is(n, str_transpose)) {
+        PyObject *params = SLOT(n, node_off[S_PARAMS]);
+        Py_ssize_t inner[MAX_DIMS];
+        if (!PyTuple_Check(params) || PyTuple_GET_SIZE(params) != 1
+            || !read_ints(PyTuple_GET_ITEM(params, 0), inner, nd))
+            return NULL;
+        for (Py_ssize_t k = 0; k < nd; k++) {
+            if (p[k] < 0 || p[k] >= nd)
+                return NULL;
+            p[k] = inner[p[k]];
+        }
+        n = PyTuple_GET_ITEM(SLOT(n, node_off[S_INPUTS]), 0);
+        shape = SLOT(n, node_off[S_SHAPE]);
+    }
+    int identity = 1;
+    for (Py_ssize_t k = 0; k < nd; k++) {
+        if (p[k] < 0 || p[k] >= nd)
+            return NULL;
+        identity &= p[k] == k;
+    }
+    if (identity) {
+        Py_INCREF(n);
+        return n;
+    }
+    if (!read_ints(shape, d, nd))
+        return NULL;
+    Py_ssize_t out[MAX_DIMS];
+    for (Py_ssize_t k = 0; k < nd; k++)
+        out[k] = d[p[k]];
+    PyObject *tp = int_tuple(p, nd), *ts = int_tuple(out, nd), *params = NULL, *node = NULL;
+    PyObject *inputs = PyTuple_Pack(1, n);
+    if (tp != NULL && ts != NULL && inputs != NULL)
+        params = shared_tuple(&tp, 1);
+    if (params != NULL) {
+        PyObject *margs[7] = {str_transpose, params, ts, SLOT(n, node_off[S_DTYPE]), inputs,
+                              SLOT(n, node_off[S_DEVICE]), SLOT(n, node_off[S_WEAK])};
+        node = make_node(NULL, margs, 7);
+    }
+    Py_XDECREF(tp); Py_XDECREF(ts); Py_XDECREF(params); Py_XDECREF(inputs);
+    return node;
+}
+
 /* Storage.add: register view `t` (under the views lock; pruning is Python's). */
 static int storage_add(PyObject *st, PyObject *t)
 {
@@ -2015,25 +2068,30 @@ static inline PyObject *const *key_items(PyObject *const *key, Py_ssize_t *n)
 
 static PyObject *full_slice;   /* slice(None, None, None): an axis a key leaves whole */
 
-/* The items of key `key` for an array of `nd` axes into buf[nd] (borrowed), by NumPy's
-   rules for basic keys: the key's own items, an Ellipsis standing for as many whole axes
-   as the other items leave, and whole trailing axes after a short key (`p[1:-1]`, `p[3]`
-   and `p[..., 0]` of a 2-d p are `p[1:-1, :]`, `p[3, :]` and `p[:, 0]`). 0: more items
-   than axes, a second Ellipsis, or more than MAX_DIMS axes (the Python code decides). */
-static int key_axes(PyObject *key, Py_ssize_t nd, PyObject **buf)
+/* The items of key `key` for an array of `nd` axes into buf (borrowed; *nitems of them,
+   at most MAX_DIMS), by NumPy's rules for basic keys: the key's own items (None: a new
+   axis of length 1, consuming none), an Ellipsis standing for as many whole axes as the
+   other items leave, and whole trailing axes after a short key (`p[1:-1]`, `p[3]`,
+   `p[..., 0]` and `p[:, None]` of a 2-d p are `p[1:-1, :]`, `p[3, :]`, `p[:, 0]` and
+   `p[:, None, :]`). 0: more items than axes, a second Ellipsis, or too many items (the
+   Python code decides). */
+static int key_axes(PyObject *key, Py_ssize_t nd, PyObject **buf, Py_ssize_t *nitems)
 {
-    Py_ssize_t nk, ellipsis = -1;
+    Py_ssize_t nk, ellipsis = -1, fresh = 0;
     PyObject *const *items = key_items(&key, &nk);
     if (nd == 0 || nd > MAX_DIMS || full_slice == NULL)
         return 0;
-    for (Py_ssize_t i = 0; i < nk; i++)
+    for (Py_ssize_t i = 0; i < nk; i++) {
         if (items[i] == Py_Ellipsis) {
             if (ellipsis >= 0)
                 return 0;
             ellipsis = i;
+        } else if (items[i] == Py_None) {
+            fresh++;
         }
-    Py_ssize_t given = nk - (ellipsis >= 0), k = 0;
-    if (given > nd)
+    }
+    Py_ssize_t given = nk - (ellipsis >= 0) - fresh, k = 0;
+    if (given > nd || nd + fresh > MAX_DIMS)
         return 0;
     for (Py_ssize_t i = 0; i < nk; i++) {
         if (i != ellipsis) {
@@ -2043,8 +2101,9 @@ static int key_axes(PyObject *key, Py_ssize_t nd, PyObject **buf)
         for (Py_ssize_t f = 0; f < nd - given; f++)
             buf[k++] = full_slice;
     }
-    while (k < nd)
+    while (k < nd + fresh)
         buf[k++] = full_slice;
+    *nitems = k;
     return 1;
 }
 
@@ -2056,14 +2115,19 @@ static int parse_basic(PyObject *shape, PyObject *key, Py_ssize_t *starts, Py_ss
                        Py_ssize_t *counts, Py_ssize_t *out, Py_ssize_t *nout_p, int *sliced_p,
                        int *moved_p)
 {
-    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape), nitems;
     PyObject *items[MAX_DIMS];
-    if (!key_axes(key, nd, items))
+    if (!key_axes(key, nd, items, &nitems))
         return 0;
-    Py_ssize_t nout = 0;
+    Py_ssize_t nout = 0, k = 0;
     int moved = 0, sliced = 0;
-    for (Py_ssize_t k = 0; k < nd; k++) {
-        PyObject *item = items[k];
+    for (Py_ssize_t i = 0; i < nitems; i++, k++) {
+        PyObject *item = items[i];
+        if (item == Py_None) {   /* a new axis: in the result's shape only (a reshape) */
+            out[nout++] = 1;
+            k--;
+            continue;
+        }
         Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, k));
         if (size == -1 && PyErr_Occurred()) {
             PyErr_Clear();
@@ -2115,8 +2179,9 @@ static int parse_basic(PyObject *shape, PyObject *key, Py_ssize_t *starts, Py_ss
 #define KCACHE_SIZE 256
 #define KC_DIMS 4
 typedef struct {
-    PyObject *shape, *parts[3 * KC_DIMS];   /* held; an integer axis: the int, NULL, NULL */
-    Py_ssize_t nd, starts[KC_DIMS], steps[KC_DIMS], counts[KC_DIMS], out[KC_DIMS], nout;
+    PyObject *shape, *parts[3 * KC_DIMS];   /* held; an integer: the int, NULL, NULL; None:
+                                               None, NULL, NULL (per key item) */
+    Py_ssize_t nd, nitems, starts[KC_DIMS], steps[KC_DIMS], counts[KC_DIMS], out[KC_DIMS], nout;
     int sliced, moved;
     PyObject *tcounts, *tstarts, *tsteps, *tout;   /* held: int_tuple of the answer */
 } KEntry;
@@ -2131,16 +2196,19 @@ static void kentry_clear(KEntry *e)
     e->nd = 0;
 }
 
-/* The parts of `key` for `nd` axes (key_axes) into parts[3 * nd] (borrowed), or 0: not a
-   key of one plain slice or exact int per axis. */
-static int key_parts(PyObject *key, Py_ssize_t nd, PyObject **parts)
+/* The parts of `key`'s items for `nd` axes (key_axes: *nitems of them) into
+   parts[3 * *nitems] (borrowed), or 0: not a key of plain slices, exact ints and Nones. */
+static int key_parts(PyObject *key, Py_ssize_t nd, PyObject **parts, Py_ssize_t *nitems)
 {
     PyObject *items[MAX_DIMS];
-    if (nd > KC_DIMS || !key_axes(key, nd, items))
+    if (nd > KC_DIMS || !key_axes(key, nd, items, nitems) || *nitems > KC_DIMS)
         return 0;
-    for (Py_ssize_t k = 0; k < nd; k++) {
+    for (Py_ssize_t k = 0; k < *nitems; k++) {
         PyObject *item = items[k];
-        if (PySlice_Check(item)) {
+        if (item == Py_None) {
+            parts[3 * k] = Py_None;
+            parts[3 * k + 1] = parts[3 * k + 2] = NULL;
+        } else if (PySlice_Check(item)) {
             PySliceObject *sl = (PySliceObject *)item;
             parts[3 * k] = sl->start;
             parts[3 * k + 1] = sl->stop;
@@ -2160,19 +2228,19 @@ static int key_parts(PyObject *key, Py_ssize_t nd, PyObject **parts)
    making a tuple (the caller meets it again). */
 static KEntry *parse_cached(PyObject *shape, PyObject *key)
 {
-    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape), nitems;
     PyObject *parts[3 * KC_DIMS];
-    if (!key_parts(key, nd, parts))
+    if (!key_parts(key, nd, parts, &nitems))
         return NULL;
-    Py_uhash_t h = mix((Py_uhash_t)nd, (Py_uhash_t)(uintptr_t)shape);
-    for (Py_ssize_t i = 0; i < 3 * nd; i++)
+    Py_uhash_t h = mix((Py_uhash_t)nitems, (Py_uhash_t)(uintptr_t)shape);
+    for (Py_ssize_t i = 0; i < 3 * nitems; i++)
         h = mix(h, (Py_uhash_t)(uintptr_t)parts[i]);
     KEntry *e = &kcache[(h ^ (h >> 11)) & (KCACHE_SIZE - 1)];
-    if (e->nd == nd && e->shape == shape) {
+    if (e->nd == nd && e->nitems == nitems && e->shape == shape) {
         Py_ssize_t i = 0;
-        while (i < 3 * nd && e->parts[i] == parts[i])
+        while (i < 3 * nitems && e->parts[i] == parts[i])
             i++;
-        if (i == 3 * nd)
+        if (i == 3 * nitems)
             return e;
     }
     KEntry now = {0};
@@ -2189,9 +2257,10 @@ static KEntry *parse_cached(PyObject *shape, PyObject *key)
         return NULL;
     }
     now.nd = nd;
+    now.nitems = nitems;
     Py_INCREF(shape);
     now.shape = shape;
-    for (Py_ssize_t i = 0; i < 3 * nd; i++) {
+    for (Py_ssize_t i = 0; i < 3 * nitems; i++) {
         Py_XINCREF(parts[i]);
         now.parts[i] = parts[i];
     }
@@ -2298,67 +2367,41 @@ static PyObject *own_storage(PyObject *t)
     return view;
 }
 
-static PyObject *getitem_fast(PyObject *t, PyObject *key)
+static PyObject *derive(PyObject *base, PyObject *steps);
+
+/* How new_view makes a view's node from its base tensor's node: the slice of a basic key
+   (then a reshape to `tout` when that is not NULL), or views.derive of `chain`. */
+typedef struct {
+    const Py_ssize_t *starts, *steps, *counts;
+    Py_ssize_t nd;
+    PyObject *tcounts, *tout;   /* (borrowed) */
+    PyObject *chain;            /* not NULL: derive this chain instead (borrowed) */
+} ViewHow;
+
+/* The node of view `how` of `node` (new reference), or NULL: an error, or (none set) a
+   layout the Python code takes. */
+static PyObject *view_node(PyObject *node, const ViewHow *how)
 {
-    if (Py_TYPE(t) != tensor_type || storage_type == NULL)
-        return NULL;
-    PyObject *node = SLOT(t, t_node);
-    if (node == NULL)
-        return NULL;
-    PyObject *shape = SLOT(node, node_off[S_SHAPE]);
-    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
-    Py_ssize_t starts[MAX_DIMS], steps[MAX_DIMS], counts[MAX_DIMS], out[MAX_DIMS];
-    Py_ssize_t nout;
-    int sliced, moved;
-    PyObject *tcounts, *tstarts, *tsteps, *tout;
-    Py_INCREF(shape);   /* (held: parse_cached allocates, which may run code rebinding t's node) */
-    KEntry *ke = parse_cached(shape, key);
-    if (ke != NULL) {
-        Py_DECREF(shape);   /* (the entry holds it) */
-        if (!ke->sliced || !ke->moved)
-            return NULL;   /* an element (a copy in NumPy), or the whole array: Python's */
-        memcpy(starts, ke->starts, sizeof(Py_ssize_t) * nd);
-        memcpy(steps, ke->steps, sizeof(Py_ssize_t) * nd);
-        memcpy(counts, ke->counts, sizeof(Py_ssize_t) * nd);
-        nout = ke->nout;
-        Py_INCREF(ke->tcounts); tcounts = ke->tcounts;
-        Py_INCREF(ke->tstarts); tstarts = ke->tstarts;
-        Py_INCREF(ke->tsteps); tsteps = ke->tsteps;
-        tout = NULL;
-        if (nout != nd) {
-            Py_INCREF(ke->tout);
-            tout = ke->tout;
-        }
-    } else {
-        int basic = parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved);
-        Py_DECREF(shape);
-        if (!basic || !sliced || !moved)
-            return NULL;   /* another key, an element (a copy in NumPy), or the whole array */
-        tcounts = int_tuple(counts, nd);
-        tstarts = int_tuple(starts, nd);
-        tsteps = int_tuple(steps, nd);
-        tout = nout == nd ? NULL : int_tuple(out, nout);
-    }
-    PyObject *chain = NULL, *view = NULL, *st_steps = NULL, *vnode = NULL, *res = NULL;
-    PyObject *all_steps = NULL, *view_tuple = NULL;
+    if (how->chain != NULL)
+        return derive(node, how->chain);
+    Py_ssize_t starts[MAX_DIMS], steps[MAX_DIMS];
+    memcpy(starts, how->starts, sizeof(Py_ssize_t) * how->nd);
+    memcpy(steps, how->steps, sizeof(Py_ssize_t) * how->nd);
+    PyObject *vnode = slice_node(node, starts, steps, how->tcounts, how->counts, how->nd);
+    if (vnode == NULL || how->tout == NULL)
+        return vnode;
+    PyObject *r = reshape_node(vnode, how->tout);
+    Py_DECREF(vnode);
+    return r;
+}
+
+/* views.view_chain: a new tensor viewing tensor `t` through the view steps `chain` (a
+   tuple), its node made as `how` says, registered with t's storage (new reference); NULL
+   with an error, or with none where the Python code takes it. */
+static PyObject *new_view(PyObject *t, PyObject *chain, const ViewHow *how)
+{
+    PyObject *view = NULL, *vnode = NULL, *res = NULL, *all_steps = NULL, *view_tuple = NULL;
     int locked = 0, note_storage = 0;
-    if (tcounts == NULL || tstarts == NULL || tsteps == NULL || (nout != nd && tout == NULL))
-        goto done;
-    {
-        PyObject *step = shared_tuple((PyObject *[]){str_slice, tstarts, tsteps, tcounts}, 4);
-        if (step == NULL)
-            goto done;
-        if (tout == NULL) {
-            chain = shared_tuple(&step, 1);
-        } else {
-            PyObject *rs = shared_tuple((PyObject *[]){str_reshape, tout}, 2);
-            chain = rs ? shared_tuple((PyObject *[]){step, rs}, 2) : NULL;
-            Py_XDECREF(rs);
-        }
-        Py_DECREF(step);
-        if (chain == NULL)
-            goto done;
-    }
     view = SLOT(t, t_view);   /* (storage, steps), made by views._storage if missing */
     if (view != NULL && view != Py_None)
         Py_INCREF(view);
@@ -2378,24 +2421,12 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
     if (views_take() < 0)
         goto done;
     locked = 1;
-    node = SLOT(t, t_node);   /* (re-read: _storage ran Python code) */
+    PyObject *node = SLOT(t, t_node);   /* (re-read: _storage ran Python code) */
     Py_INCREF(node);
-    {
-        Py_ssize_t starts2[MAX_DIMS], steps2[MAX_DIMS];
-        memcpy(starts2, starts, sizeof(Py_ssize_t) * nd);
-        memcpy(steps2, steps, sizeof(Py_ssize_t) * nd);
-        vnode = slice_node(node, starts2, steps2, tcounts, counts, nd);
-    }
+    vnode = view_node(node, how);
     Py_DECREF(node);
     if (vnode == NULL)
         goto done;   /* an error, or (none set) a layout for Python */
-    if (tout != NULL) {
-        PyObject *r = reshape_node(vnode, tout);
-        Py_DECREF(vnode);
-        vnode = r;
-        if (vnode == NULL)
-            goto done;
-    }
     all_steps = shared_concat(PyTuple_GET_ITEM(view, 1), chain);
     if (all_steps == NULL)
         goto done;
@@ -2447,10 +2478,112 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
 done:
     if (locked && views_give_keeping(PyErr_Occurred() ? -1 : 0) < 0)
         Py_CLEAR(res);
-    Py_XDECREF(tcounts); Py_XDECREF(tstarts); Py_XDECREF(tsteps); Py_XDECREF(tout);
-    Py_XDECREF(chain); Py_XDECREF(view); Py_XDECREF(st_steps); Py_XDECREF(vnode);
-    Py_XDECREF(all_steps); Py_XDECREF(view_tuple);
+    Py_XDECREF(view); Py_XDECREF(vnode); Py_XDECREF(all_steps); Py_XDECREF(view_tuple);
     return res;
+}
+
+/* Whether a basic key's result shape `out` (nout axes) is not its region `counts` (nd
+   axes): integers dropped axes, or None added some (the view then ends with a reshape). */
+static int reshaped(const Py_ssize_t *counts, Py_ssize_t nd, const Py_ssize_t *out, Py_ssize_t nout)
+{
+    if (nout != nd)
+        return 1;
+    for (Py_ssize_t k = 0; k < nd; k++)
+        if (out[k] != counts[k])
+            return 1;
+    return 0;
+}
+
+static PyObject *getitem_fast(PyObject *t, PyObject *key)
+{
+    if (Py_TYPE(t) != tensor_type || storage_type == NULL)
+        return NULL;
+    PyObject *node = SLOT(t, t_node);
+    if (node == NULL)
+        return NULL;
+    PyObject *shape = SLOT(node, node_off[S_SHAPE]);
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    Py_ssize_t starts[MAX_DIMS], steps[MAX_DIMS], counts[MAX_DIMS], out[MAX_DIMS];
+    Py_ssize_t nout;
+    int sliced, moved;
+    PyObject *tcounts, *tstarts, *tsteps, *tout;
+    Py_INCREF(shape);   /* (held: parse_cached allocates, which may run code rebinding t's node) */
+    KEntry *ke = parse_cached(shape, key);
+    if (ke != NULL) {
+        Py_DECREF(shape);   /* (the entry holds it) */
+        sliced = ke->sliced;
+        moved = ke->moved;
+        memcpy(starts, ke->starts, sizeof(Py_ssize_t) * nd);
+        memcpy(steps, ke->steps, sizeof(Py_ssize_t) * nd);
+        memcpy(counts, ke->counts, sizeof(Py_ssize_t) * nd);
+        nout = ke->nout;
+        memcpy(out, ke->out, sizeof(Py_ssize_t) * nout);
+        Py_INCREF(ke->tcounts); tcounts = ke->tcounts;
+        Py_INCREF(ke->tstarts); tstarts = ke->tstarts;
+        Py_INCREF(ke->tsteps); tsteps = ke->tsteps;
+        Py_INCREF(ke->tout); tout = ke->tout;
+    } else {
+        int basic = parse_basic(shape, key, starts, steps, counts, out, &nout, &sliced, &moved);
+        Py_DECREF(shape);
+        if (!basic)
+            return NULL;   /* another key: Python's */
+        tcounts = int_tuple(counts, nd);
+        tstarts = int_tuple(starts, nd);
+        tsteps = int_tuple(steps, nd);
+        tout = int_tuple(out, nout);
+    }
+    PyObject *chain = NULL, *res = NULL;
+    if (!sliced)   /* integers only: an element (a copy in NumPy), Python's */
+        goto done;
+    if (tcounts == NULL || tstarts == NULL || tsteps == NULL || tout == NULL)
+        goto done;
+    int reshape = reshaped(counts, nd, out, nout);
+    {
+        /* views.view_chain's steps (indexing._basic_steps): the slice, unless the key takes
+           the whole array, then a reshape where the result's axes are not the region's */
+        PyObject *parts[2] = {NULL, NULL};
+        int n = 0;
+        if (moved && (parts[n] = shared_tuple((PyObject *[]){str_slice, tstarts, tsteps, tcounts}, 4)))
+            n++;
+        if (reshape && (parts[n] = shared_tuple((PyObject *[]){str_reshape, tout}, 2)))
+            n++;
+        if (n == moved + reshape)
+            chain = shared_tuple(parts, n);
+        for (int i = 0; i < n; i++)
+            Py_DECREF(parts[i]);
+        if (chain == NULL)
+            goto done;
+    }
+    if (moved) {
+        ViewHow how = {starts, steps, counts, nd, tcounts, reshape ? tout : NULL, NULL};
+        res = new_view(t, chain, &how);
+    } else {
+        ViewHow how = {NULL, NULL, NULL, 0, NULL, NULL, chain};
+        res = new_view(t, chain, &how);
+    }
+done:
+    Py_XDECREF(tcounts); Py_XDECREF(tstarts); Py_XDECREF(tsteps); Py_XDECREF(tout);
+    Py_XDECREF(chain);
+    return res;
+}
+
+/* views.view_chain(t, chain) in C (what views.view_chain is bound to): the Python
+   definition where this code does not follow. */
+static PyObject *view_chain_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "view_chain(t, chain) takes 2 arguments");
+    PyObject *t = args[0], *chain = args[1];
+    if (Py_TYPE(t) == tensor_type && storage_type != NULL && PyTuple_CheckExact(chain)
+        && SLOT(t, t_node) != NULL) {
+        ViewHow how = {NULL, NULL, NULL, 0, NULL, NULL, chain};
+        PyObject *res = new_view(t, chain, &how);
+        if (res != NULL || PyErr_Occurred())
+            return res;
+    }
+    if (view_chain_fn == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "qtrace.graph._native: bind_views was not called");
+    return PyObject_Vectorcall(view_chain_fn, args, 2, NULL);
 }
 
 
@@ -2613,6 +2746,10 @@ static PyObject *apply_step(PyObject *n, PyObject *step)
         }
     } else if (is_step(step, str_reshape, 2)) {
         return reshape_node(n, PyTuple_GET_ITEM(step, 1));
+    } else if (is_step(step, str_transpose, 2)) {
+        PyObject *r = transpose_node(n, PyTuple_GET_ITEM(step, 1));
+        if (r != NULL || PyErr_Occurred())
+            return r;
     }
     return PyObject_CallFunctionObjArgs(apply_step_fn, n, step, NULL);
 }
@@ -3945,8 +4082,10 @@ static PyMethodDef methods[] = {
      "bind_tensors(Tensor, ThreadState, local, state, config, consider_cut, recipes, apply2,\n"
      "             scalar_node, scalars, consts)\nHand over the tracer's classes, tables and fallbacks."},
     {"bind_views", bind_views, METH_VARARGS,
-     "bind_views(Storage, storage, leaf_view, reshape_node, lock)\n"
+     "bind_views(Storage, storage, leaf_view, reshape_node, lock, view_chain)\n"
      "Hand over the view machinery's class, functions and lock."},
+    {"view_chain", (PyCFunction)(void (*)(void))view_chain_py, METH_FASTCALL,
+     "view_chain(t, chain)\nqtrace.tracer.views.view_chain, in C."},
     {"bind_assign", bind_assign, METH_VARARGS,
      "bind_assign(assigned_values, apply_step, undo_step, assign, apply1)\n"
      "Hand over slice assignment's and the unary ops' Python definitions."},
@@ -3992,6 +4131,7 @@ PyMODINIT_FUNC PyInit__native(void)
     empty_tuple = PyTuple_New(0);
     str_slice = PyUnicode_InternFromString("slice");
     str_reshape = PyUnicode_InternFromString("reshape");
+    str_transpose = PyUnicode_InternFromString("transpose");
     str_slice_update = PyUnicode_InternFromString("slice_update");
     str_input = PyUnicode_InternFromString("input");
     str_add = PyUnicode_InternFromString("add");
@@ -4008,7 +4148,7 @@ PyMODINIT_FUNC PyInit__native(void)
         return NULL;
     if (str_const == NULL || str_leaves == NULL || zero_t == NULL || one_t == NULL || zero_long == NULL
         || str_s == NULL || str_max_pending == NULL || empty_tuple == NULL || str_slice == NULL
-        || str_reshape == NULL || str_slice_update == NULL || str_input == NULL || str_add == NULL
+        || str_reshape == NULL || str_transpose == NULL || str_slice_update == NULL || str_input == NULL || str_add == NULL
         || str_acquire == NULL || str_release == NULL || str_broadcast == NULL
         || str_setitem_op == NULL || str_native == NULL || str_run == NULL)
         return NULL;

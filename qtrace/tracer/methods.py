@@ -35,8 +35,9 @@ def _fast(kind: str, op, *args):
 def _bind_native() -> None:
     """Hand the compiled recorder the classes, tables and Python definitions it follows
     (and falls back to), then put its functions in their place: the note hook, slice
-    assignment's ``views.assign`` and the elementwise ``apply1``/``apply2`` (every caller
-    reads them as module attributes). Runs once, at import."""
+    assignment's ``views.assign``, ``views.view_chain`` and the elementwise
+    ``apply1``/``apply2`` (every caller reads them as module attributes). Runs once, at
+    import."""
     native = graph_native.module()
     if native is None:
         return
@@ -46,14 +47,14 @@ def _bind_native() -> None:
     config.watch("max_pending_nodes", native.set_pending_limit)
     views._views_lock = native.ViewsLock()   # (taken in C without calling Python)
     native.bind_views(views.Storage, views._storage, views._leaf_view, views.reshape_node,
-                      views._views_lock)
+                      views._views_lock, views.view_chain)
     native.bind_assign(indexing.assigned_values, views.apply_step, views.undo_step,
                        views.assign, ew.apply1)
     native.bind_flush(graph_node.graph_struct, graph_node.result_leaf, views.array_view,
                       pending._flush, graph_node.Struct, graph_node._recent)
     pending.native_flush = native.flush
     tensor_module.install(native.note, pending.flush, views.array_view, views.array_of)
-    views.assign = native.assign
+    views.assign, views.view_chain = native.assign, native.view_chain
     ew.apply1, ew.apply2 = native.apply1, native.apply2
 
 

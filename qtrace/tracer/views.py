@@ -280,7 +280,8 @@ def view(t: Tensor, step: tuple, must_view: bool = False) -> Tensor:
     """
     if step[0] == "reshape":
         st, steps = _storage(t)
-        if strides_of(st.node.shape, steps, step[1]) is None:
+        # (a reshape of a whole array, the common case, is always a view)
+        if steps and strides_of(st.node.shape, steps, step[1]) is None:
             if must_view:
                 raise ValueError(f"qt.reshape: cannot reshape a non-contiguous view of shape "
                                  f"{t.shape} to {step[1]} without copying")

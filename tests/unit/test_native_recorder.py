@@ -57,6 +57,11 @@ def key():
         return k[0] if rng.random() < 0.5 else (k[0],)
     if form < 0.3:     # an Ellipsis for the axes the other item leaves
         return (Ellipsis, k[1]) if rng.random() < 0.5 else (k[0], Ellipsis)
+    if form < 0.4:     # a new axis (p[:, None], p[None, 1:4], p[2, None])
+        k.insert(int(rng.integers(0, 3)), None)
+        return tuple(k) if rng.random() < 0.7 else tuple(k[:2])
+    if form < 0.45:    # the whole array, as a view (p[...], p[:, :])
+        return Ellipsis if rng.random() < 0.5 else (slice(None), slice(None))
     return tuple(k)
 
 
