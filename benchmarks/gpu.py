@@ -8,6 +8,9 @@
   evaluation per iteration), CuPy, JAX (eager ops);
 * sum: a full ``sum`` of N = 1e8 float32: qtrace, ``cupy.sum``;
 * cumsum: a ``cumsum`` of the same row: qtrace, ``cupy.cumsum``;
+* B2 (``b2_dispatch``): a jitted 3-op step at N = 64, µs per call: qtrace ``jit`` with and
+  without ``cuda_graph``, a CuPy ``ElementwiseKernel``, JAX ``jit``, Dr.Jit's CUDA backend
+  (eager and ``dr.freeze``) where installed;
 * B3 (``b3_loop_grad``), float32, N = 1e7: forward and forward+backward through the
   per-element loop with data-dependent trip counts (0..64): qtrace ``jit`` (no hint),
   JAX ``jit`` (``fori_loop`` to the largest count with a mask); peak GPU memory (qtrace:
@@ -30,9 +33,10 @@ import time
 import numpy as np
 
 try:
-    from . import b1_elementwise, b3_loop_grad, b5_eager_loop
+    from . import b1_elementwise, b2_dispatch, b3_loop_grad, b5_eager_loop
 except ImportError:  # run as a script
     import b1_elementwise
+    import b2_dispatch
     import b3_loop_grad
     import b5_eager_loop
 
@@ -177,6 +181,7 @@ def main(argv: list) -> int:
         check = "PASS" if err <= 1e-5 else f"FAIL {err:.1e}"
         rows.append(("cumsum", system, ms, f"{8 * n1 / ms / 1e6:.0f} GB/s", check))
     rows += _b3_rows(qt, cp, sync, reps, 10**6 if quick else 10**7)
+    rows += _b2_rows(qt, cp, 2000 if quick else 10000)
     name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"GPU: {name}; N(B1, sum) = {n1:.0e}, N(B5) = {n5:.0e} x {iters} iterations")
     print(f"{'bench':6} {'system':18} {'ms':>9}  {'rate':24} check")
@@ -184,6 +189,65 @@ def main(argv: list) -> int:
         ms_s = f"{ms:9.3f}" if ms is not None else f"{'-':>9}"
         print(f"{bench:6} {system:18} {ms_s}  {rate:24} {check}")
     return 0
+
+
+def _b2_rows(qt, cp, steps: int) -> list:
+    """B2 on the GPU: a jitted 3-op step at N=64 called ``steps`` times in a Python loop,
+    its results fed back, the final state synchronised and checked (µs per call, median
+    of 5 samples): qtrace ``jit`` launch by launch and with ``cuda_graph=True``, CuPy (an
+    ``ElementwiseKernel`` updating in place), JAX ``jit``, Dr.Jit's CUDA backend (eager,
+    ``dr.eval`` per call, and ``dr.freeze``), where installed."""
+    p = b2_dispatch._Problem(steps, 0)
+    tol = b2_dispatch._tolerance(steps)
+
+    def row(system, start, call, finish):
+        samples = []
+        for _ in range(6):   # (the first: compilation and capture)
+            state = start()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                state = call(*state)
+            got = finish(state)
+            samples.append((time.perf_counter() - t0) / steps * 1e6)
+        err = max(np.abs(g - r).max() / np.abs(r).max() for g, r in zip(got, p.ref))
+        us = statistics.median(samples[1:])
+        return ("B2", system, us / 1e3, f"{us:.2f} us per call", ("PASS" if err <= tol else "FAIL")
+                + f" {err:.1e}")
+
+    rows = []
+    for graphs in (False, True):
+        f = qt.jit(b2_dispatch.step, cuda_graph=graphs)
+        rows.append(row("qtrace jit" + (", graph" if graphs else ""),
+                        lambda: (qt.asarray(p.x0, device="cuda"), qt.asarray(p.v0, device="cuda")), f,
+                        lambda s: (qt.sync(), s[0].numpy(), s[1].numpy())[1:]))
+    kern = cp.ElementwiseKernel("float32 dt", "float32 x, float32 v",
+                                "float a = -4.0f * x; v = v + dt * a; x = x + dt * v;", "b2_step")
+
+    def cp_call(x, v):
+        kern(np.float32(b2_dispatch.DT), x, v)
+        return x, v
+    rows.append(row("CuPy kernel", lambda: (cp.asarray(p.x0), cp.asarray(p.v0)), cp_call,
+                    lambda s: (s[0].get(), s[1].get())))
+    try:
+        import jax
+        jf = jax.jit(b2_dispatch.step)
+        rows.append(row("JAX jit", lambda: (jax.device_put(p.x0), jax.device_put(p.v0)), jf,
+                        lambda s: tuple(np.asarray(a) for a in jax.block_until_ready(s))))
+    except Exception as exc:  # noqa: BLE001 - a row saying why
+        rows.append(("B2", "JAX jit", None, f"not run: {str(exc)[:60]}", ""))
+    try:
+        import drjit as dr
+        from drjit.cuda import Float
+        for name, fn in (("Dr.Jit eager", b2_dispatch.step), ("Dr.Jit frozen", dr.freeze(b2_dispatch.step))):
+            def dr_call(x, v, fn=fn):
+                x, v = fn(x, v)
+                dr.eval(x, v)
+                return x, v
+            rows.append(row(name, lambda: (Float(p.x0), Float(p.v0)), dr_call,
+                            lambda s: (dr.sync_thread(), np.asarray(s[0]), np.asarray(s[1]))[1:]))
+    except Exception as exc:  # noqa: BLE001 - a row saying why
+        rows.append(("B2", "Dr.Jit (CUDA)", None, f"not run: {str(exc)[:60]}", ""))
+    return rows
 
 
 def _b3_rows(qt, cp, sync, reps: int, n: int) -> list:

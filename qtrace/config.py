@@ -29,6 +29,9 @@ variable                    attribute                    meaning
                                                          optimised before its first run
                                                          (default: small plans run
                                                          quickly compiled code first)
+``QTRACE_CUDA_GRAPHS``      ``cuda_graphs``              ``1``: jitted GPU calls replay
+                                                         CUDA graphs (``qt.jit``'s
+                                                         ``cuda_graph`` default)
 ``QTRACE_NATIVE``           ``native``                   ``0``: record in Python only,
                                                          without the compiled recorder,
                                                          and Python worker threads
@@ -105,6 +108,7 @@ class Config:
         self.ffi_native: bool = _flag("QTRACE_FFI_NATIVE", True)
         self.native: bool = _flag("QTRACE_NATIVE", True)
         self.tiered: bool = _flag("QTRACE_TIERED", True)
+        self.cuda_graphs: bool = _flag("QTRACE_CUDA_GRAPHS", False)
         self.check_bounds: bool = True
         self.max_pending_nodes: int = 1000
         self.adstack_max_depth: int | None = None

@@ -38,6 +38,8 @@ COUNTERS = (
     "bytes_host_to_device",
     "bytes_device_to_host",
     "device_syncs",         # the host waited for a GPU (a value read back, qt.sync())
+    "cuda_graph_captures",  # CUDA graphs captured for jitted calls (qtrace.devices.cuda_graphs)
+    "cuda_graph_replays",   # jitted calls run as one graph launch
     "ffi_python_calls",     # XLA custom calls (qt.to_jax) run by the Python FFI handler
     "ffi_native_calls",     # ... and by a native handler (counted by the handler itself)
     "evaluations",          # pending graphs evaluated (eager code)

@@ -277,6 +277,46 @@ class CudaRuntime(DeviceRuntime):
         is (the common case; entering CuPy's device context costs a few microseconds)."""
         return _CURRENT if self.cp.cuda.runtime.getDevice() == self.index else self.device
 
+    @contextlib.contextmanager
+    def capturing(self, reuse: list = ()):
+        """While a CUDA graph is captured on this thread: a list that every buffer this
+        runtime allocates or hands a launch (kept per-stream blocks too) is appended to,
+        so the graph's instance keeps them (no other allocation may be given memory a
+        graph writes), and a list of those it allocated. Allocations take the buffers of
+        ``reuse`` first (same shape and dtype: those the instance this capture replaces
+        allocated)."""
+        was = (getattr(self._kept, "owned", None), getattr(self._kept, "made", None),
+               getattr(self._kept, "reuse", None))
+        owned, made = [], []
+        self._kept.owned, self._kept.made, self._kept.reuse = owned, made, list(reuse)
+        try:
+            yield owned, made
+        finally:
+            self._kept.owned, self._kept.made, self._kept.reuse = was
+
+    def _owned(self, buf):
+        """``buf``, appended to the current capture's list (if any)."""
+        owned = getattr(self._kept, "owned", None)
+        if owned is not None:
+            owned.append(buf)
+        return buf
+
+    def _allocate(self, shape: tuple, dtype):
+        """A new buffer (during a capture: one it may reuse, or a new one it keeps)."""
+        reuse, made = getattr(self._kept, "reuse", None), getattr(self._kept, "made", None)
+        buf = None
+        if reuse:
+            dtype = np.dtype(dtype)
+            for i, b in enumerate(reuse):
+                if b.shape == tuple(shape) and b.dtype == dtype:
+                    buf = reuse.pop(i)
+                    break
+        if buf is None:
+            buf = self.cp.empty(shape, dtype)
+        if made is not None:
+            made.append(buf)
+        return self._owned(buf)
+
     def _kept_block(self, name: str, nbytes: int):
         """At least ``nbytes`` of device memory, kept between launches per calling thread,
         stream and use ``name`` (a launch on the same stream runs after the previous one
@@ -293,11 +333,11 @@ class CudaRuntime(DeviceRuntime):
             kept[stream] = block = self.cp.empty(size, np.uint8)
             if name == "stacks":
                 bump_many((("adstack_scratch_allocs", 1), ("adstack_scratch_bytes", size)))
-        return block
+        return self._owned(block)
 
     def empty(self, shape: tuple, dtype):
         with self.scope():
-            return self.cp.empty(shape, dtype)
+            return self._allocate(shape, dtype)
 
     def pointer(self, buf) -> int:
         return buf.data.ptr
@@ -365,7 +405,7 @@ class CudaRuntime(DeviceRuntime):
         kernel, extent, slots, allocs, outs = one
         with self.scope():
             for s, shape, dtype, _small in allocs:
-                bufs[s] = self.cp.empty(shape, dtype)
+                bufs[s] = self._allocate(shape, dtype)
             kernel.launch(extent, [bufs[s].data.ptr for s in slots], 0, 0, 0)
         bump_many(ONE_LAUNCH)
         return [bufs[s] for s in outs]

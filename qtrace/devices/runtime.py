@@ -246,11 +246,14 @@ class Plan:
                 allocs.append((s, shape, dtype, math.prod(shape) * dtype.itemsize < cpu.SMALL))
         return allocs
 
-    def run(self, leaf_buffers, graph: tuple | None = None) -> list:
+    def run(self, leaf_buffers, graph: tuple | None = None, queue: bool = True) -> list:
         """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers.
 
         ``graph``: the output nodes this run computes (a plan is shared by every graph of
-        its structure): a failed check names the source lines that recorded them."""
+        its structure): a failed check names the source lines that recorded them.
+        ``queue=False`` (a CUDA graph's capture, :mod:`qtrace.devices.cuda_graphs`): the
+        buffers are all on the device and the current stream needs no ordering (the
+        capture's stream has none to wait for)."""
         fast = self.fast
         if fast is not None:
             fn, extent, pack, slots, allocs, outs, extra = fast
@@ -264,7 +267,7 @@ class Plan:
             return [bufs[s] for s in outs]
         rt = self.rt
         host = None
-        if rt.kind != "cpu":  # host data (NumPy arguments, Python scalars) goes to the device
+        if rt.kind != "cpu" and queue:  # host data (NumPy arguments, Python scalars) goes to the device
             rt.queue()
             host = [b if isinstance(b, np.ndarray) else None for b in leaf_buffers]
             leaf_buffers = [rt.from_host(b) if h is not None else b for b, h in zip(leaf_buffers, host)]
@@ -414,6 +417,12 @@ class JitCall:
             self._bind = [role[1] if role[0] == "arg" else self.n_args + role[1] for role in sub.roles]
         results = self._plan.run([inputs[i] for i in self._bind], self.sub.outputs)
         return [results[k] for k in self.components]
+
+
+def graph_runner(plan):
+    """A :class:`qtrace.devices.cuda_graphs.GraphRunner` of ``plan``."""
+    from .cuda_graphs import GraphRunner
+    return GraphRunner(plan)
 
 
 def plan_options(device) -> dict:

@@ -33,6 +33,12 @@ def plan_for(nodes: tuple, key: str):
     return _get().plan_for(nodes, key)
 
 
+def graph_runner(plan):
+    """What replays ``plan`` (a GPU plan of a jitted signature) from CUDA graphs: an object
+    with ``run(buffers, graph)`` and ``why_not()`` (:mod:`qtrace.devices.cuda_graphs`)."""
+    return _get().graph_runner(plan)
+
+
 def plan_options(device) -> dict:
     """The keyword arguments of :func:`qtrace.graph.plan.build_plan` that ``device``'s
     target chooses (its lanes, its smallest base of a region task)."""

@@ -101,7 +101,10 @@ def _buffer(leaf, desc: int) -> np.ndarray:
 
 class _Entry:
     __slots__ = ("plan", "bind", "captured", "out_tree", "out_kinds", "out_meta", "flat_tuple",
-                 "all_tensors", "mutated", "aliases", "graph")
+                 "all_tensors", "mutated", "aliases", "graph", "graphs")
+
+    def __init__(self):
+        self.graphs = None   # its CUDA graphs (qt.jit(..., cuda_graph=True)), made at first use
 
 
 _new_tensor = object.__new__
@@ -110,9 +113,10 @@ _new_tensor = object.__new__
 class Jitted:
     """A function compiled by :func:`jit`; call it like the original."""
 
-    def __init__(self, fn, static_argnums=(), static_argnames=()):
+    def __init__(self, fn, static_argnums=(), static_argnames=(), cuda_graph=None):
         functools.update_wrapper(self, fn)
         self.fn = fn
+        self.cuda_graph = cuda_graph
         self.static_argnums = tuple(sorted({static_argnums} if isinstance(static_argnums, int)
                                            else set(static_argnums)))
         self.static_argnames = frozenset({static_argnames} if isinstance(static_argnames, str)
@@ -181,6 +185,11 @@ class Jitted:
                 return result
         return self._call(args, kwargs)
 
+    def graph_paths(self) -> list:
+        """For each compiled signature whose calls ran with CUDA graphs on (on a GPU):
+        None where they replay graphs, else why they run launch by launch."""
+        return [e.graphs.why_not() for e in list(self._cache.values()) if e.graphs is not None]
+
     def _call(self, args, kwargs):
         if kwargs or self.static_argnums:
             static, dyn_args, dyn_kwargs = self._split(args, kwargs)
@@ -219,7 +228,16 @@ class Jitted:
                 bufs.append(buf)
             else:
                 bufs.append(entry.captured[-src - 1])
-        outs = entry.plan.run(bufs, entry.graph) if entry.plan is not None else []
+        plan = entry.plan
+        if plan is None:
+            outs = []
+        elif plan.rt.kind != "cpu" and (config.cuda_graphs if self.cuda_graph is None else self.cuda_graph):
+            runner = entry.graphs
+            if runner is None:
+                runner = entry.graphs = graph_evaluate.graph_runner(plan)
+            outs = runner.run(bufs, entry.graph)
+        else:
+            outs = plan.run(bufs, entry.graph)
         if entry.mutated:
             return self._run_writing(entry, leaves, outs)
         results = []
@@ -525,12 +543,17 @@ def _why(old, new) -> str:
     return "an unknown part of the signature changed"
 
 
-def jit(fn=None, *, static_argnums=(), static_argnames=()):
+def jit(fn=None, *, static_argnums=(), static_argnames=(), cuda_graph=None):
     """Compile ``fn``: trace it once per input signature and replay the compiled plan.
 
     Arguments and results are pytrees of tensors, NumPy arrays and Python scalars.
     Python scalars in non-static positions are traced as weakly typed 0-d values, so
     changing their value does not retrace. Python side effects run only while tracing.
+
+    ``cuda_graph=True`` (default: ``qt.config.cuda_graphs``): on a GPU, a call replays
+    its plan from a captured CUDA graph, one launch for all its kernels, writing results
+    the graph owns (never one the caller still holds); calls a graph cannot take run as
+    usual (:mod:`qtrace.devices.cuda_graphs` says which, ``graph_paths`` why).
 
     Example:
         >>> import qtrace as qt
@@ -543,8 +566,8 @@ def jit(fn=None, *, static_argnums=(), static_argnames=()):
         [0.96, 0.96, 0.96]
     """
     if fn is None:
-        return lambda f: Jitted(f, static_argnums, static_argnames)
-    return Jitted(fn, static_argnums, static_argnames)
+        return lambda f: Jitted(f, static_argnums, static_argnames, cuda_graph)
+    return Jitted(fn, static_argnums, static_argnames, cuda_graph)
 
 
 def is_traced(t) -> bool:

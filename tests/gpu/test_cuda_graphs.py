@@ -1,0 +1,220 @@
+"""CUDA graphs of jitted steps (``qt.jit(..., cuda_graph=True)``, qtrace.devices.cuda_graphs).
+
+Every test compares graph replays with the same calls run launch by launch (graphs off),
+bit for bit, or with NumPy in float64: a 2,000-step simulation fed its own results, results
+the caller keeps (never overwritten by a later replay), inputs changed in place behind
+qtrace's back, threads and streams sharing one jitted function, a gradient step, and the
+plans a graph does not take. Fusion on and off (``fusion`` fixture). Without a GPU they skip
+(the last test runs on the CPU).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+from qtrace.devices import cuda_graphs
+from qtrace.graph import evaluate as graph_evaluate
+
+WHY = graph_evaluate.unavailable(qt.Device("cuda"))
+gpu = pytest.mark.skipif(WHY is not None, reason=f"no CUDA GPU: {WHY}")
+DT = 0.01
+
+
+def b2_step(x, v):
+    a = -4 * x
+    v = v + DT * a
+    x = x + DT * v
+    return x, v
+
+
+def _b2_reference(x, v, steps):
+    x, v = x.astype(np.float64), v.astype(np.float64)
+    for _ in range(steps):
+        x, v = b2_step(x, v)
+    return x, v
+
+
+def _run_b2(x0, v0, steps, graphs):
+    f = qt.jit(b2_step, cuda_graph=graphs)
+    x, v = qt.asarray(x0, device="cuda"), qt.asarray(v0, device="cuda")
+    qt.reset_stats()
+    for _ in range(steps):
+        x, v = f(x, v)
+    st = qt.stats()
+    return x.numpy(), v.numpy(), st, f
+
+
+@gpu
+def test_a_simulation_fed_its_own_results_replays_two_graphs_bit_for_bit(fusion, rng):
+    """2,000 steps of B2: the same bits as launch by launch; three captures (two instances,
+    the first captured again over its own memory for the second's results: then they
+    alternate), every call one replay."""
+    x0 = rng.uniform(-1, 1, 64).astype(np.float32)
+    v0 = rng.uniform(-1, 1, 64).astype(np.float32)
+    xg, vg, st, f = _run_b2(x0, v0, 2000, True)
+    xp, vp, st_plain, _ = _run_b2(x0, v0, 2000, False)
+    np.testing.assert_array_equal(xg, xp)
+    np.testing.assert_array_equal(vg, vp)
+    assert f.graph_paths() == [None]
+    assert st["cuda_graph_replays"] == 2000 and st["cuda_graph_captures"] == 3, st
+    assert st_plain["cuda_graph_replays"] == 0
+    rx, rv = _b2_reference(x0, v0, 2000)
+    assert np.max(np.abs(xg - rx)) <= 4 * 2000 * np.finfo(np.float32).eps * np.max(np.abs(rx))
+
+
+@gpu
+def test_results_the_caller_keeps_are_never_overwritten(fusion, rng):
+    """Twelve calls on the same input, every result kept: a replay writes only results no
+    one holds, so past the ring the calls run launch by launch, and each result is its own
+    call's (the input changes between calls)."""
+    f = qt.jit(lambda x, k: (qt.sin(x) * k + 1.0, x * x), cuda_graph=True)
+    x = qt.asarray(rng.standard_normal(1000), device="cuda")
+    ks = [qt.asarray(np.full(1000, float(i)), device="cuda") for i in range(12)]
+    qt.reset_stats()
+    kept = [f(x, k) for k in ks]
+    xs = x.numpy()
+    for i, (a, b) in enumerate(kept):
+        np.testing.assert_allclose(a.numpy(), np.sin(xs) * i + 1.0, rtol=1e-14, atol=1e-14)
+        np.testing.assert_allclose(b.numpy(), xs * xs, rtol=1e-15)
+    assert qt.stats()["cuda_graph_captures"] <= cuda_graphs.RING
+
+
+@gpu
+def test_a_view_of_a_result_keeps_its_memory_from_later_replays(fusion, rng):
+    """A result that is itself a view (the step returns a slice), and views taken of results
+    (qtrace's and CuPy's) outlive the result tensor: their memory is not free, so later
+    replays do not overwrite it."""
+    import cupy
+    f = qt.jit(lambda x, k: ((x * k + 1.0)[1:], x - k), cuda_graph=True)
+    x = qt.asarray(rng.standard_normal(300), device="cuda")
+    xs = x.numpy()
+    kept = []
+    for i in range(8):
+        k = qt.asarray(np.full(300, float(i)), device="cuda")
+        a, b = f(x, k)
+        kept.append((i, a[5:], cupy.asarray(b)[2:]))   # views only; a and b are dropped
+        del a, b
+    for i, va, vb in kept:
+        np.testing.assert_allclose(va.numpy(), (xs * i + 1.0)[1:][5:], rtol=1e-15)
+        np.testing.assert_allclose(cupy.asnumpy(vb), (xs - i)[2:], rtol=1e-15)
+
+
+@gpu
+def test_a_replay_reads_inputs_changed_in_place_behind_qtraces_back(fusion, rng):
+    """The graph reads its inputs' memory at each replay: a change made through a CuPy view
+    of the argument takes effect."""
+    import cupy
+    f = qt.jit(lambda x: x * 3.0 - 1.0, cuda_graph=True)
+    x = qt.asarray(rng.standard_normal(500), device="cuda")
+    view = cupy.asarray(x)   # zero-copy
+    for value in (0.5, -2.0, 7.25, 0.0):
+        view[...] = value
+        y = f(x)
+        np.testing.assert_array_equal(y.numpy(), np.full(500, value * 3.0 - 1.0))
+        del y   # (free again: the same instance replays)
+    assert qt.stats()["cuda_graph_replays"] >= 4
+
+
+@gpu
+def test_threads_sharing_a_jitted_step_each_get_their_own_results(fusion, rng):
+    """Four threads x 200 calls of one jitted step with graphs: each thread's final state
+    equals its launch-by-launch reference, bit for bit."""
+    starts = [rng.uniform(-1, 1, (2, 256)).astype(np.float32) for _ in range(4)]
+    want = []
+    for s in starts:
+        xp, vp, _, _ = _run_b2(s[0], s[1], 200, False)
+        want.append((xp, vp))
+    f = qt.jit(b2_step, cuda_graph=True)
+    got = [None] * 4
+
+    def work(i):
+        x = qt.asarray(starts[i][0], device="cuda")
+        v = qt.asarray(starts[i][1], device="cuda")
+        for _ in range(200):
+            x, v = f(x, v)
+        got[i] = (x.numpy(), v.numpy())
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (gx, gv), (wx, wv) in zip(got, want):
+        np.testing.assert_array_equal(gx, wx)
+        np.testing.assert_array_equal(gv, wv)
+
+
+@gpu
+def test_two_streams_alternating_on_one_step(fusion, rng):
+    """Calls alternate between two non-blocking streams, each feeding the next: replays are
+    ordered behind the other stream's work, and the state matches launch by launch."""
+    x0 = rng.uniform(-1, 1, 4096).astype(np.float32)
+    v0 = rng.uniform(-1, 1, 4096).astype(np.float32)
+    want = _run_b2(x0, v0, 300, False)
+    f = qt.jit(b2_step, cuda_graph=True)
+    x, v = qt.asarray(x0, device="cuda"), qt.asarray(v0, device="cuda")
+    streams = [qt.cuda.Stream(), qt.cuda.Stream()]
+    for i in range(300):
+        with streams[i % 2]:
+            x, v = f(x, v)
+    np.testing.assert_array_equal(x.numpy(), want[0])
+    np.testing.assert_array_equal(v.numpy(), want[1])
+
+
+@gpu
+def test_a_jitted_gradient_step_replays_and_matches(fusion, rng):
+    """``jit(value_and_grad(loss))`` of an elementwise loss: replayed, same bits as without
+    graphs, and the gradient JAX-free checked against its closed form."""
+    def loss(w, x):
+        return qt.sum(qt.tanh(w * x) ** 2)
+    xs = rng.standard_normal(2048)
+    results = {}
+    for graphs in (False, True):
+        g = qt.jit(qt.value_and_grad(loss), cuda_graph=graphs)
+        w, x = qt.asarray(rng.standard_normal(2048) * 0 + 0.3, device="cuda"), qt.asarray(xs, device="cuda")
+        qt.reset_stats()
+        for _ in range(50):
+            val, gw = g(w, x)
+            w = w - 0.1 * gw
+        results[graphs] = (float(val.numpy()), w.numpy(), qt.stats()["cuda_graph_replays"])
+    assert results[True][0] == results[False][0]
+    np.testing.assert_array_equal(results[True][1], results[False][1])
+    assert results[True][2] >= 49 and results[False][2] == 0
+    w = results[True][1]   # one more step by hand, in float64
+    t = np.tanh(w * xs)
+    np.testing.assert_allclose(2 * t * (1 - t * t) * xs,
+                               g(qt.asarray(w, device="cuda"), qt.asarray(xs, device="cuda"))[1].numpy(),
+                               rtol=1e-12, atol=1e-14)
+
+
+@gpu
+def test_calls_a_graph_does_not_take_run_as_usual_and_say_why(rng):
+    """Host arguments (a NumPy array, a Python scalar) are uploaded at each call: no
+    replay, right values. A gather's index checks keep its plan off graphs, said by
+    ``graph_paths``."""
+    f = qt.jit(lambda x, s: x * s + 1.0, cuda_graph=True)
+    xs = rng.standard_normal(100)
+    qt.reset_stats()
+    for s in (2.0, 3.5):
+        np.testing.assert_allclose(f(xs, s).numpy(), xs * s + 1.0, rtol=1e-15)
+    assert qt.stats()["cuda_graph_replays"] == 0
+    g = qt.jit(lambda x, i: x[i] * 2.0, cuda_graph=True)
+    idx = qt.asarray(np.array([3, 1, 4, 1, 5]), device="cuda")
+    xd = qt.asarray(xs, device="cuda")
+    np.testing.assert_allclose(g(xd, idx).numpy(), xs[[3, 1, 4, 1, 5]] * 2.0, rtol=1e-15)
+    assert g.graph_paths() == [cuda_graphs.why_not(next(iter(g._cache.values())).plan)]
+    assert "checks" in g.graph_paths()[0]
+
+
+def test_cuda_graph_on_a_cpu_step_runs_as_usual(rng):
+    """On the CPU the switch changes nothing (no runner is made)."""
+    f = qt.jit(b2_step, cuda_graph=True)
+    x0, v0 = rng.uniform(-1, 1, 64).astype(np.float32), rng.uniform(-1, 1, 64).astype(np.float32)
+    x, v = f(qt.asarray(x0, device="cpu"), qt.asarray(v0, device="cpu"))
+    want = b2_step(x0, v0)
+    np.testing.assert_array_equal(x.numpy(), want[0])
+    np.testing.assert_array_equal(v.numpy(), want[1])
+    assert f.graph_paths() == []
