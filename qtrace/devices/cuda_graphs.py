@@ -5,8 +5,14 @@ a :class:`GraphRunner` kept with the jitted signature. A small step is dominated
 host's work per kernel launch and per allocated result; a replay is one
 ``cudaGraphLaunch`` for the whole plan, and its results are buffers the graph owns.
 
-How a call is served (each case tested in ``tests/gpu/test_cuda.py``):
+How a call is served (each case tested in ``tests/gpu/test_cuda_graphs.py``):
 
+* Memory exported from a result (``__cuda_array_interface__``, DLPack) may be read or
+  written by its consumer at any time, and the consumer holds the tensor, not the memory:
+  an instance with such a result is **retired** (never replayed again; its memory goes
+  back to CuPy's pool when nothing holds it, as without graphs). Each replay gives its
+  results' memory a new version (``qtrace.graph.buffers``), so caches of values read from
+  it (an adstack's reduced trip counts) see the rewrite.
 * An **instance** is one captured graph: the buffer addresses of its inputs, the result
   buffers and temporaries its launches write (allocated during the capture and kept by
   the instance, so no other allocation can ever be handed that memory while the graph
@@ -30,10 +36,17 @@ How a call is served (each case tested in ``tests/gpu/test_cuda.py``):
 * Threads: the choice of an instance and its launch are one critical section per
   signature.
 
+Host arguments (Python scalars such as a step's ``dt``, small NumPy arrays): each instance
+has a pinned host block and device buffers for them, and its graph begins with the copies
+from one to the other; a call writes its values into the block, then replays. The block is
+written only once the instance's previous replay is done with it (an event per instance;
+waiting for it counts as a ``device_sync``, rare: a step fed its own results alternates
+between two instances). Larger host arrays (above :data:`HOST_MAX` bytes) run as usual.
+
 Plans a graph does not take (the call runs as usual, and :meth:`GraphRunner.why_not`
-says why): host arguments (NumPy arrays, Python scalars: each call uploads them), index
-or overflow checks (a replay would overwrite an unread failure), reverse-mode loops
-(their stacks are sized from the data at each call), library calls, CPU plans.
+says why): index or overflow checks (a replay would overwrite an unread failure),
+reverse-mode loops (their stacks are sized from the data at each call), library calls,
+results that are constants, CPU plans.
 
 Example (needs a GPU; see ``tests/gpu``):
     >>> import qtrace as qt                                  # doctest: +SKIP
@@ -48,9 +61,13 @@ from __future__ import annotations
 import sys
 import threading
 
+import numpy as np
+
+from ..graph import buffers
 from ..stats import bump, bump_many
 
 RING = 4   # instances kept per signature
+HOST_MAX = 1 << 16   # bytes of a host argument a graph stages (larger: the call runs as usual)
 
 
 def why_not(plan) -> str | None:
@@ -76,33 +93,66 @@ def _refs(bufs: tuple) -> tuple:
     return tuple(map(sys.getrefcount, bufs))
 
 
+_probe = object()
+_OVERHEAD = _refs((_probe,))[0] - 2   # what _refs itself adds (beyond the tuple and _probe)
+
+
 class _Instance:
-    __slots__ = ("inputs", "graph", "results", "owned", "made", "watched", "alone", "launches")
+    __slots__ = ("inputs", "graph", "results", "owned", "made", "watched", "alone", "launches",
+                 "staged", "pinned", "done", "owners", "records")
 
     def __init__(self, inputs: tuple, graph, results: tuple, owned: list, made: list,
-                 launches: int):
+                 launches: int, staged: list, pinned, done):
         self.inputs, self.graph, self.results = inputs, graph, results
         self.owned, self.made, self.launches = owned, made, launches
+        # host arguments: (index, its view of the pinned block) each, and the block
+        self.staged, self.pinned = staged, pinned
+        self.done = done   # an event after its last replay
         # a result and the memory it views: a view of a view refers to the array that owns
         # the memory (CuPy, as NumPy), not to the result it was taken from
+        self.owners = tuple(r.base if r.base is not None else r for r in results)
         self.watched = results + tuple(r.base for r in results if r.base is not None)
-        self.alone = None
+        self.alone, self.records = None, ()
 
     def settle(self) -> None:
-        """Take the reference counts of this instance's results while it alone holds them
-        (the caller holds no other reference to them, nor to the instance it replaced)."""
-        self.alone = _refs(self.watched)
+        """The reference counts of this instance's results while it alone holds them: the
+        smaller of those counted now and of those its own containers account for (a
+        thread holding one of them for a moment would inflate the first; the second
+        assumes CuPy's views refer to their base and nothing else does), so a result
+        someone else holds is never taken for free."""
+        now = _refs(self.watched)
+        held = self.results + self.watched + self.owners + tuple(self.owned) + tuple(self.made)
+        own = tuple(sum(x is b for x in held) + sum(r.base is b for r in self.results)
+                    + _OVERHEAD for b in self.watched)
+        self.alone = tuple(map(min, now, own))
+        self.records = buffers.watch(self.owners)
 
-    def free(self) -> bool:
-        """Whether nothing outside this instance refers to its results or their memory."""
-        return self.alone is not None and _refs(self.watched) == self.alone
+    def state(self) -> str:
+        """``busy`` (someone holds a result or its memory), ``free``, or ``retired``: a
+        result's memory was exported (``__cuda_array_interface__``, DLPack), whose
+        consumer refers to the tensor, not to the memory (the instance must never write
+        it again)."""
+        if self.alone is None or _refs(self.watched) != self.alone:
+            return "busy"
+        return "retired" if buffers.volatile(self.records) else "free"
+
+    def launched(self, stream) -> None:
+        """After a replay on ``stream``: its event; a new version of every result's memory
+        (caches of what it held, keyed by version, see it rewritten)."""
+        self.done.record(stream)
+        buffers.advance(self.records)
 
     def release(self) -> list:
-        """Forget every buffer (this instance is being replaced); the list of those it
-        allocated, for the capture that replaces it to take."""
+        """Forget every buffer (this instance is being replaced or dropped, once its last
+        replay is done with them); the list of those it allocated, for a capture that
+        replaces it to take."""
+        if self.done is not None and not self.done.done:
+            self.done.synchronize()
+            bump("device_syncs")
         made = self.made
-        self.results = self.owned = self.made = self.watched = ()
-        self.graph = None
+        self.results = self.owned = self.made = self.watched = self.staged = self.owners = ()
+        self.records = ()
+        self.graph = self.pinned = None
         return made
 
 
@@ -125,7 +175,9 @@ class GraphRunner:
         run as usual)."""
         if self.reason is None:
             cp = self.plan.rt.cp
-            if all(type(b) is cp.ndarray for b in bufs):
+            device = cp.ndarray
+            if all(type(b) is device or (type(b) is np.ndarray and b.nbytes <= HOST_MAX)
+                   for b in bufs):
                 out = self._graphed(cp, bufs)
                 if out is not None:
                     return out
@@ -133,7 +185,8 @@ class GraphRunner:
 
     def _graphed(self, cp, bufs: list):
         rt = self.plan.rt
-        inputs = tuple(b.data.ptr for b in bufs)
+        device = cp.ndarray
+        inputs = tuple(b.data.ptr if type(b) is device else -1 for b in bufs)   # (-1: staged)
         with self.lock, rt.scope():
             stream = cp.cuda.get_current_stream()
             rt.queue()   # (this stream waits for the qtrace work of the others)
@@ -149,26 +202,53 @@ class GraphRunner:
                 if chosen is None:
                     return None
                 self.instances.append(chosen)
-                bump("cuda_graph_captures")
                 chosen.settle()
-            else:
-                chosen = self.instances[k]
+                chosen.graph.launch(stream)   # (its capture counted the launches)
+                chosen.launched(stream)
+                bump_many((("cuda_graph_captures", 1), ("cuda_graph_replays", 1)))
+                return list(chosen.results)
+            chosen = self.instances[k]
+            if chosen.staged:
+                if not chosen.done.done:   # its last replay may still read the block
+                    chosen.done.synchronize()
+                    bump("device_syncs")
+                for i, view in chosen.staged:
+                    np.copyto(view, bufs[i])
             chosen.graph.launch(stream)
+            chosen.launched(stream)
             bump_many((("cuda_graph_replays", 1), ("kernel_launches", chosen.launches),
                        ("tasks_run", self.plan.n_tasks)))
             return list(chosen.results)
 
     def _choose(self, inputs: tuple) -> int:
         """The index of a free instance for ``inputs``; else ``-i - 1`` for free instance
-        ``i`` (to capture again), or ``-len(instances) - 1`` where none is free."""
+        ``i`` (to capture again), or ``-len(instances) - 1`` where none is free. Retired
+        instances leave the ring."""
         instances = self.instances
         for i, inst in enumerate(instances):
-            if inst.inputs == inputs and inst.free():
-                return i
+            if inst.inputs == inputs:
+                state = inst.state()
+                if state == "free":
+                    return i
+                if state == "retired":
+                    instances.pop(i).release()
+                    return self._choose(inputs)
         for i, inst in enumerate(instances):
-            if inst.free():
+            state = inst.state()
+            if state == "free":
                 return -i - 1
+            if state == "retired":
+                instances.pop(i).release()
+                return self._choose(inputs)
         return -len(instances) - 1
+
+    def __del__(self):
+        # (its instances' memory goes back to CuPy's pool once their replays are done)
+        for inst in getattr(self, "instances", ()):
+            try:
+                inst.release()
+            except Exception:  # noqa: BLE001 - (interpreter shutdown: nothing to protect)
+                pass
 
     def _capture(self, cp, bufs: list, inputs: tuple, reuse):
         """A new instance for ``inputs``, its buffers those of ``reuse`` where they fit (None,
@@ -179,14 +259,34 @@ class GraphRunner:
             self._side = cp.cuda.Stream(non_blocking=True)
         mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", None)
         side = self._side
+        hosts = [i for i, b in enumerate(bufs) if type(b) is np.ndarray]
+        offsets, size = [], 0
+        for i in hosts:
+            offsets.append(size)
+            size += -(-max(bufs[i].nbytes, 1) // 64) * 64
+        pinned = cp.cuda.alloc_pinned_memory(size) if hosts else None
+        block = np.frombuffer(pinned, np.uint8, size) if hosts else None
+        staged, leaves = [], list(bufs)
         try:
             with rt.capturing(reuse) as (owned, made), side:
+                for i, at in zip(hosts, offsets):   # (before the capture: no allocation in it)
+                    host = bufs[i]
+                    view = block[at:at + host.nbytes].view(host.dtype).reshape(host.shape)
+                    np.copyto(view, host)
+                    staged.append((i, view))
+                    leaves[i] = rt.empty(host.shape, host.dtype)
                 side.begin_capture() if mode is None else side.begin_capture(mode)
                 try:
-                    results = tuple(self.plan.run(bufs, None, queue=False))
+                    for i, view in staged:   # the graph's first nodes
+                        if view.nbytes:
+                            cp.cuda.runtime.memcpyAsync(leaves[i].data.ptr, view.ctypes.data,
+                                                        view.nbytes, 1, side.ptr)   # (host to device)
+                    results = tuple(self.plan.run(leaves, None, queue=False))
                 finally:
                     graph = side.end_capture()
         except Exception as exc:  # noqa: BLE001 - a capture the driver refuses: no graphs here
             self.reason = f"the capture failed ({type(exc).__name__}: {exc})"
             return None
-        return _Instance(inputs, graph, results, owned, made, self.plan.n_launches)
+        done = cp.cuda.Event(disable_timing=True)
+        return _Instance(inputs, graph, results, owned, made, self.plan.n_launches, staged,
+                         pinned, done)

@@ -2545,7 +2545,7 @@ static PyObject *getitem_fast(PyObject *t, PyObject *key)
         int n = 0;
         if (moved && (parts[n] = shared_tuple((PyObject *[]){str_slice, tstarts, tsteps, tcounts}, 4)))
             n++;
-        if (reshape && (parts[n] = shared_tuple((PyObject *[]){str_reshape, tout}, 2)))
+        if (n == moved && reshape && (parts[n] = shared_tuple((PyObject *[]){str_reshape, tout}, 2)))
             n++;
         if (n == moved + reshape)
             chain = shared_tuple(parts, n);

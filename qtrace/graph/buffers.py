@@ -120,6 +120,28 @@ def bump(buf) -> None:
             state.version += 1
 
 
+def watch(bufs) -> tuple:
+    """The records (version, volatility) of the memory of each of ``bufs``, made where
+    missing, for a caller that keeps ``bufs`` and rewrites them again and again (a CUDA
+    graph's results): :func:`advance` gives them new versions, :func:`volatile` says
+    whether any may change unseen. None for an array that cannot be weakly referenced."""
+    with _lock:
+        return tuple(_state(_owner(b)) for b in bufs)
+
+
+def advance(records: tuple) -> None:
+    """A new version of the memory of each record of :func:`watch`."""
+    with _lock:
+        for state in records:
+            state.version += 1
+
+
+def volatile(records: tuple) -> bool:
+    """Whether memory of any record of :func:`watch` may change unseen (lent to someone
+    else, exported), or cannot be watched."""
+    return any(state is None or state.borrowed or state.exports for state in records)
+
+
 def export(buf):
     """A view of ``buf`` to hand to a consumer that may write it: ``buf``'s memory is
     volatile until that view dies, and gets a new version then (for good, if the view

@@ -234,7 +234,10 @@ class Jitted:
         elif plan.rt.kind != "cpu" and (config.cuda_graphs if self.cuda_graph is None else self.cuda_graph):
             runner = entry.graphs
             if runner is None:
-                runner = entry.graphs = graph_evaluate.graph_runner(plan)
+                with self._lock:   # (one runner per signature, whichever thread comes first)
+                    runner = entry.graphs
+                    if runner is None:
+                        runner = entry.graphs = graph_evaluate.graph_runner(plan)
             outs = runner.run(bufs, entry.graph)
         else:
             outs = plan.run(bufs, entry.graph)

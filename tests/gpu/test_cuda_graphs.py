@@ -17,6 +17,7 @@ import pytest
 
 import qtrace as qt
 from qtrace.devices import cuda_graphs
+from qtrace.graph import buffers
 from qtrace.graph import evaluate as graph_evaluate
 
 WHY = graph_evaluate.unavailable(qt.Device("cuda"))
@@ -101,6 +102,34 @@ def test_a_view_of_a_result_keeps_its_memory_from_later_replays(fusion, rng):
     for i, va, vb in kept:
         np.testing.assert_allclose(va.numpy(), (xs * i + 1.0)[1:][5:], rtol=1e-15)
         np.testing.assert_allclose(cupy.asnumpy(vb), (xs - i)[2:], rtol=1e-15)
+
+
+@gpu
+def test_exported_results_retire_their_instance_and_replays_bump_versions(rng):
+    """A result handed out through ``__cuda_array_interface__`` (its consumer holds the
+    tensor, not the memory) retires its instance once the tensor moves on: the next calls
+    capture anew instead of replaying into that memory. Each replay gives its results'
+    memory a new version, so caches keyed by it see the rewrite."""
+    import cupy
+    f = qt.jit(lambda x: x * 2.0 + 1.0, cuda_graph=True)
+    x = qt.asarray(rng.standard_normal(256), device="cuda")
+    qt.reset_stats()
+    r = f(x)
+    exported = cupy.asarray(r)   # (zero-copy, through the interface)
+    r += 1.0
+    qt.eval(r)   # r has new memory; only the consumer and the instance see the old
+    for _ in range(3):
+        y = f(x)
+        np.testing.assert_allclose(y.numpy(), x.numpy() * 2.0 + 1.0, rtol=1e-15)
+        del y
+    assert qt.stats()["cuda_graph_captures"] == 2   # the first instance retired, one new
+    del exported
+    y1 = f(x)
+    first = buffers.identity(y1._node.buffer)
+    del y1   # (free again: replayed into the same memory, which gets a new version)
+    y2 = f(x)
+    now = buffers.identity(y2._node.buffer)
+    assert now[0] == first[0] and now[1] > first[1], (first, now)
 
 
 @gpu
@@ -191,16 +220,41 @@ def test_a_jitted_gradient_step_replays_and_matches(fusion, rng):
 
 
 @gpu
-def test_calls_a_graph_does_not_take_run_as_usual_and_say_why(rng):
-    """Host arguments (a NumPy array, a Python scalar) are uploaded at each call: no
-    replay, right values. A gather's index checks keep its plan off graphs, said by
-    ``graph_paths``."""
-    f = qt.jit(lambda x, s: x * s + 1.0, cuda_graph=True)
-    xs = rng.standard_normal(100)
+def test_host_arguments_are_staged_into_each_replay(fusion, rng):
+    """A step taking its time step as a Python scalar and a small NumPy array: the values of
+    each call reach its replay (through the instance's pinned block), bit for bit as
+    launch by launch; a large NumPy argument runs the call as usual."""
+    qt.config.device = "cuda"   # (where NumPy arguments of a jitted call go; restored after)
+
+    def step(x, v, dt, gain):
+        v = v - dt * 4.0 * x * gain
+        return x + dt * v, v
+    x0, v0 = rng.uniform(-1, 1, 512), rng.uniform(-1, 1, 512)
+    dts = rng.uniform(0.001, 0.02, 300)
+    gains = rng.uniform(0.5, 1.5, (300, 512))
+    finals = {}
+    for graphs in (False, True):
+        f = qt.jit(step, cuda_graph=graphs)
+        x, v = qt.asarray(x0, device="cuda"), qt.asarray(v0, device="cuda")
+        qt.reset_stats()
+        for dt, gain in zip(dts, gains):
+            x, v = f(x, v, float(dt), gain)
+        finals[graphs] = (x.numpy(), v.numpy(), qt.stats()["cuda_graph_replays"])
+    np.testing.assert_array_equal(finals[True][0], finals[False][0])
+    np.testing.assert_array_equal(finals[True][1], finals[False][1])
+    assert finals[True][2] == 300 and finals[False][2] == 0
+    big = qt.jit(lambda x, w: x * w, cuda_graph=True)
+    w = rng.standard_normal(cuda_graphs.HOST_MAX // 8 + 1)
+    xb = qt.asarray(np.ones_like(w), device="cuda")
     qt.reset_stats()
-    for s in (2.0, 3.5):
-        np.testing.assert_allclose(f(xs, s).numpy(), xs * s + 1.0, rtol=1e-15)
+    np.testing.assert_array_equal(big(xb, w).numpy(), w)
     assert qt.stats()["cuda_graph_replays"] == 0
+
+
+@gpu
+def test_calls_a_graph_does_not_take_run_as_usual_and_say_why(rng):
+    """A gather's index checks keep its plan off graphs, said by ``graph_paths``."""
+    xs = rng.standard_normal(100)
     g = qt.jit(lambda x, i: x[i] * 2.0, cuda_graph=True)
     idx = qt.asarray(np.array([3, 1, 4, 1, 5]), device="cuda")
     xd = qt.asarray(xs, device="cuda")
