@@ -7,23 +7,22 @@ host's work per kernel launch and per allocated result; a replay is one
 
 How a call is served (each case tested in ``tests/gpu/test_cuda_graphs.py``):
 
-* Memory exported from a result (``__cuda_array_interface__``, DLPack) may be read or
-  written by its consumer at any time, and the consumer holds the tensor, not the memory:
-  an instance with such a result is **retired** (never replayed again; its memory goes
-  back to CuPy's pool when nothing holds it, as without graphs). Each replay gives its
-  results' memory a new version (``qtrace.graph.buffers``), so caches of values read from
-  it (an adstack's reduced trip counts) see the rewrite.
 * An **instance** is one captured graph: the buffer addresses of its inputs, the result
   buffers and temporaries its launches write (allocated during the capture and kept by
   the instance, so no other allocation can ever be handed that memory while the graph
   refers to it), and the per-stream blocks (adstack, split-reduction scratch) it used.
 * A call replays an instance whose inputs are the call's inputs (the same addresses:
   the graph reads whatever they hold now) and whose results are **free**: no reference
-  to them is left outside the instance (``sys.getrefcount``, exact: the user's tensors,
-  a pending graph that reads one, a CuPy or DLPack view, all hold a reference to the
-  result or to the memory it views). A
-  result the caller still holds is therefore never overwritten. A step fed its own
-  results (``x = step(x)``) alternates between two instances.
+  to them is left outside the instance. Each result's reference count, and that of the
+  memory it views, is compared with what the instance's own containers account for (the
+  user's tensors, a pending graph that reads one, a CuPy view all add one), so a result
+  the caller still holds is never overwritten.
+* Memory exported from a result (``__cuda_array_interface__``, DLPack) may be read or
+  written by its consumer at any time, and the consumer holds the tensor, not the memory:
+  an instance with such a result is **retired** (never replayed again; its memory goes
+  back to CuPy's pool when nothing holds it, as without graphs). Each replay gives its
+  results' memory a new version (``qtrace.graph.buffers``), so caches of values read from
+  it (an adstack's reduced trip counts) see the rewrite.
 * Otherwise a free instance is captured again for the new inputs, over its own memory
   (its results and temporaries are reused: so ``x = step(x)`` settles on two instances
   whose inputs are each other's results), or, where none is free, a new one (up to
@@ -48,12 +47,12 @@ says why): index or overflow checks (a replay would overwrite an unread failure)
 reverse-mode loops (their stacks are sized from the data at each call), library calls,
 results that are constants, CPU plans.
 
-Example (needs a GPU; see ``tests/gpu``):
-    >>> import qtrace as qt                                  # doctest: +SKIP
+Example (on a GPU; without one, ``device="cuda"`` raises):
+    >>> import qtrace as qt
     >>> step = qt.jit(lambda x, v: (x + 0.01 * v, v - 0.04 * x), cuda_graph=True)
-    >>> x, v = qt.ones(64, device="cuda"), qt.zeros(64, device="cuda")
-    >>> for _ in range(100):
-    ...     x, v = step(x, v)                                # one graph launch per call
+    >>> x, v = qt.ones(64, device="cuda"), qt.zeros(64, device="cuda")  # doctest: +SKIP
+    >>> for _ in range(100):                                            # doctest: +SKIP
+    ...     x, v = step(x, v)   # one graph launch per call
 """
 
 from __future__ import annotations
