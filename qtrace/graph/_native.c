@@ -1367,6 +1367,55 @@ static int is_py_scalar(PyTypeObject *tp)
 }
 
 /* x `name` y on the fast path, or NULL with no error set when it does not apply. */
+/* elementwise._recipes[(name, dtype or scalar type, weak, ...)] for a binary op (borrowed;
+   NULL: none, or an error), through a table by the identity of the key's parts in front
+   of the dict: a recipe, once learnt, never changes (elementwise._recipe), and building
+   the key tuple and hashing its dtypes was a fifth of recording an operation. Entries
+   hold their parts (their identities stay theirs) and the recipe. */
+#define RCACHE_SIZE 256
+typedef struct {
+    int n;
+    PyObject *parts[5];
+    PyObject *recipe;
+} RCEntry;
+static RCEntry rcache[RCACHE_SIZE];
+
+static PyObject *recipe_of(PyObject *const *parts, int n)
+{
+    Py_uhash_t h = (Py_uhash_t)n;
+    for (int i = 0; i < n; i++)
+        h = mix(h, (Py_uhash_t)(uintptr_t)parts[i]);
+    RCEntry *e = &rcache[(h ^ (h >> 13)) & (RCACHE_SIZE - 1)];
+    int i = 0;
+    while (i < n && e->parts[i] == parts[i])
+        i++;
+    if (i == n && e->n == n && e->recipe != NULL)
+        return e->recipe;
+    PyObject *key = PyTuple_New(n);
+    if (key == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        Py_INCREF(parts[i]);
+        PyTuple_SET_ITEM(key, i, parts[i]);
+    }
+    PyObject *recipe = PyDict_GetItemWithError(recipes, key);   /* borrowed */
+    Py_DECREF(key);
+    if (recipe == NULL || recipe == Py_None)
+        return recipe;   /* (not remembered: unknown yet, or not eligible, which is rare) */
+    RCEntry gone = *e;
+    e->n = n;
+    for (i = 0; i < 5; i++) {
+        Py_XINCREF(i < n ? parts[i] : NULL);
+        e->parts[i] = i < n ? parts[i] : NULL;
+    }
+    Py_INCREF(recipe);
+    e->recipe = recipe;
+    for (i = 0; i < 5; i++)   /* (last: types, dtypes, strings and tuples run no code) */
+        Py_XDECREF(gone.parts[i]);
+    Py_XDECREF(gone.recipe);
+    return recipe;
+}
+
 static PyObject *binary_fast(PyObject *name, PyObject *x, PyObject *y)
 {
     PyTypeObject *tx = Py_TYPE(x), *ty = Py_TYPE(y);
@@ -1381,15 +1430,11 @@ static PyObject *binary_fast(PyObject *name, PyObject *x, PyObject *y)
         return NULL;
     if ((nx == NULL && ny == NULL) || (tx == tensor_type && nx == NULL) || (ty == tensor_type && ny == NULL))
         return NULL;
-    PyObject *key = PyTuple_Pack(5, name,
-                                 nx ? SLOT(nx, node_off[S_DTYPE]) : (PyObject *)tx,
-                                 nx ? SLOT(nx, node_off[S_WEAK]) : Py_None,
-                                 ny ? SLOT(ny, node_off[S_DTYPE]) : (PyObject *)ty,
-                                 ny ? SLOT(ny, node_off[S_WEAK]) : Py_None);
-    if (key == NULL)
-        return NULL;
-    PyObject *recipe = PyDict_GetItemWithError(recipes, key);   /* borrowed */
-    Py_DECREF(key);
+    PyObject *parts[5] = {name, nx ? SLOT(nx, node_off[S_DTYPE]) : (PyObject *)tx,
+                          nx ? SLOT(nx, node_off[S_WEAK]) : Py_None,
+                          ny ? SLOT(ny, node_off[S_DTYPE]) : (PyObject *)ty,
+                          ny ? SLOT(ny, node_off[S_WEAK]) : Py_None};
+    PyObject *recipe = recipe_of(parts, 5);   /* borrowed */
     if (recipe == NULL || !PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 3)
         return NULL;   /* unknown (apply2 will learn it), not eligible, or an error */
     PyObject *loop = PyTuple_GET_ITEM(recipe, 0), *weak = PyTuple_GET_ITEM(recipe, 1);
@@ -3122,11 +3167,8 @@ static PyObject *unary_fast(PyObject *name, PyObject *x)
     PyObject *nx = SLOT(x, t_node);
     if (nx == NULL || prim_is(nx, str_const))
         return NULL;
-    PyObject *key = PyTuple_Pack(3, name, SLOT(nx, node_off[S_DTYPE]), SLOT(nx, node_off[S_WEAK]));
-    if (key == NULL)
-        return NULL;
-    PyObject *recipe = PyDict_GetItemWithError(recipes, key);   /* borrowed */
-    Py_DECREF(key);
+    PyObject *parts[3] = {name, SLOT(nx, node_off[S_DTYPE]), SLOT(nx, node_off[S_WEAK])};
+    PyObject *recipe = recipe_of(parts, 3);   /* borrowed */
     if (recipe == NULL || !PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) < 2)
         return NULL;
     PyObject *loop = PyTuple_GET_ITEM(recipe, 0), *weak = PyTuple_GET_ITEM(recipe, 1);
@@ -3315,6 +3357,138 @@ static PyTypeObject MethodType = {
     .tp_repr = (reprfunc)method_repr,
     .tp_members = method_members,
 };
+
+/* -- operators straight from the type's slots ---------------------------------------------
+ *
+ * `x + y` on a class defined in Python goes through the generic slot, which looks up
+ * `__add__` (or `__radd__`) by name and calls it: a tenth of recording an operation.
+ * direct_slots(Tensor) puts functions of its own in the number and mapping slots whose
+ * dunders are this module's Methods (the binary operators, `[]`, `[] =`); each tries the
+ * Method's fast path, and otherwise does what the generic slot does: the left operand's
+ * `__op__` when it is a Tensor, then (unless that answered, or both are Tensors) the right
+ * one's `__rop__` (Python's fallbacks of those Methods; a subclass of Tensor has the
+ * generic slot, which Python tries first for a right operand of a subclass). Setting one
+ * of those dunders on the class again gives the slot back to Python (type attribute
+ * assignment re-derives it).
+ */
+enum { N_DIRECT = 11 };
+static const struct {
+    const char *dunder;     /* __<dunder>__ and __r<dunder>__ */
+    size_t offset;          /* of the slot in PyNumberMethods */
+} direct_ops[N_DIRECT] = {
+    {"add", offsetof(PyNumberMethods, nb_add)},
+    {"sub", offsetof(PyNumberMethods, nb_subtract)},
+    {"mul", offsetof(PyNumberMethods, nb_multiply)},
+    {"truediv", offsetof(PyNumberMethods, nb_true_divide)},
+    {"floordiv", offsetof(PyNumberMethods, nb_floor_divide)},
+    {"mod", offsetof(PyNumberMethods, nb_remainder)},
+    {"and", offsetof(PyNumberMethods, nb_and)},
+    {"or", offsetof(PyNumberMethods, nb_or)},
+    {"xor", offsetof(PyNumberMethods, nb_xor)},
+    {"lshift", offsetof(PyNumberMethods, nb_lshift)},
+    {"rshift", offsetof(PyNumberMethods, nb_rshift)},
+};
+static Method *direct_op[N_DIRECT], *direct_rop[N_DIRECT];   /* __op__, __rop__ (held) */
+static binaryfunc direct_generic_getitem;
+static objobjargproc direct_generic_setitem;
+
+static PyObject *direct_binary(int i, PyObject *a, PyObject *b)
+{
+    Method *op = direct_op[i], *rop = direct_rop[i];
+    PyObject *r = binary_fast(op->name, a, b);
+    if (r != NULL || PyErr_Occurred())
+        return r;
+    int left = Py_TYPE(a) == tensor_type, right = Py_TYPE(b) == tensor_type;
+    if (left) {
+        r = PyObject_CallFunctionObjArgs(op->fallback, a, b, NULL);
+        if (r != Py_NotImplemented || right)
+            return r;
+        Py_DECREF(r);
+    }
+    if (right)
+        return PyObject_CallFunctionObjArgs(rop->fallback, b, a, NULL);
+    Py_RETURN_NOTIMPLEMENTED;
+}
+
+#define DIRECT_FN(i) static PyObject *direct_##i(PyObject *a, PyObject *b) { return direct_binary(i, a, b); }
+DIRECT_FN(0) DIRECT_FN(1) DIRECT_FN(2) DIRECT_FN(3) DIRECT_FN(4) DIRECT_FN(5)
+DIRECT_FN(6) DIRECT_FN(7) DIRECT_FN(8) DIRECT_FN(9) DIRECT_FN(10)
+#undef DIRECT_FN
+static const binaryfunc direct_fns[N_DIRECT] = {direct_0, direct_1, direct_2, direct_3, direct_4,
+                                                 direct_5, direct_6, direct_7, direct_8, direct_9,
+                                                 direct_10};
+
+static PyObject *direct_getitem(PyObject *t, PyObject *key)
+{
+    PyObject *r = getitem_fast(t, key);
+    if (r != NULL || PyErr_Occurred())
+        return r;
+    return direct_generic_getitem(t, key);
+}
+
+static int direct_setitem(PyObject *t, PyObject *key, PyObject *value)
+{
+    if (value != NULL) {   /* (NULL: del t[key], Python's) */
+        int r = setitem_fast(t, key, value);
+        if (r != 0)
+            return r < 0 ? -1 : 0;
+    }
+    return direct_generic_setitem(t, key, value);
+}
+
+/* The Method of kind `kind` that `type` has as `name` in its own dict (borrowed), or NULL. */
+static Method *own_method(PyTypeObject *type, const char *name, int kind)
+{
+    PyObject *m = PyDict_GetItemString(type->tp_dict, name);
+    if (m == NULL || Py_TYPE(m) != &MethodType || ((Method *)m)->kind != kind)
+        return NULL;
+    return (Method *)m;
+}
+
+static PyObject *direct_slots(PyObject *self, PyObject *arg)
+{
+    if (!PyType_Check(arg) || (PyTypeObject *)arg != tensor_type
+        || !(tensor_type->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        PyErr_SetString(PyExc_TypeError, "direct_slots(Tensor): the class bind_tensors was given");
+        return NULL;
+    }
+    PyTypeObject *type = tensor_type;
+    int done = 0;
+    for (int i = 0; i < N_DIRECT; i++) {
+        char name[32], rname[32];
+        snprintf(name, sizeof name, "__%s__", direct_ops[i].dunder);
+        snprintf(rname, sizeof rname, "__r%s__", direct_ops[i].dunder);
+        Method *m = own_method(type, name, K_BINARY), *r = own_method(type, rname, K_BINARY);
+        binaryfunc *slot = (binaryfunc *)((char *)type->tp_as_number + direct_ops[i].offset);
+        if (m == NULL || r == NULL || m->reflected || !r->reflected || *slot == NULL
+            || PyObject_RichCompareBool(m->name, r->name, Py_EQ) != 1) {
+            PyErr_Clear();
+            continue;   /* (not both this module's: Python's slot stays) */
+        }
+        Py_INCREF(m);
+        Py_XSETREF(direct_op[i], m);
+        Py_INCREF(r);
+        Py_XSETREF(direct_rop[i], r);
+        *slot = direct_fns[i];
+        done++;
+    }
+    PyMappingMethods *mp = type->tp_as_mapping;
+    if (own_method(type, "__getitem__", K_GETITEM) && mp->mp_subscript != NULL) {
+        if (mp->mp_subscript != direct_getitem) {
+            direct_generic_getitem = mp->mp_subscript;
+            mp->mp_subscript = direct_getitem;
+        }
+        done++;
+    }
+    if (own_method(type, "__setitem__", K_SETITEM) && mp->mp_ass_subscript != NULL) {
+        if (mp->mp_ass_subscript != direct_setitem) {
+            direct_generic_setitem = mp->mp_ass_subscript;
+            mp->mp_ass_subscript = direct_setitem;
+        }
+        done++;
+    }
+    return PyLong_FromLong(done);
+}
 
 /* -- jitted calls: a compiled plan of one kernel, replayed without Python -----------------
  *
@@ -4078,6 +4252,8 @@ static PyMethodDef methods[] = {
     {"make_node", (PyCFunction)(void (*)(void))make_node, METH_FASTCALL,
      "make_node(prim, params, shape, dtype, inputs, device, weak=False)\n"
      "qtrace.graph.node.make_node, in C."},
+    {"direct_slots", direct_slots, METH_O,
+     "direct_slots(Tensor) -> int\nPut the Methods' fast paths in Tensor's operator slots (how many)."},
     {"bind_tensors", bind_tensors, METH_VARARGS,
      "bind_tensors(Tensor, ThreadState, local, state, config, consider_cut, recipes, apply2,\n"
      "             scalar_node, scalars, consts)\nHand over the tracer's classes, tables and fallbacks."},

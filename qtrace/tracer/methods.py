@@ -225,3 +225,14 @@ def _to_device(self, device, /, *, stream=None):
 
 Tensor.__array_namespace__ = _array_namespace
 Tensor.to_device = _to_device
+
+
+def _direct_slots() -> None:
+    """The operators' fast paths straight from ``Tensor``'s type slots (after every dunder
+    above is set: assigning one again gives its slot back to Python)."""
+    native = graph_native.module()
+    if native is not None and hasattr(native, "direct_slots"):
+        native.direct_slots(Tensor)
+
+
+_direct_slots()

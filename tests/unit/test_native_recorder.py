@@ -204,6 +204,79 @@ def test_fast_paths_are_taken():
     assert qt.tracer.views.assign is native.module().assign
 
 
+_SLOT_OPS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "and", "or", "xor", "lshift",
+             "rshift")
+
+
+def _slot_outcomes(rng) -> list:
+    """Every binary operator, both ways round, over tensors of several dtypes and shapes
+    and the other operand kinds NumPy code mixes in (Python and NumPy scalars, arrays,
+    lists, and things no operator takes), then ``[]`` and ``[] =``: each result's type,
+    dtype, shape and value, or the error's type and message."""
+    import operator
+    f = qt.asarray(rng.standard_normal((3, 4)))
+    i = qt.asarray(rng.integers(1, 5, (3, 4)))
+    operands = [f, i, qt.asarray(rng.standard_normal(4).astype(np.float32)), qt.asarray(True),
+                1.5, 3, True, np.float64(2.5), np.int32(2), rng.standard_normal((3, 4)),
+                [1.0, 2.0, 3.0, 4.0], 2 + 1j, "text", None]
+    out = []
+
+    def record(fn):
+        try:
+            r = fn()
+        except Exception as exc:  # noqa: BLE001 - the outcome compared
+            out.append((type(exc).__name__, str(exc)))
+            return
+        if isinstance(r, qt.Tensor):
+            out.append(("Tensor", str(r.dtype), r.shape, np.asarray(r).tolist()))
+        else:
+            out.append((type(r).__name__, repr(r)))
+
+    for name in _SLOT_OPS:
+        fn = getattr(operator, name + "_") if name in ("and", "or") else getattr(operator, name)
+        for a in operands:
+            for b in operands:
+                if isinstance(a, qt.Tensor) or isinstance(b, qt.Tensor):
+                    record(lambda fn=fn, a=a, b=b: fn(a, b))
+    record(lambda: f[1:, ::2])
+    record(lambda: f[[0, 2]])
+    record(lambda: f["key"])
+
+    def assign(key, value):
+        g = f.copy()
+        g[key] = value
+        return g
+    record(lambda: assign((slice(1, None), 0), 7.0))
+    record(lambda: assign(f > 0, 0.0))
+    record(lambda: assign(0, "text"))
+    return out
+
+
+@needs_native
+def test_operator_slots_answer_as_the_methods_do():
+    """The operators taken straight from Tensor's type slots (direct_slots) give what the
+    generic slots give through ``__op__``/``__rop__`` (values, dtypes, errors word for
+    word), for every operand kind; assigning a dunder again hands its slot back to Python."""
+    seed = int(np.random.default_rng().integers(1 << 30))
+    dunders = [f"__{p}{n}__" for n in _SLOT_OPS for p in ("", "r")] + ["__getitem__", "__setitem__"]
+    fast = _slot_outcomes(np.random.default_rng(seed))
+    try:
+        for d in dunders:   # (assigning a type attribute re-derives its slot: the generic one)
+            setattr(qt.Tensor, d, qt.Tensor.__dict__[d])
+        generic = _slot_outcomes(np.random.default_rng(seed))
+        calls = []
+        method = qt.Tensor.__dict__["__add__"]
+        qt.Tensor.__add__ = lambda self, other: calls.append(other) or method(self, other)
+        qt.ones(2) + 1.0
+        assert calls == [1.0], "an __add__ assigned after the direct slots was not called"
+        qt.Tensor.__add__ = method
+    finally:
+        assert native.module().direct_slots(qt.Tensor) == len(dunders) - len(_SLOT_OPS)
+    assert len(fast) == len(generic) > 1000
+    for k, (x, y) in enumerate(zip(fast, generic)):
+        assert x == y, f"seed {seed}, outcome {k}: direct {x} vs generic {y}"
+
+
 def _pressure_sweep(p, b):
     """One Jacobi sweep of a cavity flow's pressure, as NumPy code writes it."""
     pn = p.copy()
