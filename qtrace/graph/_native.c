@@ -1040,6 +1040,8 @@ static PyThreadState *last_tstate;
 static uint64_t last_tstate_id;
 static PyObject *last_state;
 
+static void forget_recipes(void);
+
 static PyObject *bind_tensors(PyObject *self, PyObject *args)
 {
     PyObject *tt, *st, *loc, *sfn, *cfg, *ccut, *rec, *a2, *snode, *sc, *cs;
@@ -1065,6 +1067,7 @@ static PyObject *bind_tensors(PyObject *self, PyObject *args)
         Py_INCREF(src[i]);
         Py_XSETREF(*dst[i], src[i]);
     }
+    forget_recipes();   /* (what it remembers is of the old recipe table) */
     Py_RETURN_NONE;
 }
 
@@ -1366,8 +1369,7 @@ static int is_py_scalar(PyTypeObject *tp)
     return tp == &PyFloat_Type || tp == &PyLong_Type || tp == &PyBool_Type || tp == &PyComplex_Type;
 }
 
-/* x `name` y on the fast path, or NULL with no error set when it does not apply. */
-/* elementwise._recipes[(name, dtype or scalar type, weak, ...)] for a binary op (borrowed;
+/* elementwise._recipes[(name, dtype or scalar type, weak, ...)] for an op (borrowed;
    NULL: none, or an error), through a table by the identity of the key's parts in front
    of the dict: a recipe, once learnt, never changes (elementwise._recipe), and building
    the key tuple and hashing its dtypes was a fifth of recording an operation. Entries
@@ -1379,6 +1381,18 @@ typedef struct {
     PyObject *recipe;
 } RCEntry;
 static RCEntry rcache[RCACHE_SIZE];
+
+/* Empty the table (bind_tensors: a new recipe dict). */
+static void forget_recipes(void)
+{
+    for (int k = 0; k < RCACHE_SIZE; k++) {
+        RCEntry gone = rcache[k];
+        memset(&rcache[k], 0, sizeof rcache[k]);
+        for (int i = 0; i < 5; i++)
+            Py_XDECREF(gone.parts[i]);
+        Py_XDECREF(gone.recipe);
+    }
+}
 
 static PyObject *recipe_of(PyObject *const *parts, int n)
 {
@@ -1416,6 +1430,10 @@ static PyObject *recipe_of(PyObject *const *parts, int n)
     return recipe;
 }
 
+static PyObject *binary_recipe(PyObject *name, PyObject *x, PyObject *y, PyObject *nx,
+                               PyObject *ny, PyObject *recipe);
+
+/* x `name` y on the fast path, or NULL with no error set when it does not apply. */
 static PyObject *binary_fast(PyObject *name, PyObject *x, PyObject *y)
 {
     PyTypeObject *tx = Py_TYPE(x), *ty = Py_TYPE(y);
@@ -1437,6 +1455,16 @@ static PyObject *binary_fast(PyObject *name, PyObject *x, PyObject *y)
     PyObject *recipe = recipe_of(parts, 5);   /* borrowed */
     if (recipe == NULL || !PyTuple_Check(recipe) || PyTuple_GET_SIZE(recipe) != 3)
         return NULL;   /* unknown (apply2 will learn it), not eligible, or an error */
+    Py_INCREF(recipe);   /* (held: a scalar_node call below runs Python code) */
+    PyObject *r = binary_recipe(name, x, y, nx, ny, recipe);
+    Py_DECREF(recipe);
+    return r;
+}
+
+/* binary_fast once its recipe is found (borrowed, held by the caller). */
+static PyObject *binary_recipe(PyObject *name, PyObject *x, PyObject *y, PyObject *nx,
+                               PyObject *ny, PyObject *recipe)
+{
     PyObject *loop = PyTuple_GET_ITEM(recipe, 0), *weak = PyTuple_GET_ITEM(recipe, 1);
     PyObject *checks = PyTuple_GET_ITEM(recipe, 2);
     if (!PyTuple_Check(loop) || PyTuple_GET_SIZE(loop) != 3 || !PyTuple_Check(checks)
@@ -1472,7 +1500,7 @@ static PyObject *binary_fast(PyObject *name, PyObject *x, PyObject *y)
         || (ny && SLOT(ny, node_off[S_DTYPE]) != PyTuple_GET_ITEM(loop, 1)))
         return NULL;
     /* held strongly from here: a scalar_node call runs Python code, which may rebind the
-       tensors' nodes (the recipe stays alive in the recipe table, which is never pruned) */
+       tensors' nodes (the caller holds the recipe) */
     Py_INCREF(tensor_node);
     PyObject *a = nx, *b = ny;
     if (a == NULL)
@@ -3365,9 +3393,9 @@ static PyTypeObject MethodType = {
  * direct_slots(Tensor) puts functions of its own in the number and mapping slots whose
  * dunders are this module's Methods (the binary operators, `[]`, `[] =`); each tries the
  * Method's fast path, and otherwise does what the generic slot does: the left operand's
- * `__op__` when it is a Tensor, then (unless that answered, or both are Tensors) the right
- * one's `__rop__` (Python's fallbacks of those Methods; a subclass of Tensor has the
- * generic slot, which Python tries first for a right operand of a subclass). Setting one
+ * `__op__` when it is a Tensor, else the right one's `__rop__` (the Python fallbacks of
+ * those Methods; a subclass of Tensor has the generic slot, which Python tries first for
+ * a right operand of a subclass), and `[]`/`[] =` call their Methods' fallbacks. Setting one
  * of those dunders on the class again gives the slot back to Python (type attribute
  * assignment re-derives it).
  */
@@ -3389,25 +3417,29 @@ static const struct {
     {"rshift", offsetof(PyNumberMethods, nb_rshift)},
 };
 static Method *direct_op[N_DIRECT], *direct_rop[N_DIRECT];   /* __op__, __rop__ (held) */
-static binaryfunc direct_generic_getitem;
-static objobjargproc direct_generic_setitem;
+static Method *direct_get, *direct_set;                       /* __getitem__, __setitem__ */
+static objobjargproc direct_generic_setitem;                  /* (for del t[key]) */
 
 static PyObject *direct_binary(int i, PyObject *a, PyObject *b)
 {
+    /* (held: Python code below may install other Methods, dropping these) */
     Method *op = direct_op[i], *rop = direct_rop[i];
+    Py_INCREF(op);
+    Py_INCREF(rop);
     PyObject *r = binary_fast(op->name, a, b);
-    if (r != NULL || PyErr_Occurred())
-        return r;
-    int left = Py_TYPE(a) == tensor_type, right = Py_TYPE(b) == tensor_type;
-    if (left) {
-        r = PyObject_CallFunctionObjArgs(op->fallback, a, b, NULL);
-        if (r != Py_NotImplemented || right)
-            return r;
-        Py_DECREF(r);
+    if (r == NULL && !PyErr_Occurred()) {
+        /* (a Tensor on the left: its __op__ answers, NotImplemented included, as the
+           generic slot's; Python then tries a right operand of another type itself) */
+        if (Py_TYPE(a) == tensor_type)
+            r = PyObject_CallFunctionObjArgs(op->fallback, a, b, NULL);
+        else if (Py_TYPE(b) == tensor_type)
+            r = PyObject_CallFunctionObjArgs(rop->fallback, b, a, NULL);
+        else
+            r = Py_NewRef(Py_NotImplemented);
     }
-    if (right)
-        return PyObject_CallFunctionObjArgs(rop->fallback, b, a, NULL);
-    Py_RETURN_NOTIMPLEMENTED;
+    Py_DECREF(op);
+    Py_DECREF(rop);
+    return r;
 }
 
 #define DIRECT_FN(i) static PyObject *direct_##i(PyObject *a, PyObject *b) { return direct_binary(i, a, b); }
@@ -3423,17 +3455,26 @@ static PyObject *direct_getitem(PyObject *t, PyObject *key)
     PyObject *r = getitem_fast(t, key);
     if (r != NULL || PyErr_Occurred())
         return r;
-    return direct_generic_getitem(t, key);
+    Method *m = direct_get;
+    Py_INCREF(m);
+    r = PyObject_CallFunctionObjArgs(m->fallback, t, key, NULL);
+    Py_DECREF(m);
+    return r;
 }
 
 static int direct_setitem(PyObject *t, PyObject *key, PyObject *value)
 {
-    if (value != NULL) {   /* (NULL: del t[key], Python's) */
-        int r = setitem_fast(t, key, value);
-        if (r != 0)
-            return r < 0 ? -1 : 0;
-    }
-    return direct_generic_setitem(t, key, value);
+    if (value == NULL)   /* del t[key]: Python's */
+        return direct_generic_setitem(t, key, value);
+    int r = setitem_fast(t, key, value);
+    if (r != 0)
+        return r < 0 ? -1 : 0;
+    Method *m = direct_set;
+    Py_INCREF(m);
+    PyObject *res = PyObject_CallFunctionObjArgs(m->fallback, t, key, value, NULL);
+    Py_DECREF(m);
+    Py_XDECREF(res);
+    return res == NULL ? -1 : 0;
 }
 
 /* The Method of kind `kind` that `type` has as `name` in its own dict (borrowed), or NULL. */
@@ -3473,21 +3514,37 @@ static PyObject *direct_slots(PyObject *self, PyObject *arg)
         done++;
     }
     PyMappingMethods *mp = type->tp_as_mapping;
-    if (own_method(type, "__getitem__", K_GETITEM) && mp->mp_subscript != NULL) {
-        if (mp->mp_subscript != direct_getitem) {
-            direct_generic_getitem = mp->mp_subscript;
-            mp->mp_subscript = direct_getitem;
-        }
+    Method *get = own_method(type, "__getitem__", K_GETITEM);
+    if (get != NULL && mp->mp_subscript != NULL) {
+        Py_INCREF(get);
+        Py_XSETREF(direct_get, get);
+        mp->mp_subscript = direct_getitem;
         done++;
     }
-    if (own_method(type, "__setitem__", K_SETITEM) && mp->mp_ass_subscript != NULL) {
-        if (mp->mp_ass_subscript != direct_setitem) {
+    Method *set = own_method(type, "__setitem__", K_SETITEM);
+    if (set != NULL && mp->mp_ass_subscript != NULL) {
+        if (mp->mp_ass_subscript != direct_setitem)
             direct_generic_setitem = mp->mp_ass_subscript;
-            mp->mp_ass_subscript = direct_setitem;
-        }
+        Py_INCREF(set);
+        Py_XSETREF(direct_set, set);
+        mp->mp_ass_subscript = direct_setitem;
         done++;
     }
     return PyLong_FromLong(done);
+}
+
+/* How many of Tensor's operator slots are this module's now (a probe for tests). */
+static PyObject *direct_slot_count(PyObject *self, PyObject *arg)
+{
+    if (!PyType_Check(arg) || !(((PyTypeObject *)arg)->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return PyLong_FromLong(0);
+    PyTypeObject *type = (PyTypeObject *)arg;
+    long n = 0;
+    for (int i = 0; i < N_DIRECT; i++)
+        n += *(binaryfunc *)((char *)type->tp_as_number + direct_ops[i].offset) == direct_fns[i];
+    n += type->tp_as_mapping->mp_subscript == direct_getitem;
+    n += type->tp_as_mapping->mp_ass_subscript == direct_setitem;
+    return PyLong_FromLong(n);
 }
 
 /* -- jitted calls: a compiled plan of one kernel, replayed without Python -----------------
@@ -4252,6 +4309,8 @@ static PyMethodDef methods[] = {
     {"make_node", (PyCFunction)(void (*)(void))make_node, METH_FASTCALL,
      "make_node(prim, params, shape, dtype, inputs, device, weak=False)\n"
      "qtrace.graph.node.make_node, in C."},
+    {"direct_slot_count", direct_slot_count, METH_O,
+     "direct_slot_count(Tensor) -> int\nHow many of Tensor's operator slots are direct_slots' now."},
     {"direct_slots", direct_slots, METH_O,
      "direct_slots(Tensor) -> int\nPut the Methods' fast paths in Tensor's operator slots (how many)."},
     {"bind_tensors", bind_tensors, METH_VARARGS,

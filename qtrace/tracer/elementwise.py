@@ -63,6 +63,8 @@ def _apply(name: str, args) -> Tensor:
 # rules depend on the value, operands on different devices) takes the general path,
 # which also raises every error.
 _recipes: dict = {}   # (name, (dtype, weak) or (scalar type, None) per operand) -> recipe
+# (entries are only ever added, never changed or removed: the compiled recorder keeps a
+# table of them by the identity of the key's parts)
 _SCALARS = frozenset(dtypes.PY_SCALARS)
 
 

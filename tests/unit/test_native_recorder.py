@@ -198,6 +198,8 @@ def test_fast_paths_are_taken():
     fallback to the Python definitions)."""
     for name in ("__add__", "__rmul__", "__getitem__", "__setitem__"):
         assert type(qt.Tensor.__dict__[name]).__name__ == "Method", name
+    # (each binary operator, [] and [] = straight from the type's slots: direct_slots)
+    assert native.module().direct_slot_count(qt.Tensor) == len(_SLOT_OPS) + 2
     assert qt.tracer.tensor._note is native.module().note
     assert qt.tracer.elementwise.apply1 is native.module().apply1
     assert qt.tracer.elementwise.apply2 is native.module().apply2
@@ -206,6 +208,30 @@ def test_fast_paths_are_taken():
 
 _SLOT_OPS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "and", "or", "xor", "lshift",
              "rshift")
+
+
+class _SubTensor(qt.Tensor):
+    """A subclass that leaves the operators alone."""
+
+
+class _SubRadd(qt.Tensor):
+    """A subclass with reflected operators of its own (Python tries them first)."""
+
+    def __radd__(self, other):
+        return "subclass radd"
+
+    def __rsub__(self, other):
+        return NotImplemented
+
+
+class _Foreign:
+    """Another type with reflected operators (tried after Tensor's NotImplemented)."""
+
+    def __radd__(self, other):
+        return "foreign radd"
+
+    def __rmul__(self, other):
+        return NotImplemented
 
 
 def _slot_outcomes(rng) -> list:
@@ -218,7 +244,8 @@ def _slot_outcomes(rng) -> list:
     i = qt.asarray(rng.integers(1, 5, (3, 4)))
     operands = [f, i, qt.asarray(rng.standard_normal(4).astype(np.float32)), qt.asarray(True),
                 1.5, 3, True, np.float64(2.5), np.int32(2), rng.standard_normal((3, 4)),
-                [1.0, 2.0, 3.0, 4.0], 2 + 1j, "text", None]
+                [1.0, 2.0, 3.0, 4.0], 2 + 1j, "text", None, _Foreign()]
+    operands += [_SubTensor(f._node), _SubRadd(i._node)]
     out = []
 
     def record(fn):
@@ -249,6 +276,11 @@ def _slot_outcomes(rng) -> list:
     record(lambda: assign((slice(1, None), 0), 7.0))
     record(lambda: assign(f > 0, 0.0))
     record(lambda: assign(0, "text"))
+
+    def delete():
+        g = f.copy()
+        del g[0]
+    record(delete)
     return out
 
 
@@ -260,18 +292,23 @@ def test_operator_slots_answer_as_the_methods_do():
     seed = int(np.random.default_rng().integers(1 << 30))
     dunders = [f"__{p}{n}__" for n in _SLOT_OPS for p in ("", "r")] + ["__getitem__", "__setitem__"]
     fast = _slot_outcomes(np.random.default_rng(seed))
+    methods = {d: qt.Tensor.__dict__[d] for d in dunders}
     try:
         for d in dunders:   # (assigning a type attribute re-derives its slot: the generic one)
-            setattr(qt.Tensor, d, qt.Tensor.__dict__[d])
+            setattr(qt.Tensor, d, methods[d])
+        assert native.module().direct_slot_count(qt.Tensor) == 0
         generic = _slot_outcomes(np.random.default_rng(seed))
+        assert native.module().direct_slots(qt.Tensor) == len(_SLOT_OPS) + 2
         calls = []
-        method = qt.Tensor.__dict__["__add__"]
-        qt.Tensor.__add__ = lambda self, other: calls.append(other) or method(self, other)
+        qt.Tensor.__add__ = lambda self, other: calls.append(other) or methods["__add__"](self, other)
         qt.ones(2) + 1.0
         assert calls == [1.0], "an __add__ assigned after the direct slots was not called"
-        qt.Tensor.__add__ = method
+        assert native.module().direct_slot_count(qt.Tensor) == len(_SLOT_OPS) + 1
     finally:
-        assert native.module().direct_slots(qt.Tensor) == len(dunders) - len(_SLOT_OPS)
+        for d in dunders:
+            setattr(qt.Tensor, d, methods[d])
+        native.module().direct_slots(qt.Tensor)
+    assert native.module().direct_slot_count(qt.Tensor) == len(_SLOT_OPS) + 2
     assert len(fast) == len(generic) > 1000
     for k, (x, y) in enumerate(zip(fast, generic)):
         assert x == y, f"seed {seed}, outcome {k}: direct {x} vs generic {y}"
