@@ -18,7 +18,7 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 10
+#define QTRACE_NATIVE_ABI 11
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1031,6 +1031,12 @@ static PyObject *scalars;            /* convert._scalars: recent eager scalars' 
 static PyObject *consts;             /* convert._consts: recent constants */
 static Py_ssize_t t_node, t_view, s_special, s_pending, s_epoch, s_count, s_gate;
 static PyTypeObject *storage_type;   /* views.Storage (bind_views) */
+static PyTypeObject *ndarray_type;
+static PyObject *np_empty_fn, *aligned_empty_fn;
+static Py_ssize_t data_offset = -1;  /* PyArrayObject's data pointer (cpu._DATA_OFFSET) */
+static PyObject *view_recipes;        /* views._view_recipes (bind_views) */
+static PyObject *getitem_fn;          /* operator.getitem (bind_views) */
+static Py_ssize_t leaf_views_off = -1, leaf_views_cap;   /* Leaf._views, views.LEAF_VIEWS_CAP */
 static Py_ssize_t g_noted;          /* Storage.noted: the epoch of the list it is listed in */
 static Py_ssize_t g_node;           /* Storage.node (bind_views) */
 static PyObject *str_s, *str_max_pending, *empty_tuple, *str_name, *str_qtrace;
@@ -1688,10 +1694,17 @@ static PyObject *str_acquire, *str_release;
 
 static PyObject *bind_views(PyObject *self, PyObject *args)
 {
-    PyObject *stt, *sfn, *lv, *rn, *lock, *vc;
-    if (!PyArg_ParseTuple(args, "O!OOOOO:bind_views", &PyType_Type, &stt, &sfn, &lv, &rn, &lock, &vc))
+    PyObject *stt, *sfn, *lv, *rn, *lock, *vc, *vr;
+    Py_ssize_t cap;
+    if (!PyArg_ParseTuple(args, "O!OOOOOO!n:bind_views", &PyType_Type, &stt, &sfn, &lv, &rn, &lock,
+                          &vc, &PyDict_Type, &vr, &cap))
         return NULL;
-    if (slot_offset((PyTypeObject *)stt, "node", &g_node) < 0
+    if (leaf_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "qtrace.graph._native: bind() was not called");
+        return NULL;
+    }
+    if (slot_offset(leaf_type, "_views", &leaf_views_off) < 0
+        || slot_offset((PyTypeObject *)stt, "node", &g_node) < 0
         || slot_offset((PyTypeObject *)stt, "views", &g_views) < 0
         || slot_offset((PyTypeObject *)stt, "prune_at", &g_prune_at) < 0
         || slot_offset((PyTypeObject *)stt, "noted", &g_noted) < 0)
@@ -1707,9 +1720,17 @@ static PyObject *bind_views(PyObject *self, PyObject *args)
     ViewsLock *vl = Py_TYPE(lock) == &ViewsLockType ? (ViewsLock *)lock : NULL;
     Py_XINCREF(vl);
     Py_XSETREF(views_lock, vl);
+    leaf_views_cap = cap;
+    if (getitem_fn == NULL) {
+        PyObject *opmod = PyImport_ImportModule("operator");
+        getitem_fn = opmod == NULL ? NULL : PyObject_GetAttrString(opmod, "getitem");
+        Py_XDECREF(opmod);
+        if (getitem_fn == NULL)
+            return NULL;
+    }
     PyObject **dst[] = {(PyObject **)&storage_type, &storage_fn, &leaf_view_fn, &reshape_node_fn,
-                        &view_chain_fn};
-    PyObject *src[] = {stt, sfn, lv, rn, vc};
+                        &view_chain_fn, &view_recipes};
+    PyObject *src[] = {stt, sfn, lv, rn, vc, vr};
     for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
         Py_INCREF(src[i]);
         Py_XSETREF(*dst[i], src[i]);
@@ -2365,6 +2386,108 @@ static void lentry_clear(LEntry *e)
     Py_CLEAR(e->leaf_ref);
 }
 
+static PyObject *leaf_from(PyObject *from, const int *copied, size_t n, PyObject *buf,
+                           const char *what);
+
+/* views._leaf_view where its answer needs no Python: base a Leaf holding a NumPy array, no
+   trace or derivative going on, and the view either in base._views already or of a layout
+   whose recipe views._view_recipes knows (each evaluation makes new bases, so a step's
+   first view of each missed the table above and ran the Python function: ~14 per step
+   of a cavity flow, 3-4 us each). The recipe's NumPy steps are applied (an item lookup
+   directly), the result checked as _new_leaf_view checks it, and the leaf listed in
+   base._views. NULL with no error set: the Python function decides (a new layout, a
+   full table, anything unusual). */
+static PyObject *leaf_view_known(PyObject *base, PyObject *steps)
+{
+    if (Py_TYPE(base) != leaf_type || leaf_views_off < 0 || view_recipes == NULL
+        || ndarray_type == NULL || data_offset < 0)
+        return NULL;
+    PyObject *buffer = SLOT(base, node_off[S_BUFFER]);
+    if (buffer == NULL || Py_TYPE(buffer) != ndarray_type)
+        return NULL;
+    int q = quiet();
+    if (q <= 0)
+        return NULL;   /* (an error, or a trace: Python's) */
+    PyObject *known = SLOT(base, leaf_views_off);
+    if (known != NULL && known != Py_None) {
+        if (!PyDict_CheckExact(known))
+            return NULL;
+        PyObject *hit = PyDict_GetItemWithError(known, steps);   /* borrowed */
+        if (hit != NULL && hit != Py_None) {
+            Py_INCREF(hit);
+            return hit;
+        }
+        if (PyErr_Occurred() || PyDict_GET_SIZE(known) >= leaf_views_cap)
+            return NULL;   /* (an unhashable key, or a full table: Python's) */
+    }
+    PyObject *key = PyTuple_Pack(2, SLOT(base, node_off[S_STRUCT]), steps);
+    if (key == NULL)
+        return NULL;
+    PyObject *how = PyDict_GetItemWithError(view_recipes, key);   /* borrowed */
+    Py_DECREF(key);
+    if (how == NULL || !PyTuple_CheckExact(how) || PyTuple_GET_SIZE(how) != 3
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(how, 0))
+        || Py_TYPE(PyTuple_GET_ITEM(how, 1)) != leaf_type) {
+        PyErr_Clear();
+        return NULL;   /* a new layout: Python makes its recipe */
+    }
+    Py_INCREF(how);   /* (held: a step may run Python code, which may empty the table) */
+    PyObject *ops = PyTuple_GET_ITEM(how, 0), *template = PyTuple_GET_ITEM(how, 1);
+    PyObject *arr = buffer, *leaf = NULL;
+    Py_INCREF(arr);
+    for (Py_ssize_t i = 0; arr != NULL && i < PyTuple_GET_SIZE(ops); i++) {
+        PyObject *op = PyTuple_GET_ITEM(ops, i);
+        PyObject *next = NULL;
+        if (!PyTuple_CheckExact(op) || PyTuple_GET_SIZE(op) != 2)
+            PyErr_SetString(PyExc_TypeError, "qtrace: a view recipe's step is not (function, argument)");
+        else if (PyTuple_GET_ITEM(op, 0) == getitem_fn)
+            next = PyObject_GetItem(arr, PyTuple_GET_ITEM(op, 1));
+        else
+            next = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(op, 0), arr, PyTuple_GET_ITEM(op, 1), NULL);
+        Py_SETREF(arr, next);
+    }
+    if (arr == NULL)
+        goto done;   /* (an error: raised as the Python function raises it) */
+    /* _new_leaf_view's checks: a view, not a copy (NumPy gives a scalar for an element);
+       aligned: the recipe's strides are multiples of the item size, so the data pointer
+       alone decides, for NumPy's aligned flag too where the alignment is the item size */
+    PyObject *dtype = SLOT(template, node_off[S_DTYPE]);
+    PyObject *isz = dtype == NULL ? NULL : PyObject_GetAttrString(dtype, "itemsize");
+    Py_ssize_t item = isz == NULL ? -1 : PyLong_AsSsize_t(isz);
+    Py_XDECREF(isz);
+    if (item <= 0) {
+        PyErr_Clear();
+        goto done;   /* (Python's) */
+    }
+    if (Py_TYPE(arr) != ndarray_type
+        || (uintptr_t)*(char **)((char *)arr + data_offset) % (uintptr_t)item != 0) {
+        leaf = Py_NewRef(Py_None);
+        goto done;   /* (as the Python function answers: no leaf; not listed, as there) */
+    }
+    static const int copied[] = {S_PRIM, S_PARAMS, S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE, S_STRUCT, S_SIG};
+    leaf = leaf_from(template, copied, sizeof copied / sizeof copied[0], arr, "a view recipe's leaf");
+    if (leaf == NULL)
+        goto done;
+    known = SLOT(base, leaf_views_off);   /* (re-read: Python code may have run) */
+    if (known == NULL || known == Py_None) {
+        known = PyDict_New();
+        if (known == NULL) {
+            Py_CLEAR(leaf);
+            goto done;
+        }
+        set_slot(base, leaf_views_off, known);   /* (steals the new dict) */
+    }
+    if (!PyDict_CheckExact(known) || PyDict_SetItem(known, steps, leaf) < 0) {
+        Py_CLEAR(leaf);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "qtrace: a leaf's table of views is not a dict");
+    }
+done:
+    Py_XDECREF(arr);
+    Py_DECREF(how);
+    return leaf;
+}
+
 static PyObject *leaf_view(PyObject *base, PyObject *steps)
 {
     Py_uhash_t h = mix(0, (Py_uhash_t)(uintptr_t)base);
@@ -2385,7 +2508,9 @@ static PyObject *leaf_view(PyObject *base, PyObject *steps)
                 return NULL;
         }
     }
-    PyObject *leaf = PyObject_CallFunctionObjArgs(leaf_view_fn, base, steps, NULL);
+    PyObject *leaf = leaf_view_known(base, steps);
+    if (leaf == NULL && !PyErr_Occurred())
+        leaf = PyObject_CallFunctionObjArgs(leaf_view_fn, base, steps, NULL);
     if (leaf == NULL || leaf == Py_None || !cacheable)
         return leaf;
     PyObject *br = PyWeakref_NewRef(base, NULL), *lr = PyWeakref_NewRef(leaf, NULL);
@@ -3564,9 +3689,6 @@ static PyObject *direct_slot_count(PyObject *self, PyObject *arg)
  * such a tensor, answers NotImplemented: the Python path runs (and raises what it raises).
  */
 typedef void (*kernel_fn)(int64_t, int64_t, void *, void *, void *);
-static PyTypeObject *ndarray_type;
-static PyObject *np_empty_fn, *aligned_empty_fn;
-static Py_ssize_t data_offset = -1;  /* PyArrayObject's data pointer (cpu._DATA_OFFSET) */
 static int64_t *ctr_hits, *ctr_launches, *ctr_tasks;   /* stats' counters for compiled code */
 #define MAX_KERNEL_ARGS 256
 

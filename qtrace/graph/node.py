@@ -178,9 +178,13 @@ class Leaf(Node):
     That list is built on access: stored, ``(self,)`` would be a reference cycle, and
     every leaf (with its buffer, often megabytes) would then live until the cyclic
     garbage collector happened to run instead of dying with its last reference.
+
+    ``_views`` (unset until the first): the leaves of views of this evaluated input, by
+    view steps (``qtrace.tracer.views._leaf_view``; they hold NumPy views of the buffer,
+    never this leaf, so no cycle either).
     """
 
-    __slots__ = ()
+    __slots__ = ("_views",)
 
     @property
     def leaves(self) -> tuple:

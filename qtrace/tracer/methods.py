@@ -47,7 +47,7 @@ def _bind_native() -> None:
     config.watch("max_pending_nodes", native.set_pending_limit)
     views._views_lock = native.ViewsLock()   # (taken in C without calling Python)
     native.bind_views(views.Storage, views._storage, views._leaf_view, views.reshape_node,
-                      views._views_lock, views.view_chain)
+                      views._views_lock, views.view_chain, views._view_recipes, views.LEAF_VIEWS_CAP)
     native.bind_assign(indexing.assigned_values, views.apply_step, views.undo_step,
                        views.assign, ew.apply1)
     native.bind_flush(graph_node.graph_struct, graph_node.result_leaf, views.array_view,

@@ -31,7 +31,7 @@ import weakref
 
 import numpy as np
 
-from ..graph.node import Node, c_strides, leaf_like, make_input, make_node
+from ..graph.node import Leaf, Node, c_strides, leaf_like, make_input, make_node
 from . import tensor as tensor_module
 from .context import record, special
 from .tensor import Tensor
@@ -323,21 +323,24 @@ def _leaf_view(base: Node, steps: tuple):
     for every ``i`` of a loop runs one compiled kernel instead of one per ``i``."""
     if base.buffer is None or special():
         return None
-    known = _leaf_views.get(base)
+    # the leaf views of each evaluated base, so the same view is the same node (shared
+    # within a graph, like any common subexpression): {steps: leaf or None} on the base
+    known = getattr(base, "_views", None)
     if known is None:
-        known = _leaf_views[base] = {}
+        known = {}
+        if isinstance(base, Leaf):
+            base._views = known
     leaf = known.get(steps)
     if leaf is None:
         leaf = _new_leaf_view(base, steps)
-        if len(known) >= 256:  # a loop over rows: keep the recent ones
+        if len(known) >= LEAF_VIEWS_CAP:  # a loop over rows: keep the recent ones
             known.clear()
         known[steps] = leaf
     return leaf
 
 
-# The leaf views of each evaluated base, so the same view is the same node (shared within a
-# graph, like any common subexpression): base node -> {steps: leaf or None}.
-_leaf_views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+LEAF_VIEWS_CAP = 256   # leaf views kept per base (the compiled recorder leaves a full table to
+                       # this function)
 
 
 def _new_leaf_view(base: Node, steps: tuple):

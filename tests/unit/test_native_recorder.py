@@ -451,6 +451,47 @@ def test_evaluated_views_are_shared_outside_traces_only():
 
 
 @needs_native
+def test_views_of_new_evaluations_take_no_python_once_their_layout_is_known(rng):
+    """Every evaluation makes new bases: the first view of each, of a layout seen before,
+    is made in C (its NumPy view, checked, listed on the base) and is the leaf the Python
+    definition would have listed there; a new layout, or a trace, is Python's."""
+    def python_calls(fn) -> list:
+        seen = []
+
+        def prof(frame, event, arg):
+            if event == "call" and frame.f_code.co_name in ("_leaf_view", "_new_leaf_view"):
+                seen.append(frame.f_code.co_name)
+        sys.setprofile(prof)
+        try:
+            fn()
+        finally:
+            sys.setprofile(None)
+        return seen
+
+    a = qt.asarray(rng.standard_normal((9, 8))) * 2.0
+    qt.eval(a)
+    assert python_calls(lambda: (a[1:-1, ::2], a[2])), "a new layout's first view is Python's"
+    for _ in range(3):   # (as a time step's fresh values)
+        b = qt.asarray(rng.standard_normal((9, 8))) * 2.0
+        qt.eval(b)
+        got = []
+        assert python_calls(lambda got=got, b=b: got.extend([b[1:-1, ::2], b[1:-1, ::2], b[2]])) == []
+        assert got[0]._node is got[1]._node and got[0]._node.prim == "input"
+        steps = got[0]._view[1]
+        assert b._node._views[steps] is got[0]._node
+        np.testing.assert_array_equal(got[0].numpy(), b.numpy()[1:-1, ::2])
+        np.testing.assert_array_equal(got[2].numpy(), b.numpy()[2])
+        b[1:-1, ::2] = 0.0   # (a write through the base: the view sees it)
+        np.testing.assert_array_equal(got[0].numpy(), np.zeros((7, 4)))
+
+    @qt.jit
+    def f(x):   # (inside a trace the view stays connected to the graph: Python's)
+        return x[1:-1, ::2] * 2.0
+    b = qt.asarray(rng.standard_normal((9, 8)))
+    np.testing.assert_array_equal(f(b).numpy(), b.numpy()[1:-1, ::2] * 2.0)
+
+
+@needs_native
 def test_each_thread_notes_its_own_pending_values():
     """The thread-state memo of the C recorder: operations recorded on interleaved threads
     are noted on each one's own pending list."""
