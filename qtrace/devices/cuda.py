@@ -89,22 +89,26 @@ _streams: dict = {}   # (device id, stream pointer) -> cupy Stream
 _streams_lock = threading.Lock()
 
 
-def note_stream(stream) -> None:
-    """Record that qtrace work was queued on ``stream`` (a CuPy stream of the current device)."""
-    key = (_cupy().cuda.runtime.getDevice(), stream.ptr)
+def note_stream(stream, device: int | None = None) -> None:
+    """Record that qtrace work was queued on ``stream`` (a CuPy stream of the current device,
+    ``device`` when the caller knows its index)."""
+    key = (_cupy().cuda.runtime.getDevice() if device is None else device, stream.ptr)
     if key not in _streams:
         with _streams_lock:
             _streams[key] = stream
 
 
-def order_reads() -> None:
+def order_reads(device: int | None = None, current=None) -> None:
     """Make the current stream of the current device wait for the work of every stream of
-    that device noted since the last ``qt.sync()``, so that what it reads next is complete."""
+    that device noted since the last ``qt.sync()``, so that what it reads next is complete.
+    ``device``, ``current``: that device's index and stream, where the caller has them."""
     if not _streams:
         return
     cuda = _cupy().cuda
-    device = cuda.runtime.getDevice()
-    current = cuda.get_current_stream()
+    if device is None:
+        device = cuda.runtime.getDevice()
+    if current is None:
+        current = cuda.get_current_stream()
     if len(_streams) == 1 and (device, current.ptr) in _streams:
         return   # (the common case: only this stream has qtrace work; it is in order)
     with _streams_lock:
@@ -410,10 +414,18 @@ class CudaRuntime(DeviceRuntime):
         bump_many(ONE_LAUNCH)
         return [bufs[s] for s in outs]
 
-    def queue(self) -> None:
-        with self.scope():   # reads data other streams computed: wait for them, then note
-            order_reads()
-            note_stream(self.cp.cuda.get_current_stream())
+    def queue(self, stream=None) -> None:
+        """Order the next launches after the qtrace work of other streams (what they read
+        may come from there), and note their stream. ``stream``: this device's current
+        stream, where the caller has made this device current and read it."""
+        if stream is not None:
+            order_reads(self.index, stream)
+            note_stream(stream, self.index)
+            return
+        with self.scope():
+            stream = self.cp.cuda.get_current_stream()
+            order_reads(self.index, stream)
+            note_stream(stream, self.index)
 
     def sync(self) -> None:
         self.device.synchronize()

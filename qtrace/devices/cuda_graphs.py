@@ -135,10 +135,11 @@ class _Instance:
             return "busy"
         return "retired" if buffers.volatile(self.records) else "free"
 
-    def launched(self, stream) -> None:
-        """After a replay on ``stream``: its event; a new version of every result's memory
-        (caches of what it held, keyed by version, see it rewritten)."""
-        self.done.record(stream)
+    def launched(self, runtime, stream) -> None:
+        """After a replay on ``stream``: its event (recorded through CuPy's ``runtime``
+        module directly: its Event.record wrapper costs twice that); a new version of every
+        result's memory (caches of what it held, keyed by version, see it rewritten)."""
+        runtime.eventRecord(self.done.ptr, stream.ptr)
         buffers.advance(self.records)
 
     def release(self) -> list:
@@ -175,20 +176,26 @@ class GraphRunner:
         if self.reason is None:
             cp = self.plan.rt.cp
             device = cp.ndarray
-            if all(type(b) is device or (type(b) is np.ndarray and b.nbytes <= HOST_MAX)
-                   for b in bufs):
-                out = self._graphed(cp, bufs)
+            inputs = []   # each input's device address, -1 for a host array to stage
+            for b in bufs:
+                if type(b) is device:
+                    inputs.append(b.data.ptr)
+                elif type(b) is np.ndarray and b.nbytes <= HOST_MAX:
+                    inputs.append(-1)
+                else:
+                    break
+            else:
+                out = self._graphed(cp, bufs, tuple(inputs))
                 if out is not None:
                     return out
         return self.plan.run(bufs, graph)
 
-    def _graphed(self, cp, bufs: list):
+    def _graphed(self, cp, bufs: list, inputs: tuple):
         rt = self.plan.rt
-        device = cp.ndarray
-        inputs = tuple(b.data.ptr if type(b) is device else -1 for b in bufs)   # (-1: staged)
+        runtime = cp.cuda.runtime
         with self.lock, rt.scope():
             stream = cp.cuda.get_current_stream()
-            rt.queue()   # (this stream waits for the qtrace work of the others)
+            rt.queue(stream)   # (this stream waits for the qtrace work of the others)
             k = self._choose(inputs)
             if k < 0:
                 # (no reference to a replaced instance or its buffers is left in this frame
@@ -203,7 +210,7 @@ class GraphRunner:
                 self.instances.append(chosen)
                 chosen.settle()
                 chosen.graph.launch(stream)   # (its capture counted the launches)
-                chosen.launched(stream)
+                chosen.launched(runtime, stream)
                 bump_many((("cuda_graph_captures", 1), ("cuda_graph_replays", 1)))
                 return list(chosen.results)
             chosen = self.instances[k]
@@ -214,7 +221,7 @@ class GraphRunner:
                 for i, view in chosen.staged:
                     np.copyto(view, bufs[i])
             chosen.graph.launch(stream)
-            chosen.launched(stream)
+            chosen.launched(runtime, stream)
             bump_many((("cuda_graph_replays", 1), ("kernel_launches", chosen.launches),
                        ("tasks_run", self.plan.n_tasks)))
             return list(chosen.results)

@@ -139,7 +139,10 @@ def advance(records: tuple) -> None:
 def volatile(records: tuple) -> bool:
     """Whether memory of any record of :func:`watch` may change unseen (lent to someone
     else, exported), or cannot be watched."""
-    return any(state is None or state.borrowed or state.exports for state in records)
+    for state in records:   # (a loop: this runs at every replay of a CUDA graph)
+        if state is None or state.borrowed or state.exports:
+            return True
+    return False
 
 
 def export(buf):

@@ -99,6 +99,13 @@ def _buffer(leaf, desc: int) -> np.ndarray:
     return buf
 
 
+def _c_contiguous(buf) -> bool:
+    """Whether ``buf`` (a NumPy or CuPy array) is C-contiguous; CuPy's own flag is read
+    directly (its ``flags`` object costs ~0.4 us, a tenth of a replayed jitted call)."""
+    c = getattr(buf, "_c_contiguous", None)
+    return buf.flags.c_contiguous if c is None else c
+
+
 class _Entry:
     __slots__ = ("plan", "bind", "captured", "out_tree", "out_kinds", "out_meta", "flat_tuple",
                  "all_tensors", "mutated", "aliases", "graph", "graphs")
@@ -221,7 +228,8 @@ class Jitted:
                 if type(leaf) is Tensor:  # _buffer's common case, inline
                     n = leaf._node
                     buf = n.buffer
-                    if buf is None or n.prim != "input" or not buf.flags.c_contiguous:
+                    if buf is None or n.prim != "input" or not (
+                            buf.flags.c_contiguous if type(buf) is np.ndarray else _c_contiguous(buf)):
                         buf = _buffer(leaf, descs[src])
                 else:
                     buf = _buffer(leaf, descs[src])
