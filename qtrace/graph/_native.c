@@ -800,6 +800,8 @@ static int merge2_known(PyObject *la, PyObject *lb, PyObject **leaves, PyObject 
     return done;
 }
 
+static PyObject *count_object(Py_ssize_t n);
+
 static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs < 6 || nargs > 7) {
@@ -967,7 +969,7 @@ static PyObject *make_node(PyObject *self, PyObject *const *args, Py_ssize_t nar
     count += n_in;
     if (count > count_cap)
         count = count_cap;
-    PyObject *cnt = PyLong_FromSsize_t(count);
+    PyObject *cnt = count_object(count);   /* (shared: most counts of a long graph pass 256) */
     if (cnt == NULL)
         goto fail;
     Py_INCREF(prim); set_slot(node, node_off[S_PRIM], prim);
