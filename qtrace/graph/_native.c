@@ -2404,39 +2404,48 @@ static PyObject *leaf_view_known(PyObject *base, PyObject *steps)
     if (Py_TYPE(base) != leaf_type || leaf_views_off < 0 || view_recipes == NULL
         || ndarray_type == NULL || data_offset < 0)
         return NULL;
-    PyObject *buffer = SLOT(base, node_off[S_BUFFER]);
-    if (buffer == NULL || Py_TYPE(buffer) != ndarray_type)
+    PyObject *buffer = SLOT(base, node_off[S_BUFFER]), *st = SLOT(base, node_off[S_STRUCT]);
+    if (buffer == NULL || Py_TYPE(buffer) != ndarray_type || st == NULL)
         return NULL;
     int q = quiet();
     if (q <= 0)
         return NULL;   /* (an error, or a trace: Python's) */
+    buffer = SLOT(base, node_off[S_BUFFER]);   /* (re-read: quiet() may run Python code) */
+    if (buffer == NULL || Py_TYPE(buffer) != ndarray_type)
+        return NULL;
+    Py_INCREF(buffer);   /* (held: what follows may run Python code) */
     PyObject *known = SLOT(base, leaf_views_off);
     if (known != NULL && known != Py_None) {
-        if (!PyDict_CheckExact(known))
-            return NULL;
-        PyObject *hit = PyDict_GetItemWithError(known, steps);   /* borrowed */
+        PyObject *hit = PyDict_CheckExact(known) ? PyDict_GetItemWithError(known, steps) : NULL;
         if (hit != NULL && hit != Py_None) {
             Py_INCREF(hit);
+            Py_DECREF(buffer);
             return hit;
         }
-        if (PyErr_Occurred() || PyDict_GET_SIZE(known) >= leaf_views_cap)
-            return NULL;   /* (an unhashable key, or a full table: Python's) */
+        if (!PyDict_CheckExact(known) || PyErr_Occurred()
+            || PyDict_GET_SIZE(known) >= leaf_views_cap) {
+            Py_DECREF(buffer);
+            return NULL;   /* (an error, raised as Python's lookup raises it; a full table:
+                              Python's, which empties it) */
+        }
     }
     PyObject *key = PyTuple_Pack(2, SLOT(base, node_off[S_STRUCT]), steps);
-    if (key == NULL)
+    if (key == NULL) {
+        Py_DECREF(buffer);
         return NULL;
+    }
     PyObject *how = PyDict_GetItemWithError(view_recipes, key);   /* borrowed */
     Py_DECREF(key);
     if (how == NULL || !PyTuple_CheckExact(how) || PyTuple_GET_SIZE(how) != 3
         || !PyTuple_CheckExact(PyTuple_GET_ITEM(how, 0))
         || Py_TYPE(PyTuple_GET_ITEM(how, 1)) != leaf_type) {
         PyErr_Clear();
+        Py_DECREF(buffer);
         return NULL;   /* a new layout: Python makes its recipe */
     }
     Py_INCREF(how);   /* (held: a step may run Python code, which may empty the table) */
     PyObject *ops = PyTuple_GET_ITEM(how, 0), *template = PyTuple_GET_ITEM(how, 1);
-    PyObject *arr = buffer, *leaf = NULL;
-    Py_INCREF(arr);
+    PyObject *arr = buffer, *leaf = NULL;   /* (arr takes the reference held above) */
     for (Py_ssize_t i = 0; arr != NULL && i < PyTuple_GET_SIZE(ops); i++) {
         PyObject *op = PyTuple_GET_ITEM(ops, i);
         PyObject *next = NULL;
@@ -2633,7 +2642,9 @@ static PyObject *new_view(PyObject *t, PyObject *chain, const ViewHow *how)
     PyObject *base = SLOT(st, g_node);
     if (base != NULL && prim_is(base, str_input)) {
         /* a view of evaluated memory: no pending work to note */
+        Py_INCREF(base);   /* (held: leaf_view may run Python code) */
         PyObject *leaf = leaf_view(base, all_steps);
+        Py_DECREF(base);
         if (leaf == NULL)
             goto done;
         res = tensor_type->tp_alloc(tensor_type, 0);
