@@ -230,8 +230,8 @@ Tensor.to_device = _to_device
 def _direct_slots() -> None:
     """The operators' fast paths straight from ``Tensor``'s type slots (after every dunder
     above is set: assigning one again gives its slot back to Python)."""
-    native = graph_native.module()
-    if native is not None and hasattr(native, "direct_slots"):
+    native = graph_native.module()   # (a build of this ABI or none: it has direct_slots)
+    if native is not None:
         native.direct_slots(Tensor)
 
 
