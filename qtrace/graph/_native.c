@@ -1945,6 +1945,23 @@ static int whole(const Py_ssize_t *starts, const Py_ssize_t *steps, Py_ssize_t n
     return PyObject_RichCompareBool(a, b, Py_EQ);
 }
 
+/* The node of view primitive `prim` of `n` (one input, its dtype, device and weak flag)
+   with `params` and `shape` (new reference; NULL on error, or when an argument is: the
+   caller's allocations failed). */
+static PyObject *view_of(PyObject *prim, PyObject *n, PyObject *params, PyObject *shape)
+{
+    if (params == NULL || shape == NULL)
+        return NULL;
+    PyObject *inputs = PyTuple_Pack(1, n), *node = NULL;
+    if (inputs != NULL) {
+        PyObject *margs[7] = {prim, params, shape, SLOT(n, node_off[S_DTYPE]), inputs,
+                              SLOT(n, node_off[S_DEVICE]), SLOT(n, node_off[S_WEAK])};
+        node = make_node(NULL, margs, 7);
+        Py_DECREF(inputs);
+    }
+    return node;
+}
+
 /* views.slice_node: the node of the strided sub-view (starts, steps, shape) of `n` (new
    reference); NULL with no error set where this code does not follow (the caller falls
    back to Python). */
@@ -2017,15 +2034,10 @@ static PyObject *slice_node(PyObject *n, Py_ssize_t *starts, Py_ssize_t *steps,
         break;
     }
     PyObject *ts = int_tuple(starts, nd), *tt = int_tuple(steps, nd), *params = NULL;
-    PyObject *inputs = PyTuple_Pack(1, n), *node = NULL;
-    if (ts != NULL && tt != NULL && inputs != NULL)
+    if (ts != NULL && tt != NULL)
         params = shared_tuple((PyObject *[]){ts, tt}, 2);
-    if (params != NULL) {
-        PyObject *margs[7] = {str_slice, params, shape, SLOT(n, node_off[S_DTYPE]), inputs,
-                              SLOT(n, node_off[S_DEVICE]), SLOT(n, node_off[S_WEAK])};
-        node = make_node(NULL, margs, 7);
-    }
-    Py_XDECREF(ts); Py_XDECREF(tt); Py_XDECREF(params); Py_XDECREF(inputs);
+    PyObject *node = view_of(str_slice, n, params, shape);
+    Py_XDECREF(ts); Py_XDECREF(tt); Py_XDECREF(params);
     return node;
 }
 
@@ -2051,14 +2063,9 @@ static PyObject *reshape_node(PyObject *n, PyObject *shape)
             return n;
         }
     }
-    PyObject *params = shared_tuple(&shape, 1), *inputs = PyTuple_Pack(1, n), *node = NULL;
-    if (params != NULL && inputs != NULL) {
-        PyObject *margs[7] = {str_reshape, params, shape, SLOT(n, node_off[S_DTYPE]), inputs,
-                              SLOT(n, node_off[S_DEVICE]), SLOT(n, node_off[S_WEAK])};
-        node = make_node(NULL, margs, 7);
-    }
+    PyObject *params = shared_tuple(&shape, 1);
+    PyObject *node = view_of(str_reshape, n, params, shape);
     Py_XDECREF(params);
-    Py_XDECREF(inputs);
     return node;
 }
 
@@ -2100,16 +2107,11 @@ static PyObject *transpose_node(PyObject *n, PyObject *perm)
     Py_ssize_t out[MAX_DIMS];
     for (Py_ssize_t k = 0; k < nd; k++)
         out[k] = d[p[k]];
-    PyObject *tp = int_tuple(p, nd), *ts = int_tuple(out, nd), *params = NULL, *node = NULL;
-    PyObject *inputs = PyTuple_Pack(1, n);
-    if (tp != NULL && ts != NULL && inputs != NULL)
+    PyObject *tp = int_tuple(p, nd), *ts = int_tuple(out, nd), *params = NULL;
+    if (tp != NULL)
         params = shared_tuple(&tp, 1);
-    if (params != NULL) {
-        PyObject *margs[7] = {str_transpose, params, ts, SLOT(n, node_off[S_DTYPE]), inputs,
-                              SLOT(n, node_off[S_DEVICE]), SLOT(n, node_off[S_WEAK])};
-        node = make_node(NULL, margs, 7);
-    }
-    Py_XDECREF(tp); Py_XDECREF(ts); Py_XDECREF(params); Py_XDECREF(inputs);
+    PyObject *node = view_of(str_transpose, n, params, ts);
+    Py_XDECREF(tp); Py_XDECREF(ts); Py_XDECREF(params);
     return node;
 }
 
