@@ -34,6 +34,14 @@ How a call is served (each case tested in ``tests/gpu/test_cuda_graphs.py``):
   replay rewrites has run by then; launches of one graph are ordered by the driver.
 * Threads: the choice of an instance and its launch are one critical section per
   signature.
+* **Compiled replays**: each instance whose inputs are all device arrays is *published*
+  (:meth:`GraphRunner._publish`: its input addresses, graph and event handles, watched
+  arrays with their expected reference counts, version records), and a jitted call of
+  device tensors is first offered to the compiled recorder (``graph_call`` in
+  ``qtrace/graph/_native.c``), which replays a free published instance with the checks
+  above — one ``cuGraphLaunch`` and one ``cuEventRecord`` through the driver, no Python —
+  and leaves every other case (a capture, staging, another stream with qtrace work, a
+  busy or retired instance, another device current) to this module, unchanged.
 
 Host arguments (Python scalars such as a step's ``dt``, small NumPy arrays): each instance
 has a pinned host block and device buffers for them, and its graph begins with the copies
@@ -96,9 +104,38 @@ _probe = object()
 _OVERHEAD = _refs((_probe,))[0] - 2   # what _refs itself adds (beyond the tuple and _probe)
 
 
+_native = None   # the compiled recorder once bound (graph_call), False where it cannot be
+
+
+def _current_stream_ptr():
+    """CuPy's function giving the current stream's address, where it has one."""
+    try:
+        from cupy_backends.cuda import stream
+    except ImportError:
+        return None
+    return getattr(stream, "get_current_stream_ptr", None)
+
+
+def _bind(cp):
+    """The compiled recorder with its CUDA graph replay bound (libcuda found), else None."""
+    global _native
+    if _native is None:
+        from ..graph import native as graph_native
+        from ..stats import native_address
+        from . import cuda
+        mod = graph_native.module()
+        # (CuPy's current stream, or its address: compiled functions, no Python frame)
+        stream_ptr = _current_stream_ptr() or cp.cuda.get_current_stream
+        ok = (mod is not None and type(buffers._lock) is mod.ViewsLock
+              and mod.bind_graphs("libcuda.so.1", cp.ndarray, buffers._State, cuda._streams,
+                                  stream_ptr, buffers._lock, native_address("cuda_graph_replays")))
+        _native = mod if ok else False
+    return _native or None
+
+
 class _Instance:
     __slots__ = ("inputs", "graph", "results", "owned", "made", "watched", "alone", "launches",
-                 "staged", "pinned", "done", "owners", "records")
+                 "staged", "pinned", "done", "owners", "records", "fast")
 
     def __init__(self, inputs: tuple, graph, results: tuple, owned: list, made: list,
                  launches: int, staged: list, pinned, done):
@@ -111,7 +148,7 @@ class _Instance:
         # the memory (CuPy, as NumPy), not to the result it was taken from
         self.owners = tuple(r.base if r.base is not None else r for r in results)
         self.watched = results + tuple(r.base for r in results if r.base is not None)
-        self.alone, self.records = None, ()
+        self.alone, self.records, self.fast = None, (), None
 
     def settle(self) -> None:
         """The reference counts of this instance's results while it alone holds them: the
@@ -142,6 +179,17 @@ class _Instance:
         runtime.eventRecord(self.done.ptr, stream.ptr)
         buffers.advance(self.records)
 
+    def publish(self, native) -> None:
+        """After its first launch (the graph is instantiated by then): what the compiled
+        replay reads (``graph_call``'s layout, in ``qtrace/graph/_native.c``), unless its
+        inputs include staged host arguments."""
+        handle = getattr(self.graph, "graphExec", 0)
+        if self.staged or not handle:
+            return
+        expect = tuple(a - _OVERHEAD for a in self.alone)
+        self.fast = (self.inputs, handle, self.done.ptr, self.watched, expect, self.records,
+                     self.results, self.launches, native.graph_context(), (self.graph, self.done))
+
     def release(self) -> list:
         """Forget every buffer (this instance is being replaced or dropped, once its last
         replay is done with them); the list of those it allocated, for a capture that
@@ -152,7 +200,7 @@ class _Instance:
         made = self.made
         self.results = self.owned = self.made = self.watched = self.staged = self.owners = ()
         self.records = ()
-        self.graph = self.pinned = None
+        self.graph = self.pinned = self.fast = None
         return made
 
 
@@ -163,7 +211,10 @@ class GraphRunner:
         self.plan = plan
         self.reason = why_not(plan)
         self.instances: list = []
-        self.lock = threading.Lock()
+        self.native = _bind(plan.rt.cp) if self.reason is None else None
+        # (the compiled replay takes this lock without Python: a ViewsLock where it is bound)
+        self.lock = self.native.ViewsLock() if self.native is not None else threading.Lock()
+        self.fast: list = []   # the published instances, rewritten under the lock
         self._side = None
 
     def why_not(self) -> str | None:
@@ -200,7 +251,10 @@ class GraphRunner:
             if k < 0:
                 # (no reference to a replaced instance or its buffers is left in this frame
                 # when the new one settles: its reference counts must be its own alone)
-                reuse = self.instances.pop(-k - 1).release() if k != -len(self.instances) - 1 else []
+                reuse = []
+                if k != -len(self.instances) - 1:
+                    reuse = self.instances.pop(-k - 1).release()
+                    self._publish()
                 if not reuse and len(self.instances) >= RING:
                     return None
                 chosen = self._capture(cp, bufs, inputs, reuse)
@@ -211,6 +265,9 @@ class GraphRunner:
                 chosen.settle()
                 chosen.graph.launch(stream)   # (its capture counted the launches)
                 chosen.launched(runtime, stream)
+                if self.native is not None:
+                    chosen.publish(self.native)
+                self._publish()
                 bump_many((("cuda_graph_captures", 1), ("cuda_graph_replays", 1)))
                 return list(chosen.results)
             chosen = self.instances[k]
@@ -237,19 +294,30 @@ class GraphRunner:
                 if state == "free":
                     return i
                 if state == "retired":
-                    instances.pop(i).release()
-                    return self._choose(inputs)
+                    return self._retire(i, inputs)
         for i, inst in enumerate(instances):
             state = inst.state()
             if state == "free":
                 return -i - 1
             if state == "retired":
-                instances.pop(i).release()
-                return self._choose(inputs)
+                return self._retire(i, inputs)
         return -len(instances) - 1
 
+    def _retire(self, i: int, inputs: tuple) -> int:
+        """Drop retired instance ``i``, then choose again."""
+        self.instances.pop(i).release()
+        self._publish()
+        return self._choose(inputs)
+
+    def _publish(self) -> None:
+        """Rewrite the list of published instances (under the lock), in the ring's order:
+        the compiled replay takes the first whose inputs match, as :meth:`_choose` does."""
+        self.fast[:] = [inst.fast for inst in self.instances if inst.fast is not None]
+
     def __del__(self):
-        # (its instances' memory goes back to CuPy's pool once their replays are done)
+        # (its instances' memory goes back to CuPy's pool once their replays are done; none
+        # is offered to the compiled replay any more)
+        getattr(self, "fast", []).clear()
         for inst in getattr(self, "instances", ()):
             try:
                 inst.release()

@@ -18,7 +18,7 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 11
+#define QTRACE_NATIVE_ABI 12
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -41,7 +41,7 @@ static PyObject *fallback_fn;        /* the Python make_node (other input counts
 static PyObject *iota;               /* node._IOTA: tuple(range(n)) for small n */
 static Py_ssize_t recent_cap, count_cap;
 
-static PyObject *str_const, *str_leaves, *zero_t, *one_t, *zero_long;
+static PyObject *str_const, *str_leaves, *zero_t, *one_t, *zero_long, *one_long;
 
 enum { S_PRIM, S_PARAMS, S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE, S_INPUTS, S_STRUCT, S_LEAVES,
        S_COUNT, S_BUFFER, S_SIG, N_SLOTS };
@@ -3777,6 +3777,50 @@ static PyObject *leaf_from(PyObject *from, const int *copied, size_t n, PyObject
     return leaf;
 }
 
+/* A jitted call's results: a new tensor per buffer `bufs[j]`, its leaf's signature that of
+   `templates[j]` (graph.node.leaf_like); a tuple of them (mode 0), or the one (mode 1). */
+static PyObject *wrap_results(PyObject *const *bufs, Py_ssize_t n_out, PyObject *templates,
+                              PyObject *mode)
+{
+    static const int copied[] = {S_PRIM, S_PARAMS, S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE,
+                                 S_STRUCT, S_SIG};
+    if (!PyTuple_Check(templates) || PyTuple_GET_SIZE(templates) != n_out) {
+        PyErr_SetString(PyExc_TypeError, "qtrace: a malformed jit call spec");
+        return NULL;
+    }
+    PyObject *result = PyTuple_New(n_out);
+    if (result == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < n_out; j++) {
+        PyObject *leaf = leaf_from(PyTuple_GET_ITEM(templates, j), copied,
+                                   sizeof copied / sizeof copied[0], bufs[j],
+                                   "a jit result template"), *t = NULL;
+        if (leaf == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        t = tensor_type->tp_alloc(tensor_type, 0);
+        if (t == NULL) {
+            Py_DECREF(leaf);
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyObject_GC_UnTrack(t);
+        set_slot(t, t_node, leaf);
+        Py_INCREF(Py_None);
+        set_slot(t, t_view, Py_None);
+        PyTuple_SET_ITEM(result, j, t);
+    }
+    if (PyLong_AsLong(mode) == 1 && n_out == 1) {   /* mode 1: the one result */
+        PyObject *one = PyTuple_GET_ITEM(result, 0);
+        Py_INCREF(one);
+        Py_SETREF(result, one);
+    }
+    return result;
+}
+
+static PyObject *graph_call(PyObject *spec, PyObject *call);
+
 static PyObject *jit_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyDict_Check(args[0]) || !PyTuple_Check(args[1]))
@@ -3785,6 +3829,9 @@ static PyObject *jit_call(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_ssize_t n = PyTuple_GET_SIZE(call);
     if (ndarray_type == NULL || data_offset < 0 || tensor_type == NULL || leaf_type == NULL || n == 0)
         Py_RETURN_NOTIMPLEMENTED;
+    int q = quiet();   /* (tracing or differentiating: the call is recorded, in Python) */
+    if (q <= 0)
+        return q < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     PyObject *descs = PyTuple_New(n);
     if (descs == NULL)
         return NULL;
@@ -3805,6 +3852,8 @@ static PyObject *jit_call(PyObject *self, PyObject *const *args, Py_ssize_t narg
             return NULL;
         Py_RETURN_NOTIMPLEMENTED;
     }
+    if (PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == 8)
+        return graph_call(spec, call);   /* a CUDA graph's replay (below) */
     if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 7)
         return PyErr_Format(PyExc_TypeError, "qtrace: a malformed jit call spec");
     Py_INCREF(spec);   /* (held: allocating runs Python code, which may change the table) */
@@ -3869,34 +3918,23 @@ static PyObject *jit_call(PyObject *self, PyObject *const *args, Py_ssize_t narg
     __atomic_fetch_add(ctr_hits, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(ctr_launches, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(ctr_tasks, 1, __ATOMIC_RELAXED);
-    Py_ssize_t n_out = PyTuple_GET_SIZE(outs);
-    result = PyTuple_New(n_out);
-    if (result == NULL)
-        goto fail;
-    for (Py_ssize_t j = 0; j < n_out; j++) {
-        Py_ssize_t a = PyLong_AsSsize_t(PyTuple_GET_ITEM(outs, j));
-        static const int copied[] = {S_PRIM, S_PARAMS, S_SHAPE, S_DTYPE, S_WEAK, S_DEVICE,
-                                     S_STRUCT, S_SIG};
-        PyObject *leaf = leaf_from(PyTuple_GET_ITEM(templates, j), copied,
-                                   sizeof copied / sizeof copied[0], allocated[a],
-                                   "a jit result template"), *t = NULL;
-        if (leaf == NULL)
-            goto fail;
-        t = tensor_type->tp_alloc(tensor_type, 0);
-        if (t == NULL) {
-            Py_DECREF(leaf);
-            goto fail;
+    {
+        PyObject *bufs[MAX_KERNEL_ARGS];
+        Py_ssize_t n_out = PyTuple_GET_SIZE(outs);
+        if (n_out > MAX_KERNEL_ARGS)
+            goto not_mine;
+        for (Py_ssize_t j = 0; j < n_out; j++) {
+            Py_ssize_t a = PyLong_AsSsize_t(PyTuple_GET_ITEM(outs, j));
+            if (a < 0 || a >= n_alloc) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "qtrace: a malformed jit call spec");
+                goto fail;
+            }
+            bufs[j] = allocated[a];
         }
-        PyObject_GC_UnTrack(t);
-        set_slot(t, t_node, leaf);
-        Py_INCREF(Py_None);
-        set_slot(t, t_view, Py_None);
-        PyTuple_SET_ITEM(result, j, t);
-    }
-    if (PyLong_AsLong(PyTuple_GET_ITEM(spec, 6)) == 1) {   /* mode 1: the one result */
-        PyObject *one = PyTuple_GET_ITEM(result, 0);
-        Py_INCREF(one);
-        Py_SETREF(result, one);
+        result = wrap_results(bufs, n_out, templates, PyTuple_GET_ITEM(spec, 6));
+        if (result == NULL)
+            goto fail;
     }
     goto done;
 not_mine:
@@ -3910,6 +3948,313 @@ done:
         Py_DECREF(allocated[j]);
     Py_DECREF(spec);
     return result;
+}
+
+/* -- a jitted call replaying a CUDA graph (qtrace.devices.cuda_graphs) ------------------
+ *
+ * GraphRunner's common case without Python: every plan leaf is an argument tensor holding
+ * a C-contiguous CuPy array (or a constant the trace captured), the current CUDA context
+ * is the one the instances were captured in, qtrace's only noted stream is CuPy's current
+ * stream, and the first instance whose input addresses are the call's is free (the
+ * reference counts of its results and their memory are those it alone accounts for; no
+ * record of that memory volatile). Then: one cuGraphLaunch and one cuEventRecord on that
+ * stream through the driver (libcuda, whose handles the runtime's are), a new version of
+ * each result's memory (buffers.advance), the counters the Python path bumps, and the
+ * results wrapped as jit wraps them. Anything else answers NotImplemented before anything
+ * happened, and the Python path decides (capture, staging, waits, errors).
+ *
+ * Spec (jit._graph_spec, 8 items): the runner's published instances (a list it rewrites
+ * under its lock), that lock (a ViewsLock), sources (per plan leaf: the argument index, or
+ * -1 for a captured constant, whose address never changes), templates, mode (0: a tuple,
+ * 1: the one result), explicit (0: only while config.cuda_graphs), the plan's task count,
+ * its device index. A published instance (GraphRunner._publish, 10 items): input
+ * addresses, graph exec handle, event handle, watched arrays, their expected reference
+ * counts, their buffers records, results, launch count, CUDA context, and the CuPy graph
+ * and event objects (held: their handles stay valid while the entry lives).
+ */
+#ifndef _WIN32
+#include <dlfcn.h>
+typedef int (*cu_launch_fn)(void *, void *);
+typedef int (*cu_ctx_fn)(void **);
+typedef int (*cu_name_fn)(int, const char **);
+static cu_launch_fn cu_graph_launch, cu_event_record;
+static cu_ctx_fn cu_ctx_current;
+static cu_name_fn cu_error_name;
+#endif
+static PyTypeObject *cupy_array_type, *state_type;
+static PyObject *streams_dict, *stream_ptr_fn;
+static ViewsLock *buffers_lock;
+static Py_ssize_t st_version, st_borrowed, st_exports;
+static int64_t *ctr_replays;
+static PyObject *str_data, *str_ptr, *str_c_contiguous, *str_cuda_graphs;
+
+static PyObject *bind_graphs(PyObject *self, PyObject *args)
+{
+    const char *lib;
+    PyObject *arr, *st, *streams, *ptr_fn, *lock;
+    unsigned long long replays;
+    if (!PyArg_ParseTuple(args, "sO!O!O!OO!K:bind_graphs", &lib, &PyType_Type, &arr, &PyType_Type,
+                          &st, &PyDict_Type, &streams, &ptr_fn, &ViewsLockType, &lock, &replays))
+        return NULL;
+#ifdef _WIN32
+    Py_RETURN_FALSE;
+#else
+    if (cu_graph_launch == NULL) {
+        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (h == NULL)
+            Py_RETURN_FALSE;
+        cu_launch_fn launch = (cu_launch_fn)dlsym(h, "cuGraphLaunch");
+        cu_launch_fn record = (cu_launch_fn)dlsym(h, "cuEventRecord");
+        cu_ctx_fn ctx = (cu_ctx_fn)dlsym(h, "cuCtxGetCurrent");
+        cu_name_fn name = (cu_name_fn)dlsym(h, "cuGetErrorName");
+        if (launch == NULL || record == NULL || ctx == NULL || name == NULL)
+            Py_RETURN_FALSE;   /* (the handle stays open: a driver is never unloaded) */
+        cu_event_record = record;
+        cu_ctx_current = ctx;
+        cu_error_name = name;
+        cu_graph_launch = launch;
+    }
+    if (slot_offset((PyTypeObject *)st, "version", &st_version) < 0
+        || slot_offset((PyTypeObject *)st, "borrowed", &st_borrowed) < 0
+        || slot_offset((PyTypeObject *)st, "exports", &st_exports) < 0)
+        return NULL;
+    Py_INCREF(arr); Py_XSETREF(cupy_array_type, (PyTypeObject *)arr);
+    Py_INCREF(st); Py_XSETREF(state_type, (PyTypeObject *)st);
+    Py_INCREF(streams); Py_XSETREF(streams_dict, streams);
+    Py_INCREF(ptr_fn); Py_XSETREF(stream_ptr_fn, ptr_fn);
+    Py_INCREF(lock); Py_XSETREF(buffers_lock, (ViewsLock *)lock);
+    ctr_replays = (int64_t *)(uintptr_t)replays;
+    Py_RETURN_TRUE;
+#endif
+}
+
+/* The calling thread's current CUDA context as an integer (0: none, or not bound). */
+static PyObject *graph_context(PyObject *self, PyObject *unused)
+{
+    void *ctx = NULL;
+#ifndef _WIN32
+    if (cu_ctx_current != NULL && cu_ctx_current(&ctx) != 0)
+        ctx = NULL;
+#endif
+    return PyLong_FromVoidPtr(ctx);
+}
+
+/* 1 (taken), 0 (another thread holds it): l without waiting. */
+static int vlock_try(ViewsLock *l)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (l->count > 0 && l->owner == me) {
+        l->count++;
+        return 1;
+    }
+#ifndef _WIN32
+    if (pthread_mutex_trylock(&l->mutex) != 0)
+        return 0;
+#else
+    if (!PyThread_acquire_lock(l->mutex, NOWAIT_LOCK))
+        return 0;
+#endif
+    l->owner = me;
+    l->count = 1;
+    return 1;
+}
+
+/* The device address of CuPy array `buf` if it is C-contiguous (1), else 0; -1 with an
+   error. */
+static int device_address(PyObject *buf, void **out)
+{
+    PyObject *c = PyObject_GetAttr(buf, str_c_contiguous);
+    if (c == NULL)
+        return -1;
+    int contiguous = c == Py_True;
+    Py_DECREF(c);
+    if (!contiguous)
+        return 0;
+    PyObject *mem = PyObject_GetAttr(buf, str_data);
+    if (mem == NULL)
+        return -1;
+    PyObject *ptr = PyObject_GetAttr(mem, str_ptr);
+    Py_DECREF(mem);
+    if (ptr == NULL)
+        return -1;
+    *out = PyLong_AsVoidPtr(ptr);
+    Py_DECREF(ptr);
+    return PyErr_Occurred() ? -1 : 1;
+}
+
+/* Whether published instance `e` may be replayed now (its results free, nothing volatile). */
+static int instance_free(PyObject *e, void *ctx)
+{
+    PyObject *watched = PyTuple_GET_ITEM(e, 3), *expect = PyTuple_GET_ITEM(e, 4);
+    PyObject *records = PyTuple_GET_ITEM(e, 5);
+    if (PyLong_AsVoidPtr(PyTuple_GET_ITEM(e, 8)) != ctx)
+        return 0;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(watched); j++)
+        if (Py_REFCNT(PyTuple_GET_ITEM(watched, j)) != PyLong_AsSsize_t(PyTuple_GET_ITEM(expect, j)))
+            return 0;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(records); j++) {
+        PyObject *r = PyTuple_GET_ITEM(records, j), *exports;
+        if (Py_TYPE(r) != state_type || SLOT(r, st_borrowed) != Py_False
+            || (exports = SLOT(r, st_exports)) == NULL || !PyLong_CheckExact(exports)
+            || PyLong_AsLong(exports) != 0)
+            return 0;
+    }
+    return !PyErr_Occurred();
+}
+
+static PyObject *cuda_failed(const char *what, int rc)
+{
+    const char *name = NULL;
+#ifndef _WIN32
+    if (cu_error_name == NULL || cu_error_name(rc, &name) != 0)
+        name = NULL;
+#endif
+    return PyErr_Format(PyExc_RuntimeError, "qtrace: %s failed replaying a jitted step's CUDA graph: "
+                        "%s (CUDA error %d)", what, name ? name : "unknown", rc);
+}
+
+/* A new version of each record's memory (buffers.advance), under buffers' lock. */
+static int advance_records(PyObject *records)
+{
+    if (vlock_acquire(buffers_lock) < 0)
+        return -1;
+    int rc = 0;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(records) && rc == 0; j++) {
+        PyObject *r = PyTuple_GET_ITEM(records, j), *v = SLOT(r, st_version);
+        PyObject *next = v != NULL ? PyNumber_Add(v, one_long) : NULL;
+        if (next == NULL)
+            rc = -1;
+        else
+            set_slot(r, st_version, next);
+    }
+    if (vlock_release(buffers_lock) < 0)
+        rc = -1;
+    return rc;
+}
+
+static PyObject *graph_call(PyObject *spec, PyObject *call)
+{
+#ifdef _WIN32
+    Py_RETURN_NOTIMPLEMENTED;
+#else
+    PyObject *fast = PyTuple_GET_ITEM(spec, 0), *lock = PyTuple_GET_ITEM(spec, 1);
+    PyObject *sources = PyTuple_GET_ITEM(spec, 2), *templates = PyTuple_GET_ITEM(spec, 3);
+    Py_ssize_t n = PyTuple_GET_SIZE(call), n_src;
+    if (cu_graph_launch == NULL || cupy_array_type == NULL || !PyList_Check(fast)
+        || Py_TYPE(lock) != &ViewsLockType || !PyTuple_Check(sources) || !PyTuple_Check(templates)
+        || (n_src = PyTuple_GET_SIZE(sources)) > MAX_KERNEL_ARGS)
+        Py_RETURN_NOTIMPLEMENTED;
+    if (PyTuple_GET_ITEM(spec, 5) != Py_True) {   /* graphs on while config.cuda_graphs */
+        PyObject *on = PyObject_GetAttr(config_obj, str_cuda_graphs);
+        int yes = on == NULL ? -1 : PyObject_IsTrue(on);
+        Py_XDECREF(on);
+        if (yes <= 0)
+            return yes < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    }
+    void *ptrs[MAX_KERNEL_ARGS];
+    for (Py_ssize_t i = 0; i < n_src; i++) {
+        Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(sources, i));
+        if (k < 0) {
+            if (PyErr_Occurred())
+                return NULL;
+            continue;   /* a captured constant */
+        }
+        PyObject *t, *node, *buf;
+        if (k >= n || Py_TYPE(t = PyTuple_GET_ITEM(call, k)) != tensor_type
+            || (node = SLOT(t, t_node)) == NULL || Py_TYPE(node) != leaf_type || !prim_is(node, str_input)
+            || (buf = SLOT(node, node_off[S_BUFFER])) == NULL || Py_TYPE(buf) != cupy_array_type)
+            Py_RETURN_NOTIMPLEMENTED;
+        Py_INCREF(buf);   /* (held: its attributes are read through Python's protocol) */
+        int rc = device_address(buf, &ptrs[i]);
+        Py_DECREF(buf);
+        if (rc <= 0)
+            return rc < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    }
+    void *ctx = NULL, *stream;
+    if (cu_ctx_current(&ctx) != 0 || ctx == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    {
+        PyObject *s = PyObject_CallNoArgs(stream_ptr_fn);   /* (its address, or the stream) */
+        if (s != NULL && !PyLong_Check(s))
+            Py_SETREF(s, PyObject_GetAttr(s, str_ptr));
+        if (s == NULL)
+            return NULL;
+        stream = PyLong_AsVoidPtr(s);
+        Py_DECREF(s);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    /* qtrace's only noted stream is this one (cuda.order_reads and note_stream: nothing to
+       wait for, nothing to note) */
+    if (PyDict_GET_SIZE(streams_dict) != 1)
+        Py_RETURN_NOTIMPLEMENTED;
+    {
+        PyObject *ptr = PyLong_FromVoidPtr(stream), *key = NULL;
+        if (ptr != NULL)
+            key = PyTuple_Pack(2, PyTuple_GET_ITEM(spec, 7), ptr);
+        Py_XDECREF(ptr);
+        if (key == NULL)
+            return NULL;
+        int noted = PyDict_Contains(streams_dict, key);
+        Py_DECREF(key);
+        if (noted <= 0)
+            return noted < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    }
+    if (!vlock_try((ViewsLock *)lock))
+        Py_RETURN_NOTIMPLEMENTED;   /* (another thread is choosing, capturing or launching) */
+    PyObject *e = NULL, *result = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(fast) && e == NULL; i++) {
+        PyObject *cand = PyList_GET_ITEM(fast, i), *inputs;
+        if (!PyTuple_Check(cand) || PyTuple_GET_SIZE(cand) != 10
+            || !PyTuple_Check(inputs = PyTuple_GET_ITEM(cand, 0)) || PyTuple_GET_SIZE(inputs) != n_src)
+            continue;
+        Py_ssize_t i_src = 0;
+        for (; i_src < n_src; i_src++) {
+            if (PyLong_AsSsize_t(PyTuple_GET_ITEM(sources, i_src)) >= 0
+                && PyLong_AsVoidPtr(PyTuple_GET_ITEM(inputs, i_src)) != ptrs[i_src])
+                break;
+        }
+        if (i_src == n_src)
+            e = cand;   /* the first with these inputs, as GraphRunner._choose takes */
+    }
+    if (e == NULL || !instance_free(e, ctx)) {
+        vlock_release((ViewsLock *)lock);
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_INCREF(e);   /* (held: the buffers lock below may wait with the GIL released) */
+    int rc = cu_graph_launch(PyLong_AsVoidPtr(PyTuple_GET_ITEM(e, 1)), stream);
+    if (rc != 0) {
+        cuda_failed("cuGraphLaunch", rc);
+        goto unlock;
+    }
+    rc = cu_event_record(PyLong_AsVoidPtr(PyTuple_GET_ITEM(e, 2)), stream);
+    if (rc != 0) {
+        cuda_failed("cuEventRecord", rc);
+        goto unlock;
+    }
+    if (advance_records(PyTuple_GET_ITEM(e, 5)) < 0)
+        goto unlock;
+    __atomic_fetch_add(ctr_hits, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(ctr_replays, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(ctr_launches, PyLong_AsLongLong(PyTuple_GET_ITEM(e, 7)), __ATOMIC_RELAXED);
+    __atomic_fetch_add(ctr_tasks, PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 6)), __ATOMIC_RELAXED);
+    {
+        PyObject *results = PyTuple_GET_ITEM(e, 6);
+        if (!PyTuple_Check(results) || PyTuple_GET_SIZE(results) > MAX_KERNEL_ARGS) {
+            PyErr_SetString(PyExc_TypeError, "qtrace: a malformed CUDA graph instance");
+            goto unlock;
+        }
+        result = wrap_results(((PyTupleObject *)results)->ob_item, PyTuple_GET_SIZE(results), templates,
+                              PyTuple_GET_ITEM(spec, 4));
+    }
+unlock:
+    if (vlock_release((ViewsLock *)lock) < 0)
+        Py_CLEAR(result);
+    Py_DECREF(e);
+    return result;
+#endif
 }
 
 /* -- an eager evaluation (qtrace.tracer.pending.flush) ----------------------------------
@@ -4475,6 +4820,12 @@ static PyMethodDef methods[] = {
      "Hand over what jitted calls allocate with, and the addresses of stats counters."},
     {"jit_call", (PyCFunction)(void (*)(void))jit_call, METH_FASTCALL,
      "jit_call(specs, args)\nA jitted call of one kernel (qtrace.tracer.jit), or NotImplemented."},
+    {"bind_graphs", bind_graphs, METH_VARARGS,
+     "bind_graphs(libcuda, cupy.ndarray, buffers._State, cuda._streams, current_stream,\n"
+     "            buffers._lock, replays) -> bool\n"
+     "Hand over what a jitted call replaying a CUDA graph needs (False: no driver found)."},
+    {"graph_context", graph_context, METH_NOARGS,
+     "graph_context() -> int\nThe calling thread's current CUDA context (0: none)."},
     {"bind_flush", bind_flush, METH_VARARGS,
      "bind_flush(graph_struct, result_leaf, array_view, flush_py, Struct, recent)\n"
      "Hand over what an eager evaluation follows and falls back to."},
@@ -4498,6 +4849,14 @@ PyMODINIT_FUNC PyInit__native(void)
     zero_t = single_of(0);   /* (the shared (0,) and (1,)) */
     one_t = single_of(1);
     zero_long = PyLong_FromLong(0);
+    one_long = PyLong_FromLong(1);
+    str_data = PyUnicode_InternFromString("data");
+    str_ptr = PyUnicode_InternFromString("ptr");
+    str_c_contiguous = PyUnicode_InternFromString("_c_contiguous");
+    str_cuda_graphs = PyUnicode_InternFromString("cuda_graphs");
+    if (one_long == NULL || str_data == NULL || str_ptr == NULL || str_c_contiguous == NULL
+        || str_cuda_graphs == NULL)
+        return NULL;
     str_s = PyUnicode_InternFromString("s");
     str_max_pending = PyUnicode_InternFromString("max_pending_nodes");
     empty_tuple = PyTuple_New(0);

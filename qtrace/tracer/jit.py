@@ -108,10 +108,11 @@ def _c_contiguous(buf) -> bool:
 
 class _Entry:
     __slots__ = ("plan", "bind", "captured", "out_tree", "out_kinds", "out_meta", "flat_tuple",
-                 "all_tensors", "mutated", "aliases", "graph", "graphs")
+                 "all_tensors", "mutated", "aliases", "graph", "graphs", "graph_spec")
 
     def __init__(self):
         self.graphs = None   # its CUDA graphs (qt.jit(..., cuda_graph=True)), made at first use
+        self.graph_spec = None   # their compiled replay's spec (_graph_spec), False: none
 
 
 _new_tensor = object.__new__
@@ -156,6 +157,12 @@ class Jitted:
         return tuple(static), tuple(dyn_args), dyn_kwargs
 
     def __call__(self, *args, **kwargs):
+        if self._specs and not kwargs:
+            # one kernel on ready host arrays, or a CUDA graph's replay: the compiled
+            # recorder runs it (outside traces and derivatives: it checks)
+            result = _native_call(self._specs, args)
+            if result is not NotImplemented:
+                return result
         if special():
             if ad_level():  # inside a derivative: one call node, its plans compiled once
                 return self._call_node(args, kwargs)
@@ -163,10 +170,6 @@ class Jitted:
                 return self.fn(*args, **kwargs)
         if not kwargs and not self.static_argnums:
             # fast path: flat positional arguments, the common shape of a step function
-            if self._specs:  # one kernel on ready host arrays: the compiled recorder runs it
-                result = _native_call(self._specs, args)
-                if result is not NotImplemented:
-                    return result
             try:
                 descs = []
                 for a in args:  # _describe, with a tensor's cached entry read inline
@@ -179,7 +182,13 @@ class Jitted:
                 entry = self._flat.get(descs)
                 if entry is not None:
                     bump("cache_hits_memory")
-                    return self._run(entry, args, descs)
+                    result = self._run(entry, args, descs)
+                    if entry.graphs is not None and descs not in self._specs:
+                        if entry.graph_spec is None:
+                            entry.graph_spec = _graph_spec(entry, self.cuda_graph is True) or False
+                        if entry.graph_spec:   # (the next calls: the compiled replay first)
+                            self._specs[descs] = entry.graph_spec
+                    return result
                 result = self._call(args, kwargs)
                 tree = pytree.flatten((args, {}))[1]
                 # (missing if the pytree library changed during the call: JAX imported by it)
@@ -506,6 +515,27 @@ def _native_spec(entry: _Entry, tree) -> tuple | None:
 
 
 _ONE = object()
+
+
+def _graph_spec(entry: _Entry, explicit: bool) -> tuple | None:
+    """``entry``'s CUDA graph runner as the compiled recorder replays it (``graph_call``
+    in ``qtrace/graph/_native.c``, which describes the layout), or None where it cannot:
+    no compiled replay bound, calls the runner refuses, results that are not fresh
+    tensors returned as a tuple or alone, or writes into arguments. ``explicit``: graphs
+    asked for by ``cuda_graph=True`` (else only while ``qt.config.cuda_graphs``)."""
+    runner = entry.graphs
+    if (runner.native is None or runner.why_not() is not None or entry.mutated
+            or not entry.all_tensors or any(k != "tensor" for k in entry.out_kinds)):
+        return None
+    if entry.flat_tuple:
+        mode = 0
+    elif len(entry.out_meta) == 1 and pytree.unflatten(entry.out_tree, [_ONE]) is _ONE:
+        mode = 1
+    else:
+        return None
+    plan = entry.plan
+    return (runner.fast, runner.lock, tuple(s if s >= 0 else -1 for s in entry.bind),
+            tuple(entry.out_meta), mode, explicit, plan.n_tasks, plan.rt.index)
 
 
 def _template(n) -> graph_node.Node:

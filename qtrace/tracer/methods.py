@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import config
+from ..graph import buffers
 from ..graph import native as graph_native
 from ..graph import node as graph_node
 from . import array_api, composites, context, convert, indexing, linalg, pending, reductions, shape_ops, views
@@ -46,6 +47,7 @@ def _bind_native() -> None:
                         convert._scalars, convert._consts)
     config.watch("max_pending_nodes", native.set_pending_limit)
     views._views_lock = native.ViewsLock()   # (taken in C without calling Python)
+    buffers._lock = native.ViewsLock()       # (likewise: a CUDA graph's replay, jit._graph_spec)
     native.bind_views(views.Storage, views._storage, views._leaf_view, views.reshape_node,
                       views._views_lock, views.view_chain, views._view_recipes, views.LEAF_VIEWS_CAP)
     native.bind_assign(indexing.assigned_values, views.apply_step, views.undo_step,

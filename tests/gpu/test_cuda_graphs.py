@@ -10,7 +10,9 @@ plans a graph does not take. Fusion on and off (``fusion`` fixture). Without a G
 
 from __future__ import annotations
 
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +21,8 @@ import qtrace as qt
 from qtrace.devices import cuda_graphs
 from qtrace.graph import buffers
 from qtrace.graph import evaluate as graph_evaluate
+from qtrace.graph import native as graph_native
+from qtrace.tracer import jit as jit_module
 
 WHY = graph_evaluate.unavailable(qt.Device("cuda"))
 gpu = pytest.mark.skipif(WHY is not None, reason=f"no CUDA GPU: {WHY}")
@@ -65,6 +69,83 @@ def test_a_simulation_fed_its_own_results_replays_two_graphs_bit_for_bit(fusion,
     assert st_plain["cuda_graph_replays"] == 0
     rx, rv = _b2_reference(x0, v0, 2000)
     assert np.max(np.abs(xg - rx)) <= 4 * 2000 * np.finfo(np.float32).eps * np.max(np.abs(rx))
+
+
+def _qtrace_python_calls(fn) -> list:
+    """The qtrace Python functions that ``fn()`` calls, as (module file, function) pairs."""
+    root = str(Path(qt.__file__).parent)
+    seen = []
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            seen.append((Path(frame.f_code.co_filename).name, frame.f_code.co_name))
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+@gpu
+@pytest.mark.skipif(graph_native.module() is None, reason="qtrace's C extension is not built")
+def test_settled_replays_run_compiled_and_match_the_python_path(fusion, rng, monkeypatch):
+    """Once its two instances settle, a step fed its own results is replayed by the compiled
+    recorder: no qtrace Python past ``Jitted.__call__`` (no runner, no stream bookkeeping,
+    no wrapping), the counters moved as the Python path moves them, the same bits as with
+    the compiled replay turned off and as launch by launch."""
+    x0 = rng.uniform(-1, 1, 64).astype(np.float32)
+    v0 = rng.uniform(-1, 1, 64).astype(np.float32)
+    f = qt.jit(b2_step, cuda_graph=True)
+    x, v = qt.asarray(x0, device="cuda"), qt.asarray(v0, device="cuda")
+    for _ in range(6):
+        x, v = f(x, v)
+    assert f._specs, "no compiled replay was set up"
+    qt.reset_stats()
+    box = [x, v]
+    del x, v
+
+    def steps():
+        for _ in range(100):
+            box[:] = f(*box)
+    calls = _qtrace_python_calls(steps)
+    st = qt.stats()
+    assert set(calls) == {("jit.py", "__call__")}, sorted(set(calls))
+    assert st["cuda_graph_replays"] == 100 and st["cuda_graph_captures"] == 0, st
+    assert st["cache_hits_memory"] == 100 and st["kernel_launches"] >= 100, st
+    assert st["device_syncs"] == 0, st
+    got = [t.numpy() for t in box]
+    monkeypatch.setattr(jit_module, "_graph_spec", lambda entry, explicit: None)
+    xp, vp, st_py, g = _run_b2(x0, v0, 106, True)
+    assert not g._specs and st_py["cuda_graph_replays"] == 106
+    xl, vl, _, _ = _run_b2(x0, v0, 106, False)
+    for a, b, c in zip(got, (xp, vp), (xl, vl)):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+@gpu
+@pytest.mark.skipif(graph_native.module() is None, reason="qtrace's C extension is not built")
+def test_compiled_replays_follow_config_cuda_graphs(rng, monkeypatch):
+    """A jitted function that leaves graphs to ``qt.config.cuda_graphs`` stops replaying
+    graphs (compiled or not) the call after it is turned off, and replays again once it is
+    back on; the values never change."""
+    f = qt.jit(b2_step)
+    x0 = rng.uniform(-1, 1, 64).astype(np.float32)
+    monkeypatch.setattr(qt.config, "cuda_graphs", True)
+    x, v = qt.asarray(x0, device="cuda"), qt.zeros(64, dtype="float32", device="cuda")
+    ref_x, ref_v = x0.astype(np.float64), np.zeros(64)
+    for phase in (True, False, True):
+        qt.config.cuda_graphs = phase
+        qt.reset_stats()
+        for _ in range(20):
+            x, v = f(x, v)
+            ref_x, ref_v = b2_step(ref_x, ref_v)
+        replays = qt.stats()["cuda_graph_replays"]
+        assert (replays >= 14) if phase else (replays == 0), (phase, replays)
+    assert f._specs
+    np.testing.assert_allclose(x.numpy(), ref_x, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(v.numpy(), ref_v, rtol=1e-4, atol=1e-5)
 
 
 @gpu
