@@ -40,6 +40,7 @@ COUNTERS = (
     "device_syncs",         # the host waited for a GPU (a value read back, qt.sync())
     "cuda_graph_captures",  # CUDA graphs captured for jitted calls (qtrace.devices.cuda_graphs)
     "cuda_graph_replays",   # jitted calls run as one graph launch
+    "cuda_graph_patches",   # ... of which replays of a graph patched to read new inputs
     "ffi_python_calls",     # XLA custom calls (qt.to_jax) run by the Python FFI handler
     "ffi_native_calls",     # ... and by a native handler (counted by the handler itself)
     "evaluations",          # pending graphs evaluated (eager code)

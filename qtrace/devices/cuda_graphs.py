@@ -23,12 +23,19 @@ How a call is served (each case tested in ``tests/gpu/test_cuda_graphs.py``):
   back to CuPy's pool when nothing holds it, as without graphs). Each replay gives its
   results' memory a new version (``qtrace.graph.buffers``), so caches of values read from
   it (an adstack's reduced trip counts) see the rewrite.
-* Otherwise a free instance is captured again for the new inputs, over its own memory
-  (its results and temporaries are reused: so ``x = step(x)`` settles on two instances
-  whose inputs are each other's results), or, where none is free, a new one (up to
+* Otherwise a free instance is **patched** to read the call's inputs: every kernel
+  argument that pointed into an input at the capture is rewritten to the same offset in
+  the new input (``cuGraphExecKernelNodeSetParams``, :mod:`qtrace.devices.cuda_driver`;
+  counter ``cuda_graph_patches``), so a step called with new arrays each time replays
+  one graph and is never captured again. Not patched (captured again over its own
+  memory, its results and temporaries reused): an instance whose inputs overlapped one
+  another at its capture, new inputs overlapping memory the instance writes, a driver
+  without these functions. Where no instance is free a new one is captured (up to
   :data:`RING` per signature): on a private stream, in relaxed capture mode, then
   launched on the current stream. Where none is free and the ring is full the call runs
-  the plan as usual (launch by launch): graphs never change what a call computes.
+  the plan as usual (launch by launch): graphs never change what a call computes. Each
+  capture says why under ``QTRACE_LOG_RECOMPILES=1``. So ``x = step(x)`` settles on two
+  instances whose inputs are each other's results: two captures, one patch.
 * Ordering: before a replay the current stream waits for the qtrace work of every other
   stream (as every qtrace launch does), so a reader queued elsewhere of a result a
   replay rewrites has run by then; launches of one graph are ordered by the driver.
@@ -65,13 +72,18 @@ Example (on a GPU; without one, ``device="cuda"`` raises):
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 
 import numpy as np
 
+from ..config import config
 from ..graph import buffers
 from ..stats import bump, bump_many
+from . import cuda_driver
+
+log = logging.getLogger("qtrace")
 
 RING = 4   # instances kept per signature
 HOST_MAX = 1 << 16   # bytes of a host argument a graph stages (larger: the call runs as usual)
@@ -107,15 +119,6 @@ _OVERHEAD = _refs((_probe,))[0] - 2   # what _refs itself adds (beyond the tuple
 _native = None   # the compiled recorder once bound (graph_call), False where it cannot be
 
 
-def _current_stream_ptr():
-    """CuPy's function giving the current stream's address, where it has one."""
-    try:
-        from cupy_backends.cuda import stream
-    except ImportError:
-        return None
-    return getattr(stream, "get_current_stream_ptr", None)
-
-
 def _bind(cp):
     """The compiled recorder with its CUDA graph replay bound (libcuda found), else None."""
     global _native
@@ -124,23 +127,34 @@ def _bind(cp):
         from ..stats import native_address
         from . import cuda
         mod = graph_native.module()
-        # (CuPy's current stream, or its address: compiled functions, no Python frame)
-        stream_ptr = _current_stream_ptr() or cp.cuda.get_current_stream
-        ok = (mod is not None and type(buffers._lock) is mod.ViewsLock
-              and mod.bind_graphs("libcuda.so.1", cp.ndarray, buffers._State, cuda._streams,
-                                  stream_ptr, buffers._lock, native_address("cuda_graph_replays")))
+        try:   # (CuPy's get_current_stream is compiled: no Python frame per call)
+            ok = (mod is not None and type(buffers._lock) is mod.ViewsLock
+                  and mod.bind_graphs("libcuda.so.1", cp.ndarray, buffers._State, cuda._streams,
+                                      cp.cuda.get_current_stream, buffers._lock,
+                                      native_address("cuda_graph_replays")))
+        except (TypeError, AttributeError) as exc:   # (graphs then replay from Python)
+            log.warning("qtrace: compiled CUDA graph replays are off: %s", exc)
+            ok = False
         _native = mod if ok else False
     return _native or None
 
 
+def _meets(spans, others) -> bool:
+    """Whether a byte range of ``spans`` overlaps one of ``others``."""
+    return any(a < b + m and b < a + n for a, n in spans for b, m in others)
+
+
 class _Instance:
     __slots__ = ("inputs", "graph", "results", "owned", "made", "watched", "alone", "launches",
-                 "staged", "pinned", "done", "owners", "records", "fast")
+                 "staged", "pinned", "done", "owners", "records", "fast", "spans")
 
     def __init__(self, inputs: tuple, graph, results: tuple, owned: list, made: list,
                  launches: int, staged: list, pinned, done):
         self.inputs, self.graph, self.results = inputs, graph, results
         self.owned, self.made, self.launches = owned, made, launches
+        # the memory its replays write (and the kept blocks they use): a new input there
+        # would be read and written by one replay
+        self.spans = tuple((b.data.ptr, b.nbytes) for b in (*owned, *made, *results))
         # host arguments: (index, its view of the pinned block) each, and the block
         self.staged, self.pinned = staged, pinned
         self.done = done   # an event after its last replay
@@ -189,6 +203,34 @@ class _Instance:
         expect = tuple(a - _OVERHEAD for a in self.alone)
         self.fast = (self.inputs, handle, self.done.ptr, self.watched, expect, self.records,
                      self.results, self.launches, native.graph_context(), (self.graph, self.done))
+
+    def patch(self, inputs: tuple, bufs: list) -> int | None:
+        """Make this instance's graph read ``inputs`` (device addresses of ``bufs``, -1 for
+        a staged host argument) instead of its own: each kernel argument pointing into a
+        moved input is rewritten (``cuda_driver.Graph.patch``). The number of kernels
+        rewritten; None where it cannot be patched (nothing changed then): no patchable
+        graph, staged arguments at other positions, inputs that overlapped one another at
+        the capture (which one an argument stands for cannot be told), or new inputs
+        overlapping memory this instance writes."""
+        if self.inputs is None or not hasattr(self.graph, "patch") or len(inputs) != len(self.inputs):
+            return None
+        if any((old < 0) != (new < 0) for old, new in zip(self.inputs, inputs)):
+            return None
+        if _meets([(new, buf.nbytes) for new, buf in zip(inputs, bufs) if new >= 0], self.spans):
+            return None
+        try:
+            n = self.graph.patch([new if new >= 0 else None for new in inputs])
+        except cuda_driver.CudaDriverError:
+            # (some kernels may read the new inputs already: never replay it again; the
+            # caller captures over it)
+            self.inputs, self.fast = None, None
+            return None
+        if n is None:
+            return None
+        self.inputs = inputs
+        if self.fast is not None:
+            self.fast = (inputs,) + self.fast[1:]
+        return n
 
     def release(self) -> list:
         """Forget every buffer (this instance is being replaced or dropped, once its last
@@ -247,16 +289,21 @@ class GraphRunner:
         with self.lock, rt.scope():
             stream = cp.cuda.get_current_stream()
             rt.queue(stream)   # (this stream waits for the qtrace work of the others)
-            k = self._choose(inputs)
+            k, why = self._choose(inputs, bufs)
             if k < 0:
                 # (no reference to a replaced instance or its buffers is left in this frame
                 # when the new one settles: its reference counts must be its own alone)
                 reuse = []
                 if k != -len(self.instances) - 1:
-                    reuse = self.instances.pop(-k - 1).release()
-                    self._publish()
+                    replaced = self.instances.pop(-k - 1)
+                    self._publish()   # (before its release, which may raise)
+                    reuse = replaced.release()
+                    del replaced
                 if not reuse and len(self.instances) >= RING:
                     return None
+                if config.log_recompiles:
+                    log.warning("qt.jit: capturing a CUDA graph of a %d-launch plan because %s",
+                                self.plan.n_launches, why)
                 chosen = self._capture(cp, bufs, inputs, reuse)
                 del reuse
                 if chosen is None:
@@ -283,31 +330,42 @@ class GraphRunner:
                        ("tasks_run", self.plan.n_tasks)))
             return list(chosen.results)
 
-    def _choose(self, inputs: tuple) -> int:
-        """The index of a free instance for ``inputs``; else ``-i - 1`` for free instance
-        ``i`` (to capture again), or ``-len(instances) - 1`` where none is free. Retired
-        instances leave the ring."""
+    def _choose(self, inputs: tuple, bufs: list) -> tuple[int, str]:
+        """The index of a free instance to replay for ``inputs`` (one whose inputs they are,
+        else one patched to read them: ``cuda_graph_patches``); else ``-i - 1`` for free
+        instance ``i`` (to capture again), or ``-len(instances) - 1`` where none is free,
+        with the reason. Retired instances leave the ring."""
         instances = self.instances
         for i, inst in enumerate(instances):
             if inst.inputs == inputs:
                 state = inst.state()
                 if state == "free":
-                    return i
+                    return i, ""
                 if state == "retired":
-                    return self._retire(i, inputs)
+                    return self._retire(i, inputs, bufs)
+        free = None
         for i, inst in enumerate(instances):
             state = inst.state()
-            if state == "free":
-                return -i - 1
             if state == "retired":
-                return self._retire(i, inputs)
-        return -len(instances) - 1
+                return self._retire(i, inputs, bufs)
+            if state == "free":
+                if inst.patch(inputs, bufs) is not None:
+                    self._publish()
+                    bump("cuda_graph_patches")
+                    return i, ""
+                if free is None:
+                    free = i
+        if free is not None:
+            return -free - 1, "its inputs overlap one another or what a free graph writes"
+        return -len(instances) - 1, ("the first call" if not instances else
+                                     "every graph's results are still held")
 
-    def _retire(self, i: int, inputs: tuple) -> int:
+    def _retire(self, i: int, inputs: tuple, bufs: list) -> tuple[int, str]:
         """Drop retired instance ``i``, then choose again."""
-        self.instances.pop(i).release()
-        self._publish()
-        return self._choose(inputs)
+        retired = self.instances.pop(i)
+        self._publish()   # (before its release, which may raise)
+        retired.release()
+        return self._choose(inputs, bufs)
 
     def _publish(self) -> None:
         """Rewrite the list of published instances (under the lock), in the ring's order:
@@ -332,6 +390,7 @@ class GraphRunner:
         if self._side is None:
             self._side = cp.cuda.Stream(non_blocking=True)
         mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", None)
+        drv = cuda_driver.driver()
         side = self._side
         hosts = [i for i, b in enumerate(bufs) if type(b) is np.ndarray]
         offsets, size = [], 0
@@ -349,7 +408,10 @@ class GraphRunner:
                     np.copyto(view, host)
                     staged.append((i, view))
                     leaves[i] = rt.empty(host.shape, host.dtype)
-                side.begin_capture() if mode is None else side.begin_capture(mode)
+                if drv is not None:   # (a graph whose arguments can be patched)
+                    cuda_driver.begin_capture(side.ptr)
+                else:
+                    side.begin_capture() if mode is None else side.begin_capture(mode)
                 try:
                     for i, view in staged:   # the graph's first nodes
                         if view.nbytes:
@@ -357,9 +419,12 @@ class GraphRunner:
                                                         view.nbytes, 1, side.ptr)   # (host to device)
                     results = tuple(self.plan.run(leaves, None, queue=False))
                 finally:
-                    graph = side.end_capture()
+                    graph = (cuda_driver.Graph(side.ptr, [(p, b.nbytes) if p >= 0 else None
+                                                          for p, b in zip(inputs, bufs)])
+                             if drv is not None else side.end_capture())
         except Exception as exc:  # noqa: BLE001 - a capture the driver refuses: no graphs here
             self.reason = f"the capture failed ({type(exc).__name__}: {exc})"
+            self.fast.clear()   # (no replays from the compiled path either)
             return None
         done = cp.cuda.Event(disable_timing=True)
         return _Instance(inputs, graph, results, owned, made, self.plan.n_launches, staged,

@@ -3852,8 +3852,13 @@ static PyObject *jit_call(PyObject *self, PyObject *const *args, Py_ssize_t narg
             return NULL;
         Py_RETURN_NOTIMPLEMENTED;
     }
-    if (PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == 8)
-        return graph_call(spec, call);   /* a CUDA graph's replay (below) */
+    if (PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == 8) {   /* a CUDA graph's replay (below) */
+        Py_INCREF(spec);   /* (held: the replay may wait with the GIL released, and another
+                              thread clear the table) */
+        PyObject *r = graph_call(spec, call);
+        Py_DECREF(spec);
+        return r;
+    }
     if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 7)
         return PyErr_Format(PyExc_TypeError, "qtrace: a malformed jit call spec");
     Py_INCREF(spec);   /* (held: allocating runs Python code, which may change the table) */
@@ -3863,7 +3868,8 @@ static PyObject *jit_call(PyObject *self, PyObject *const *args, Py_ssize_t narg
     PyObject *sources = PyTuple_GET_ITEM(spec, 2), *allocs = PyTuple_GET_ITEM(spec, 3);
     PyObject *outs = PyTuple_GET_ITEM(spec, 4), *templates = PyTuple_GET_ITEM(spec, 5);
     Py_ssize_t n_src = PyTuple_GET_SIZE(sources);
-    if (n_src > MAX_KERNEL_ARGS || PyTuple_GET_SIZE(allocs) > MAX_KERNEL_ARGS)
+    if (n_src > MAX_KERNEL_ARGS || PyTuple_GET_SIZE(allocs) > MAX_KERNEL_ARGS
+        || PyTuple_GET_SIZE(outs) > MAX_KERNEL_ARGS)
         goto not_mine;
     /* the arguments first (nothing allocated if one is not a ready host array) */
     for (Py_ssize_t i = 0; i < n_src; i++) {
@@ -3920,9 +3926,7 @@ static PyObject *jit_call(PyObject *self, PyObject *const *args, Py_ssize_t narg
     __atomic_fetch_add(ctr_tasks, 1, __ATOMIC_RELAXED);
     {
         PyObject *bufs[MAX_KERNEL_ARGS];
-        Py_ssize_t n_out = PyTuple_GET_SIZE(outs);
-        if (n_out > MAX_KERNEL_ARGS)
-            goto not_mine;
+        Py_ssize_t n_out = PyTuple_GET_SIZE(outs);   /* (at most MAX_KERNEL_ARGS: above) */
         for (Py_ssize_t j = 0; j < n_out; j++) {
             Py_ssize_t a = PyLong_AsSsize_t(PyTuple_GET_ITEM(outs, j));
             if (a < 0 || a >= n_alloc) {
@@ -4039,14 +4043,14 @@ static PyObject *graph_context(PyObject *self, PyObject *unused)
     return PyLong_FromVoidPtr(ctx);
 }
 
-/* 1 (taken), 0 (another thread holds it): l without waiting. */
+/* 1 (taken), 0 (held, by another thread or by this one: a replay from code that runs while
+   the Python path changes the ring, a finalizer say, must not see it half changed): l
+   without waiting, and not reentrantly. */
 static int vlock_try(ViewsLock *l)
 {
     unsigned long me = PyThread_get_thread_ident();
-    if (l->count > 0 && l->owner == me) {
-        l->count++;
-        return 1;
-    }
+    if (l->count > 0)
+        return 0;
 #ifndef _WIN32
     if (pthread_mutex_trylock(&l->mutex) != 0)
         return 0;

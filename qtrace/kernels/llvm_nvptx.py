@@ -230,6 +230,12 @@ def without_integer_negation(ptx: str) -> str:
     return _INTEGER_NEGATION.sub(rewrite, ptx)
 
 
+# The parameter count of each kernel function launched (by its handle): the driver hands a
+# CUDA graph's kernel node parameters back as addresses without their number, and every
+# parameter of these kernels is 8 bytes (qtrace.devices.cuda_driver patches them).
+PARAM_COUNTS: dict[int, int] = {}
+
+
 class CudaKernel:
     """A loaded kernel: launches over a flat extent with the grid-strided entry.
 
@@ -254,6 +260,8 @@ class CudaKernel:
         device); ``threads`` caps the grid (each thread owns a scratch stride, so adstack
         memory is ``threads * stride``, independent of ``extent``)."""
         import cupy
+        if self.ptr not in PARAM_COUNTS:   # (a graph capturing it may patch its arguments)
+            PARAM_COUNTS[self.ptr] = len(pointers) + 4
         values, params = _argument_block(len(pointers) + 4)
         values[:] = (*pointers, status, scratch, stride, extent)
         if stream is None:

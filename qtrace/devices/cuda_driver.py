@@ -1,0 +1,196 @@
+"""CUDA graphs through the driver API (``libcuda``): capture, instantiate, launch, patch.
+
+CuPy's ``Stream.end_capture`` instantiates the captured graph and destroys it at once, so
+the graph's nodes are gone; patching a kernel's arguments in an instantiated graph
+(``cuGraphExecKernelNodeSetParams``) needs the node of the graph it was instantiated from.
+:class:`Graph` keeps both, and :meth:`Graph.patch` rewrites the arguments of every kernel
+that reads memory which moved: a jitted step called with new input arrays replays its
+graph with their addresses instead of being captured again (qtrace.devices.cuda_graphs).
+
+Handles are the runtime's (CuPy's streams, events and kernels): the runtime API is built
+on the driver's, whose handles they are. A driver without these functions (older than
+CUDA 12) leaves :func:`driver` None, and graphs are captured again instead of patched.
+
+Example (on a GPU):
+    >>> from qtrace.devices import cuda_driver
+    >>> d = cuda_driver.driver()   # doctest: +SKIP
+    >>> d is None or callable(d.cuGraphLaunch)   # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+KERNEL_NODE = 0            # CU_GRAPH_NODE_TYPE_KERNEL
+CAPTURE_RELAXED = 2        # CU_STREAM_CAPTURE_MODE_RELAXED
+_PARAMS_OK = 0
+
+_lock = threading.Lock()
+_loaded: list = []
+
+
+class _KernelParams(ctypes.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2 (its first seven fields are the v1 structure)."""
+
+    _fields_ = [("func", ctypes.c_void_p), ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint),
+                ("blockDimZ", ctypes.c_uint), ("sharedMemBytes", ctypes.c_uint),
+                ("kernelParams", ctypes.POINTER(ctypes.c_void_p)), ("extra", ctypes.c_void_p),
+                ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
+
+
+class CudaDriverError(RuntimeError):
+    """A driver call failed (its name and the CUDA error)."""
+
+
+class _Driver:
+    """The libcuda functions graphs use, each checked: a failure raises CudaDriverError."""
+
+    NAMES = ("cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
+             "cuGraphLaunch", "cuGraphDestroy", "cuGraphExecDestroy", "cuGraphGetNodes",
+             "cuGraphNodeGetType", "cuGraphKernelNodeGetParams_v2",
+             "cuGraphExecKernelNodeSetParams_v2", "cuGetErrorName")
+
+    def __init__(self, lib):
+        for name in self.NAMES:
+            fn = getattr(lib, name)
+            fn.restype = ctypes.c_int
+            setattr(self, name.removesuffix("_v2"), fn)
+
+    def check(self, name: str, rc: int) -> None:
+        if rc != 0:
+            text = ctypes.c_char_p()
+            self.cuGetErrorName(rc, ctypes.byref(text))
+            raise CudaDriverError(f"qtrace: {name} failed: {(text.value or b'?').decode()} "
+                                  f"(CUDA error {rc})")
+
+    def call(self, name: str, *args) -> None:
+        self.check(name, getattr(self, name)(*args))
+
+
+def driver() -> _Driver | None:
+    """The driver's graph functions (None: no libcuda, or one without them)."""
+    with _lock:
+        if not _loaded:
+            try:
+                _loaded.append(_Driver(ctypes.CDLL("libcuda.so.1")))
+            except (OSError, AttributeError):
+                _loaded.append(None)
+        return _loaded[0]
+
+
+def begin_capture(stream_ptr: int) -> None:
+    """Start capturing ``stream_ptr``'s work (relaxed mode: allocations may happen)."""
+    driver().call("cuStreamBeginCapture", ctypes.c_void_p(stream_ptr), CAPTURE_RELAXED)
+
+
+class _Kernel:
+    """One kernel node: its parameters' values, where each came from (``(input, offset)``
+    or None for a value no input contains), and the structure to set them with."""
+
+    __slots__ = ("node", "values", "sources", "params")
+
+    def __init__(self, node, values: list, sources: list, params: _KernelParams):
+        self.node, self.values, self.sources, self.params = node, values, sources, params
+
+
+class Graph:
+    """A captured graph, its instantiation, and its kernel nodes' arguments (see the
+    module docstring). ``graphExec``: the instantiated graph's handle (as CuPy's Graph)."""
+
+    def __init__(self, stream_ptr: int, spans: list):
+        """The graph captured on ``stream_ptr`` since :func:`begin_capture` (ends it), whose
+        inputs were the byte ranges ``spans`` (``(address, bytes)``, None for one that
+        :meth:`patch` never moves)."""
+        d = self._d = driver()
+        graph, exec_ = ctypes.c_void_p(), ctypes.c_void_p()
+        d.call("cuStreamEndCapture", ctypes.c_void_p(stream_ptr), ctypes.byref(graph))
+        self._graph = graph
+        try:
+            d.call("cuGraphInstantiateWithFlags", ctypes.byref(exec_), graph, ctypes.c_ulonglong(0))
+        except CudaDriverError:
+            d.cuGraphDestroy(graph)
+            self._graph = None
+            raise
+        self._exec = exec_
+        self.graphExec = exec_.value
+        self._spans = spans
+        self._kernels = None   # (read at the first patch)
+
+    def launch(self, stream) -> None:
+        """Queue a replay on CuPy stream ``stream``."""
+        self._d.call("cuGraphLaunch", self._exec, ctypes.c_void_p(stream.ptr))
+
+    def _source(self, v: int):
+        """``(input, offset)`` of an argument ``v`` inside one input's range at the capture;
+        None inside none; False inside several (the same memory passed twice: which input
+        an argument stands for cannot be told)."""
+        found = [(i, v - a) for i, span in enumerate(self._spans) if span is not None
+                 for a, n in (span,) if a <= v < a + n]
+        return found[0] if len(found) == 1 else (None if not found else False)
+
+    def _read_kernels(self) -> list | None:
+        """The kernel nodes with their parameter values and sources (None: a kernel whose
+        parameter count is unknown, or an ambiguous source: never patched)."""
+        from ..kernels.llvm_nvptx import PARAM_COUNTS  # (every kernel's: 8-byte parameters)
+        d = self._d
+        n = ctypes.c_size_t(0)
+        d.call("cuGraphGetNodes", self._graph, None, ctypes.byref(n))
+        nodes = (ctypes.c_void_p * n.value)()
+        d.call("cuGraphGetNodes", self._graph, nodes, ctypes.byref(n))
+        kernels = []
+        for node in nodes:
+            kind = ctypes.c_int()
+            d.call("cuGraphNodeGetType", ctypes.c_void_p(node), ctypes.byref(kind))
+            if kind.value != KERNEL_NODE:
+                continue
+            params = _KernelParams()
+            d.call("cuGraphKernelNodeGetParams", ctypes.c_void_p(node), ctypes.byref(params))
+            count = PARAM_COUNTS.get(params.func)
+            if count is None or not params.kernelParams or params.extra:
+                return None
+            values = [ctypes.c_uint64.from_address(params.kernelParams[i]).value for i in range(count)]
+            sources = [self._source(v) for v in values]
+            if False in sources:
+                return None
+            kernels.append(_Kernel(ctypes.c_void_p(node), values, sources, params))
+        return kernels
+
+    def patch(self, addresses: list) -> int | None:
+        """Make later replays read input ``i`` at ``addresses[i]`` (None: where it was at
+        the capture): every kernel argument that pointed into input ``i``'s range at the
+        capture, ``address + k``, becomes ``addresses[i] + k``. Replays already queued are
+        not affected (the driver's rule). The number of kernels rewritten; None where this
+        graph cannot be patched (nothing changed then)."""
+        if self._kernels is None:
+            self._kernels = self._read_kernels() or False
+        if self._kernels is False:
+            return None
+        changed = []
+        for k in self._kernels:
+            new = [v if src is None else (self._spans[src[0]][0] if addresses[src[0]] is None
+                                          else addresses[src[0]]) + src[1]
+                   for v, src in zip(k.values, k.sources)]
+            if new != k.values:
+                changed.append((k, new))
+        for k, new in changed:
+            values = (ctypes.c_uint64 * len(new))(*new)
+            base = ctypes.addressof(values)
+            addresses_of = (ctypes.c_void_p * len(new))(*[base + 8 * i for i in range(len(new))])
+            params = _KernelParams.from_buffer_copy(k.params)
+            params.kernelParams = ctypes.cast(addresses_of, ctypes.POINTER(ctypes.c_void_p))
+            # (the driver copies the values: the arrays may go when the call returns)
+            self._d.call("cuGraphExecKernelNodeSetParams", self._exec, k.node, ctypes.byref(params))
+            k.values = new
+        return len(changed)
+
+    def __del__(self):
+        d = getattr(self, "_d", None)
+        if d is None:
+            return
+        if getattr(self, "_exec", None) is not None:
+            d.cuGraphExecDestroy(self._exec)
+        if getattr(self, "_graph", None) is not None:
+            d.cuGraphDestroy(self._graph)
