@@ -11,6 +11,10 @@
 * B2 (``b2_dispatch``): a jitted 3-op step at N = 64, µs per call: qtrace ``jit`` with and
   without ``cuda_graph``, a CuPy ``ElementwiseKernel``, JAX ``jit``, Dr.Jit's CUDA backend
   (eager and ``dr.freeze``) where installed;
+* B6b (``b6_autodiff``), float32, N = 1e5: the gradient of a 100-step simulation's final
+  loss w.r.t. its initial state, ms per gradient: qtrace ``jit(grad(...))`` of the Python
+  loop of a jitted step, launch by launch and with ``cuda_graph=True``; JAX
+  ``jit(grad(...))`` of ``lax.scan``; relative error vs the float64 hand-written adjoint;
 * B3 (``b3_loop_grad``), float32, N = 1e7: forward and forward+backward through the
   per-element loop with data-dependent trip counts (0..64): qtrace ``jit`` (no hint),
   JAX ``jit`` (``fori_loop`` to the largest count with a mask); peak GPU memory (qtrace:
@@ -33,12 +37,13 @@ import time
 import numpy as np
 
 try:
-    from . import b1_elementwise, b2_dispatch, b3_loop_grad, b5_eager_loop
+    from . import b1_elementwise, b2_dispatch, b3_loop_grad, b5_eager_loop, b6_autodiff
 except ImportError:  # run as a script
     import b1_elementwise
     import b2_dispatch
     import b3_loop_grad
     import b5_eager_loop
+    import b6_autodiff
 
 
 def _median_ms(fn, sync, repeats: int) -> float:
@@ -182,6 +187,7 @@ def main(argv: list) -> int:
         rows.append(("cumsum", system, ms, f"{8 * n1 / ms / 1e6:.0f} GB/s", check))
     rows += _b3_rows(qt, cp, sync, reps, 10**6 if quick else 10**7)
     rows += _b2_rows(qt, cp, 2000 if quick else 10000)
+    rows += _b6b_rows(qt, sync, reps, 10**4 if quick else 10**5)
     name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"GPU: {name}; N(B1, sum) = {n1:.0e}, N(B5) = {n5:.0e} x {iters} iterations")
     print(f"{'bench':6} {'system':18} {'ms':>9}  {'rate':24} check")
@@ -247,6 +253,56 @@ def _b2_rows(qt, cp, steps: int) -> list:
                             lambda s: (dr.sync_thread(), np.asarray(s[0]), np.asarray(s[1]))[1:]))
     except Exception as exc:  # noqa: BLE001 - a row saying why
         rows.append(("B2", "Dr.Jit (CUDA)", None, f"not run: {str(exc)[:60]}", ""))
+    return rows
+
+
+def _b6b_rows(qt, sync, reps: int, n: int) -> list:
+    """B6b on the GPU: qtrace ``jit(grad)`` launch by launch and with CUDA graphs, JAX
+    ``jit(grad)`` of ``lax.scan``; ms per gradient, error vs the float64 adjoint."""
+    b6 = b6_autodiff
+    p = b6._Sim(n, 0)
+    want = b6.sim_grad_numpy(*(a.astype(np.float64) for a in (p.x0, p.v0, p.k)))
+
+    def check(gx, gv) -> str:
+        err = max(float(np.max(np.abs(g - w)) / np.max(np.abs(w))) for g, w in zip((gx, gv), want))
+        return ("PASS" if err <= b6.TOL_SIM else "FAIL") + f" {err:.1e}"
+    rows = []
+    step = qt.jit(lambda x, v, k: b6.sim_step(qt, x, v, k))
+
+    def loss(x, v, k):
+        for _ in range(b6.STEPS):
+            x, v = step(x, v, k)
+        return b6.sim_final_loss(qt, x, v)
+    args = [qt.asarray(a, device="cuda") for a in (p.x0, p.v0, p.k)]
+    for graphs in (False, True):
+        g = qt.jit(qt.grad(loss, argnums=(0, 1)), cuda_graph=graphs)
+        box = {}
+
+        def run(g=g, box=box):
+            box["g"] = g(*args)
+            qt.eval(*box["g"])
+        ms = _median_ms(run, qt.sync, reps)
+        paths = g.graph_paths()
+        note = (", graph" if graphs else "") + ("" if not graphs or paths == [None] else f" (off: {paths})")
+        rows.append(("B6b", "qtrace jit(grad)" + note, ms, f"{ms / b6.STEPS * 1e3:.1f} us/step",
+                     check(*(t.numpy() for t in box["g"]))))
+    try:
+        import jax
+        from jax import lax
+        jnp = jax.numpy
+
+        def jloss(x, v, k):
+            (x, v), _ = lax.scan(lambda s, _: (b6.sim_step(jnp, *s, k), None), (x, v), None,
+                                 length=b6.STEPS)
+            return b6.sim_final_loss(jnp, x, v)
+        jg = jax.jit(jax.grad(jloss, argnums=(0, 1)))
+        jargs = [jax.device_put(a) for a in (p.x0, p.v0, p.k)]
+        box = {}
+        ms = _median_ms(lambda: box.update(g=jax.block_until_ready(jg(*jargs))), sync, reps)
+        rows.append(("B6b", "JAX jit(grad(scan))", ms, f"{ms / b6.STEPS * 1e3:.1f} us/step",
+                     check(*(np.asarray(a) for a in box["g"]))))
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a row saying why
+        rows.append(("B6b", "JAX jit(grad(scan))", None, f"not run: {str(exc)[:60]}", ""))
     return rows
 
 

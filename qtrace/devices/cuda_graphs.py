@@ -59,8 +59,9 @@ between two instances). Larger host arrays (above :data:`HOST_MAX` bytes) run as
 
 Plans a graph does not take (the call runs as usual, and :meth:`GraphRunner.why_not`
 says why): index or overflow checks (a replay would overwrite an unread failure),
-reverse-mode loops (their stacks are sized from the data at each call), library calls,
-results that are constants, CPU plans.
+reverse-mode loops (their stacks are sized from the data at each call), library calls
+(a jitted function called inside a derivative is one whose own plan is captured, unless
+that plan is one a graph does not take), results that are constants, CPU plans.
 
 Example (on a GPU; without one, ``device="cuda"`` raises):
     >>> import qtrace as qt
@@ -91,14 +92,18 @@ HOST_MAX = 1 << 16   # bytes of a host argument a graph stages (larger: the call
 
 def why_not(plan) -> str | None:
     """Why ``plan``'s calls cannot be replayed from a CUDA graph (None: they can)."""
-    from .runtime import KernelStep, LibraryCall
+    from .runtime import JitCall, KernelStep, LibraryCall
     if plan.rt.kind != "cuda":
         return f"a {plan.rt.kind} plan"
     if plan.checks:
         return "index or overflow checks (a replay would overwrite an unread failure)"
     for step in plan.steps:
         if type(step) is LibraryCall:
-            return "a library call"
+            if type(step.runner) is not JitCall:
+                return "a library call"
+            inner = why_not(step.runner.plan())   # (a jitted function called inside a
+            if inner is not None:                 # derivative: its kernels are captured)
+                return f"a jitted call whose plan has {inner}"
         if type(step) is KernelStep and step.stack is not None:
             return "a reverse-mode loop (its stacks are sized from the data at each call)"
     if any(kind != "slot" for kind, _ in plan.outputs):

@@ -291,7 +291,9 @@ class Plan:
                 for s in step.slots[:n_in]:
                     if bufs[s] is None:  # an empty input: no task ran to allocate it
                         bufs[s] = rt.empty(*self.slot_meta[s])
-                outs = step.runner.run([bufs[s] for s in step.slots[:n_in]])
+                ins = [bufs[s] for s in step.slots[:n_in]]
+                # (a capture takes no library step but jitted calls: cuda_graphs.why_not)
+                outs = step.runner.run(ins) if queue else step.runner.run(ins, queue=False)
                 for s, buf in zip(step.slots[n_in:], outs):
                     bufs[s] = buf
             else:
@@ -410,12 +412,19 @@ class JitCall:
         self.sub, self.n_args = step.node.params[0], step.node.params[1]
         self._plan = None
 
-    def run(self, inputs: list) -> list:
-        sub = self.sub
+    def plan(self) -> Plan:
+        """The function's plan (compiled at first use)."""
         if self._plan is None:
-            self._plan = plan_for(sub.outputs, sub.graph_key)
+            sub = self.sub
             self._bind = [role[1] if role[0] == "arg" else self.n_args + role[1] for role in sub.roles]
-        results = self._plan.run([inputs[i] for i in self._bind], self.sub.outputs)
+            self._plan = plan_for(sub.outputs, sub.graph_key)
+        return self._plan
+
+    def run(self, inputs: list, queue: bool = True) -> list:
+        """The call's results on ``inputs``; ``queue``: as :meth:`Plan.run`'s (False inside
+        a CUDA graph's capture)."""
+        plan = self.plan()
+        results = plan.run([inputs[i] for i in self._bind], self.sub.outputs, queue=queue)
         return [results[k] for k in self.components]
 
 

@@ -356,6 +356,54 @@ def test_a_jitted_gradient_step_replays_and_matches(fusion, rng):
 
 
 @gpu
+def test_jitted_steps_inside_a_jitted_gradient_are_captured_with_it(fusion, rng):
+    """``jit(grad(loss))`` of a Python loop of a jitted step (B6b's shape): each step is a
+    call of the step's own plan, whose kernels the capture takes, so the whole gradient
+    replays as one graph; the same bits as launch by launch, and the adjoint computed by
+    hand in float64 agrees (new initial states each call: the graph is patched)."""
+    dt, damping, steps = 0.05, 0.1, 20
+    step = qt.jit(lambda x, v, k: (x + dt * (v + dt * (-k * qt.sin(x) - damping * v)),
+                                   v + dt * (-k * qt.sin(x) - damping * v)))
+
+    def loss(x, v, k):
+        for _ in range(steps):
+            x, v = step(x, v, k)
+        return qt.sum(x * x) + 0.5 * qt.sum(v * v)
+    n = 3000
+    k = rng.uniform(0.5, 2.0, n)
+    starts = [(rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)) for _ in range(6)]
+    got = {}
+    for graphs in (False, True):
+        g = qt.jit(qt.grad(loss, argnums=(0, 1)), cuda_graph=graphs)
+        kd = qt.asarray(k, device="cuda")
+        qt.reset_stats()
+        got[graphs] = [[t.numpy() for t in g(*(qt.asarray(a, device="cuda") for a in (x0, v0)), kd)]
+                       for x0, v0 in starts]
+        st = qt.stats()
+        if graphs:
+            assert g.graph_paths() == [None]
+            assert st["cuda_graph_replays"] == len(starts) and st["cuda_graph_captures"] == 1, st
+    for a, b in zip(got[True], got[False]):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    for (x0, v0), (gx_got, gv_got) in zip(starts, got[True]):
+        xs, x, v = [], x0, v0
+        for _ in range(steps):
+            xs.append(x)
+            a = -k * np.sin(x) - damping * v
+            v = v + dt * a
+            x = x + dt * v
+        gx, gv = 2 * x, v
+        for xp in reversed(xs):
+            gv_new = gv + dt * gx
+            ga = dt * gv_new
+            gx = gx - k * np.cos(xp) * ga
+            gv = gv_new - damping * ga
+        np.testing.assert_allclose(gx_got, gx, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(gv_got, gv, rtol=1e-10, atol=1e-12)
+
+
+@gpu
 def test_host_arguments_are_staged_into_each_replay(fusion, rng):
     """A step taking its time step as a Python scalar and a small NumPy array: the values of
     each call reach its replay (through the instance's pinned block), bit for bit as
