@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 import zlib
 
@@ -69,6 +70,25 @@ def pytest_report_header(config):
 def rng(request):
     """Fresh random inputs each session (seed in the header; QTRACE_TEST_SEED reproduces a run)."""
     return np.random.default_rng([SEED, zlib.crc32(request.node.nodeid.encode())])
+
+
+@pytest.fixture
+def python_calls():
+    """``calls(fn)``: the Python functions that ``fn()`` calls (a profiler watching), as
+    ``(file path, function name)`` pairs in call order (the compiled paths call none)."""
+    def calls(fn) -> list:
+        seen = []
+
+        def prof(frame, event, arg):
+            if event == "call":
+                seen.append((frame.f_code.co_filename, frame.f_code.co_name))
+        sys.setprofile(prof)
+        try:
+            fn()
+        finally:
+            sys.setprofile(None)
+        return seen
+    return calls
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,6 @@ plans a graph does not take. Fusion on and off (``fusion`` fixture). Without a G
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 
@@ -74,25 +73,9 @@ def test_a_simulation_fed_its_own_results_replays_two_graphs_bit_for_bit(fusion,
     assert np.max(np.abs(xg - rx)) <= 4 * 2000 * np.finfo(np.float32).eps * np.max(np.abs(rx))
 
 
-def _qtrace_python_calls(fn) -> list:
-    """The qtrace Python functions that ``fn()`` calls, as (module file, function) pairs."""
-    root = str(Path(qt.__file__).parent)
-    seen = []
-
-    def prof(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.startswith(root):
-            seen.append((Path(frame.f_code.co_filename).name, frame.f_code.co_name))
-    sys.setprofile(prof)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
-
-
 @gpu
 @pytest.mark.skipif(graph_native.module() is None, reason="qtrace's C extension is not built")
-def test_settled_replays_run_compiled_and_match_the_python_path(fusion, rng, monkeypatch):
+def test_settled_replays_run_compiled_and_match_the_python_path(fusion, rng, monkeypatch, python_calls):
     """Once its two instances settle, a step fed its own results is replayed by the compiled
     recorder: no qtrace Python past ``Jitted.__call__`` (no runner, no stream bookkeeping,
     no wrapping), the counters moved as the Python path moves them, the same bits as with
@@ -111,7 +94,8 @@ def test_settled_replays_run_compiled_and_match_the_python_path(fusion, rng, mon
     def steps():
         for _ in range(100):
             box[:] = f(*box)
-    calls = _qtrace_python_calls(steps)
+    root = str(Path(qt.__file__).parent)
+    calls = [(Path(path).name, name) for path, name in python_calls(steps) if path.startswith(root)]
     st = qt.stats()
     assert set(calls) == {("jit.py", "__call__")}, sorted(set(calls))
     assert st["cuda_graph_replays"] == 100 and st["cuda_graph_captures"] == 0, st

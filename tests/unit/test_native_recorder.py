@@ -451,31 +451,21 @@ def test_evaluated_views_are_shared_outside_traces_only():
 
 
 @needs_native
-def test_views_of_new_evaluations_take_no_python_once_their_layout_is_known(rng):
+def test_views_of_new_evaluations_take_no_python_once_their_layout_is_known(rng, python_calls):
     """Every evaluation makes new bases: the first view of each, of a layout seen before,
     is made in C (its NumPy view, checked, listed on the base) and is the leaf the Python
     definition would have listed there; a new layout, or a trace, is Python's."""
-    def python_calls(fn) -> list:
-        seen = []
-
-        def prof(frame, event, arg):
-            if event == "call" and frame.f_code.co_name in ("_leaf_view", "_new_leaf_view"):
-                seen.append(frame.f_code.co_name)
-        sys.setprofile(prof)
-        try:
-            fn()
-        finally:
-            sys.setprofile(None)
-        return seen
+    def view_calls(fn) -> list:
+        return [name for _, name in python_calls(fn) if name in ("_leaf_view", "_new_leaf_view")]
 
     a = qt.asarray(rng.standard_normal((9, 8))) * 2.0
     qt.eval(a)
-    assert python_calls(lambda: (a[1:-1, ::2], a[2])), "a new layout's first view is Python's"
+    assert view_calls(lambda: (a[1:-1, ::2], a[2])), "a new layout's first view is Python's"
     for _ in range(3):   # (as a time step's fresh values)
         b = qt.asarray(rng.standard_normal((9, 8))) * 2.0
         qt.eval(b)
         got = []
-        assert python_calls(lambda got=got, b=b: got.extend([b[1:-1, ::2], b[1:-1, ::2], b[2]])) == []
+        assert view_calls(lambda got=got, b=b: got.extend([b[1:-1, ::2], b[1:-1, ::2], b[2]])) == []
         assert got[0]._node is got[1]._node and got[0]._node.prim == "input"
         steps = got[0]._view[1]
         assert b._node._views[steps] is got[0]._node
@@ -677,7 +667,7 @@ def test_evaluations_in_c_keep_no_input_alive():
 
 
 @needs_native
-def test_past_the_limit_other_statements_pass_the_anchor_gate_in_c(rng):
+def test_past_the_limit_other_statements_pass_the_anchor_gate_in_c(rng, python_calls):
     """Once the cut policy has its anchor, an operation of the anchor's primitive and shape
     recorded at another statement is told apart in C by its frame: the Python policy (which
     walks the stack) is not called; the anchor's own statement still cuts."""
@@ -702,18 +692,11 @@ def test_past_the_limit_other_statements_pass_the_anchor_gate_in_c(rng):
     assert s.gate[:3] == ("slice_update", (9, 9), steps.__code__), s.gate
     cuts = pending.describe()["automatic_cuts"]
     assert cuts >= 3
-    calls = []
-
-    def profiler(frame, event, arg):
-        if event == "call":
-            calls.append(frame.f_code.co_name)
-
     s.count = qt.config.max_pending_nodes   # past the limit, below four times it
-    sys.setprofile(profiler)
-    try:
+
+    def assign():
         p[1, :] = 2.0                       # the anchor's prim and shape, another statement
-    finally:
-        sys.setprofile(None)
+    calls = [name for _, name in python_calls(assign)]
     ref[1, :] = 2.0
     assert "_consider_cut" not in calls, calls
     assert pending.describe()["automatic_cuts"] == cuts
