@@ -329,10 +329,9 @@ def make_node(prim: str, params: tuple, shape: tuple, dtype: np.dtype, inputs: t
         struct = _struct(parts)
     ident = (id(struct), *ident_tail)
     ref = _recent.get(ident)
-    if ref is not None:
-        node = ref()
-        if node is not None:
-            return node
+    node = ref() if ref is not None else None   # (None too where the node was dropped)
+    if node is not None:
+        return node
     node = Node.__new__(Node)
     node.prim, node.params, node.shape, node.dtype = prim, params, shape, dtype
     node.weak, node.device, node.inputs, node.struct = weak, device, inputs, struct
