@@ -23,7 +23,10 @@ from __future__ import annotations
 import ctypes
 import threading
 
-KERNEL_NODE = 0            # CU_GRAPH_NODE_TYPE_KERNEL
+KERNEL_NODE, COPY_NODE = 0, 1   # CU_GRAPH_NODE_TYPE_KERNEL, _MEMCPY
+# nodes that read no input memory: memset (split reductions' scratch), empty, event wait
+# and record; any other kind (a child graph, a host function...) keeps a graph unpatched
+INERT_NODES = {2, 5, 6, 7}
 CAPTURE_RELAXED = 2        # CU_STREAM_CAPTURE_MODE_RELAXED
 _PARAMS_OK = 0
 
@@ -100,10 +103,11 @@ class Graph:
     """A captured graph, its instantiation, and its kernel nodes' arguments (see the
     module docstring). ``graphExec``: the instantiated graph's handle (as CuPy's Graph)."""
 
-    def __init__(self, stream_ptr: int, spans: list):
+    def __init__(self, stream_ptr: int, spans: list, copies: int = 0):
         """The graph captured on ``stream_ptr`` since :func:`begin_capture` (ends it), whose
         inputs were the byte ranges ``spans`` (``(address, bytes)``, None for one that
-        :meth:`patch` never moves)."""
+        :meth:`patch` never moves), and whose only copies are ``copies`` uploads of staged
+        host arguments (a copy beyond those might read an input: never patched)."""
         d = self._d = driver()
         graph, exec_ = ctypes.c_void_p(), ctypes.c_void_p()
         d.call("cuStreamEndCapture", ctypes.c_void_p(stream_ptr), ctypes.byref(graph))
@@ -116,7 +120,7 @@ class Graph:
             raise
         self._exec = exec_
         self.graphExec = exec_.value
-        self._spans = spans
+        self._spans, self._copies = spans, copies
         self._kernels = None   # (read at the first patch)
 
     def launch(self, stream) -> None:
@@ -133,18 +137,25 @@ class Graph:
 
     def _read_kernels(self) -> list | None:
         """The kernel nodes with their parameter values and sources (None: a kernel whose
-        parameter count is unknown, or an ambiguous source: never patched)."""
+        parameter count is unknown, an ambiguous source, or a node that may read an input
+        otherwise than through a kernel's arguments: never patched)."""
         from ..kernels.llvm_nvptx import PARAM_COUNTS  # (every kernel's: 8-byte parameters)
         d = self._d
         n = ctypes.c_size_t(0)
         d.call("cuGraphGetNodes", self._graph, None, ctypes.byref(n))
         nodes = (ctypes.c_void_p * n.value)()
         d.call("cuGraphGetNodes", self._graph, nodes, ctypes.byref(n))
-        kernels = []
+        kernels, copies = [], 0
         for node in nodes:
             kind = ctypes.c_int()
             d.call("cuGraphNodeGetType", ctypes.c_void_p(node), ctypes.byref(kind))
+            if kind.value == COPY_NODE:
+                copies += 1
+                if copies > self._copies:
+                    return None
             if kind.value != KERNEL_NODE:
+                if kind.value != COPY_NODE and kind.value not in INERT_NODES:
+                    return None
                 continue
             params = _KernelParams()
             d.call("cuGraphKernelNodeGetParams", ctypes.c_void_p(node), ctypes.byref(params))

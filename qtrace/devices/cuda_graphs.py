@@ -101,8 +101,11 @@ def why_not(plan) -> str | None:
         if type(step) is LibraryCall:
             if type(step.runner) is not JitCall:
                 return "a library call"
-            inner = why_not(step.runner.plan())   # (a jitted function called inside a
-            if inner is not None:                 # derivative: its kernels are captured)
+            sub = step.runner.plan()   # (a jitted function called inside a derivative:
+            if sub.rt is not plan.rt:  # its kernels are captured with the rest)
+                return "a jitted call on another device"
+            inner = why_not(sub)
+            if inner is not None:
                 return f"a jitted call whose plan has {inner}"
         if type(step) is KernelStep and step.stack is not None:
             return "a reverse-mode loop (its stacks are sized from the data at each call)"
@@ -151,15 +154,18 @@ def _meets(spans, others) -> bool:
 
 class _Instance:
     __slots__ = ("inputs", "graph", "results", "owned", "made", "watched", "alone", "launches",
-                 "staged", "pinned", "done", "owners", "records", "fast", "spans")
+                 "staged", "pinned", "done", "owners", "records", "fast", "spans", "passes")
 
     def __init__(self, inputs: tuple, graph, results: tuple, owned: list, made: list,
-                 launches: int, staged: list, pinned, done):
+                 launches: int, staged: list, pinned, done, input_spans: list):
         self.inputs, self.graph, self.results = inputs, graph, results
         self.owned, self.made, self.launches = owned, made, launches
         # the memory its replays write (and the kept blocks they use): a new input there
         # would be read and written by one replay
         self.spans = tuple((b.data.ptr, b.nbytes) for b in (*owned, *made, *results))
+        # a result that is (a view of) an input's memory, e.g. an argument returned as it
+        # is: a patched replay would still return the old input (captured again instead)
+        self.passes = _meets([(r.data.ptr, r.nbytes) for r in results], input_spans)
         # host arguments: (index, its view of the pinned block) each, and the block
         self.staged, self.pinned = staged, pinned
         self.done = done   # an event after its last replay
@@ -209,32 +215,35 @@ class _Instance:
         self.fast = (self.inputs, handle, self.done.ptr, self.watched, expect, self.records,
                      self.results, self.launches, native.graph_context(), (self.graph, self.done))
 
-    def patch(self, inputs: tuple, bufs: list) -> int | None:
+    def patch(self, inputs: tuple, bufs: list, runner) -> int | None:
         """Make this instance's graph read ``inputs`` (device addresses of ``bufs``, -1 for
         a staged host argument) instead of its own: each kernel argument pointing into a
         moved input is rewritten (``cuda_driver.Graph.patch``). The number of kernels
         rewritten; None where it cannot be patched (nothing changed then): no patchable
         graph, staged arguments at other positions, inputs that overlapped one another at
-        the capture (which one an argument stands for cannot be told), or new inputs
-        overlapping memory this instance writes."""
-        if self.inputs is None or not hasattr(self.graph, "patch") or len(inputs) != len(self.inputs):
+        the capture (which one an argument stands for cannot be told), a result that is an
+        input's memory, or new inputs overlapping memory this instance writes. ``runner``
+        republishes its instances around the change. A driver error or an interrupt midway
+        propagates, this instance left matching no inputs (never replayed again)."""
+        if (self.inputs is None or self.passes or not hasattr(self.graph, "patch")
+                or len(inputs) != len(self.inputs)):
             return None
         if any((old < 0) != (new < 0) for old, new in zip(self.inputs, inputs)):
             return None
         if _meets([(new, buf.nbytes) for new, buf in zip(inputs, bufs) if new >= 0], self.spans):
             return None
-        try:
-            n = self.graph.patch([new if new >= 0 else None for new in inputs])
-        except cuda_driver.CudaDriverError:
-            # (some kernels may read the new inputs already: never replay it again; the
-            # caller captures over it)
-            self.inputs, self.fast = None, None
-            return None
-        if n is None:
-            return None
-        self.inputs = inputs
-        if self.fast is not None:
-            self.fast = (inputs,) + self.fast[1:]
+        # (unpublished while its graph changes: a patch stopped midway, by a driver error
+        # or an interrupt, leaves it matching no inputs, and the caller captures over it)
+        old_inputs, old_fast = self.inputs, self.fast
+        self.inputs = self.fast = None
+        runner._publish()
+        n = self.graph.patch([new if new >= 0 else None for new in inputs])
+        if n is None:   # (not patchable: nothing changed)
+            self.inputs, self.fast = old_inputs, old_fast
+        else:
+            self.inputs = inputs
+            self.fast = None if old_fast is None else (inputs,) + old_fast[1:]
+        runner._publish()
         return n
 
     def release(self) -> list:
@@ -262,6 +271,7 @@ class GraphRunner:
         # (the compiled replay takes this lock without Python: a ViewsLock where it is bound)
         self.lock = self.native.ViewsLock() if self.native is not None else threading.Lock()
         self.fast: list = []   # the published instances, rewritten under the lock
+        self._inside = threading.local()   # (this thread is choosing, capturing, launching)
         self._side = None
 
     def why_not(self) -> str | None:
@@ -289,6 +299,16 @@ class GraphRunner:
         return self.plan.run(bufs, graph)
 
     def _graphed(self, cp, bufs: list, inputs: tuple):
+        if getattr(self._inside, "now", False):
+            return None   # (a call from code run while this thread changes the ring: a
+                          # finalizer, say; launch by launch)
+        self._inside.now = True
+        try:
+            return self._graphed_locked(cp, bufs, inputs)
+        finally:
+            self._inside.now = False
+
+    def _graphed_locked(self, cp, bufs: list, inputs: tuple):
         rt = self.plan.rt
         runtime = cp.cuda.runtime
         with self.lock, rt.scope():
@@ -354,14 +374,17 @@ class GraphRunner:
             if state == "retired":
                 return self._retire(i, inputs, bufs)
             if state == "free":
-                if inst.patch(inputs, bufs) is not None:
-                    self._publish()
+                try:
+                    patched = inst.patch(inputs, bufs, self)
+                except cuda_driver.CudaDriverError:
+                    patched = None   # (it matches no inputs now: captured over below)
+                if patched is not None:
                     bump("cuda_graph_patches")
                     return i, ""
                 if free is None:
                     free = i
         if free is not None:
-            return -free - 1, "its inputs overlap one another or what a free graph writes"
+            return -free - 1, "no free graph can be patched to read these inputs"
         return -len(instances) - 1, ("the first call" if not instances else
                                      "every graph's results are still held")
 
@@ -425,7 +448,8 @@ class GraphRunner:
                     results = tuple(self.plan.run(leaves, None, queue=False))
                 finally:
                     graph = (cuda_driver.Graph(side.ptr, [(p, b.nbytes) if p >= 0 else None
-                                                          for p, b in zip(inputs, bufs)])
+                                                          for p, b in zip(inputs, bufs)],
+                                               sum(1 for _, view in staged if view.nbytes))
                              if drv is not None else side.end_capture())
         except Exception as exc:  # noqa: BLE001 - a capture the driver refuses: no graphs here
             self.reason = f"the capture failed ({type(exc).__name__}: {exc})"
@@ -433,4 +457,4 @@ class GraphRunner:
             return None
         done = cp.cuda.Event(disable_timing=True)
         return _Instance(inputs, graph, results, owned, made, self.plan.n_launches, staged,
-                         pinned, done)
+                         pinned, done, [(p, b.nbytes) for p, b in zip(inputs, bufs) if p >= 0])

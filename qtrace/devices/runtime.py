@@ -276,6 +276,7 @@ class Plan:
         if self.one is not None:   # (another device's one-kernel plan)
             return rt.run_kernel(self.one, bufs)
         spare: dict = {}
+        shared: set = set()   # slots whose buffer another slot holds too
         status = None
         if self.checks:
             status = rt.empty((2 * len(self.checks),), np.dtype(np.int64))
@@ -296,6 +297,9 @@ class Plan:
                 outs = step.runner.run(ins) if queue else step.runner.run(ins, queue=False)
                 for s, buf in zip(step.slots[n_in:], outs):
                     bufs[s] = buf
+                    for s_in, b in zip(step.slots[:n_in], ins):
+                        if b is buf:   # (a jitted call returning an argument: one buffer in
+                            shared.update((s, s_in))   # two slots, never a spare)
             else:
                 for s in step.slots:
                     if bufs[s] is None:
@@ -314,7 +318,7 @@ class Plan:
             for s in step.frees:
                 buf = bufs[s]
                 bufs[s] = None
-                if s not in self.view_slots:  # (a view's memory is its source's)
+                if s not in self.view_slots and s not in shared:  # (a view's memory is its source's)
                     spare.setdefault((buf.shape, buf.dtype), []).append(buf)
         if self.n_launches:
             bump_many((("kernel_launches", self.n_launches), ("tasks_run", self.n_tasks)))

@@ -260,8 +260,7 @@ class CudaKernel:
         device); ``threads`` caps the grid (each thread owns a scratch stride, so adstack
         memory is ``threads * stride``, independent of ``extent``)."""
         import cupy
-        if self.ptr not in PARAM_COUNTS:   # (a graph capturing it may patch its arguments)
-            PARAM_COUNTS[self.ptr] = len(pointers) + 4
+        PARAM_COUNTS[self.ptr] = len(pointers) + 4   # (a graph capturing it may patch them)
         values, params = _argument_block(len(pointers) + 4)
         values[:] = (*pointers, status, scratch, stride, extent)
         if stream is None:

@@ -209,6 +209,32 @@ def test_new_inputs_are_patched_into_the_graph_not_captured_again(fusion, rng, c
 
 
 @gpu
+def test_a_step_returning_an_argument_is_captured_again_not_patched(fusion, rng):
+    """A result that is an argument's own memory (returned as it is, or through a jitted
+    call inside a jitted gradient): a patched replay would hand back the old argument, so
+    such a graph is captured again for new inputs; every result is the call's own."""
+    f = qt.jit(lambda x, y: (x, x + y), cuda_graph=True)
+    y = qt.asarray(rng.standard_normal(256), device="cuda")
+    qt.reset_stats()
+    for _ in range(6):
+        xs = rng.standard_normal(256)
+        a, b = f(qt.asarray(xs, device="cuda"), y)
+        np.testing.assert_array_equal(a.numpy(), xs)
+        np.testing.assert_allclose(b.numpy(), xs + y.numpy(), rtol=1e-15)
+        del a, b
+    assert qt.stats()["cuda_graph_patches"] == 0
+
+    step = qt.jit(lambda x, v: (x, v * 0.5 + x))   # passes x through
+    g = qt.jit(qt.grad(lambda x, v: qt.sum(step(*step(x, v))[1] ** 2), argnums=(0, 1)),
+               cuda_graph=True)
+    plain = qt.jit(qt.grad(lambda x, v: qt.sum(step(*step(x, v))[1] ** 2), argnums=(0, 1)))
+    for _ in range(5):
+        x0, v0 = (qt.asarray(rng.standard_normal(128), device="cuda") for _ in range(2))
+        for got, want in zip(g(x0, v0), plain(x0, v0)):
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@gpu
 def test_swapped_inputs_are_patched_each_to_its_own_place(rng):
     """``f(a, b)`` then ``f(b, a)``: the two moves cross (a's old place is b's new one);
     every argument is moved from its old address, not moved twice."""
