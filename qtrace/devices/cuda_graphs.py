@@ -29,8 +29,10 @@ How a call is served (each case tested in ``tests/gpu/test_cuda_graphs.py``):
   counter ``cuda_graph_patches``), so a step called with new arrays each time replays
   one graph and is never captured again. Not patched (captured again over its own
   memory, its results and temporaries reused): an instance whose inputs overlapped one
-  another at its capture, new inputs overlapping memory the instance writes, a driver
-  without these functions. Where no instance is free a new one is captured (up to
+  another at its capture, one with a result that is an input's memory (an argument
+  returned as it is), new inputs overlapping memory the instance writes, a graph with a
+  node that might read an input otherwise than through a qtrace kernel's arguments, a
+  driver without these functions. Where no instance is free a new one is captured (up to
   :data:`RING` per signature): on a private stream, in relaxed capture mode, then
   launched on the current stream. Where none is free and the ring is full the call runs
   the plan as usual (launch by launch): graphs never change what a call computes. Each
