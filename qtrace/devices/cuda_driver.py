@@ -123,6 +123,23 @@ class Graph:
         self._spans, self._copies = spans, copies
         self._kernels = None   # (read at the first patch)
 
+    def kernel_count(self) -> int:
+        """How many kernels a replay launches (those of jitted calls inside included)."""
+        return sum(1 for node in self._nodes() if self._kind(node) == KERNEL_NODE)
+
+    def _nodes(self):
+        d = self._d
+        n = ctypes.c_size_t(0)
+        d.call("cuGraphGetNodes", self._graph, None, ctypes.byref(n))
+        nodes = (ctypes.c_void_p * n.value)()
+        d.call("cuGraphGetNodes", self._graph, nodes, ctypes.byref(n))
+        return list(nodes)
+
+    def _kind(self, node) -> int:
+        kind = ctypes.c_int()
+        self._d.call("cuGraphNodeGetType", ctypes.c_void_p(node), ctypes.byref(kind))
+        return kind.value
+
     def launch(self, stream) -> None:
         """Queue a replay on CuPy stream ``stream``."""
         self._d.call("cuGraphLaunch", self._exec, ctypes.c_void_p(stream.ptr))
@@ -141,20 +158,15 @@ class Graph:
         otherwise than through a kernel's arguments: never patched)."""
         from ..kernels.llvm_nvptx import PARAM_COUNTS  # (every kernel's: 8-byte parameters)
         d = self._d
-        n = ctypes.c_size_t(0)
-        d.call("cuGraphGetNodes", self._graph, None, ctypes.byref(n))
-        nodes = (ctypes.c_void_p * n.value)()
-        d.call("cuGraphGetNodes", self._graph, nodes, ctypes.byref(n))
         kernels, copies = [], 0
-        for node in nodes:
-            kind = ctypes.c_int()
-            d.call("cuGraphNodeGetType", ctypes.c_void_p(node), ctypes.byref(kind))
-            if kind.value == COPY_NODE:
+        for node in self._nodes():
+            kind = self._kind(node)
+            if kind == COPY_NODE:
                 copies += 1
                 if copies > self._copies:
                     return None
-            if kind.value != KERNEL_NODE:
-                if kind.value != COPY_NODE and kind.value not in INERT_NODES:
+            if kind != KERNEL_NODE:
+                if kind != COPY_NODE and kind not in INERT_NODES:
                     return None
                 continue
             params = _KernelParams()

@@ -354,7 +354,7 @@ class GraphRunner:
             chosen.graph.launch(stream)
             chosen.launched(runtime, stream)
             bump_many((("cuda_graph_replays", 1), ("kernel_launches", chosen.launches),
-                       ("tasks_run", self.plan.n_tasks)))
+                       ("tasks_run", chosen.launches)))   # (a GPU kernel is one task)
             return list(chosen.results)
 
     def _choose(self, inputs: tuple, bufs: list) -> tuple[int, str]:
@@ -458,5 +458,7 @@ class GraphRunner:
             self.fast.clear()   # (no replays from the compiled path either)
             return None
         done = cp.cuda.Event(disable_timing=True)
-        return _Instance(inputs, graph, results, owned, made, self.plan.n_launches, staged,
+        # (the kernels a replay launches: a jitted call's inside the plan's included)
+        launches = graph.kernel_count() if hasattr(graph, "kernel_count") else self.plan.n_launches
+        return _Instance(inputs, graph, results, owned, made, launches, staged,
                          pinned, done, [(p, b.nbytes) for p, b in zip(inputs, bufs) if p >= 0])

@@ -3970,11 +3970,11 @@ done:
  * Spec (jit._graph_spec, 8 items): the runner's published instances (a list it rewrites
  * under its lock), that lock (a ViewsLock), sources (per plan leaf: the argument index, or
  * -1 for a captured constant, whose address never changes), templates, mode (0: a tuple,
- * 1: the one result), explicit (0: only while config.cuda_graphs), the plan's task count,
- * its device index. A published instance (GraphRunner._publish, 10 items): input
+ * 1: the one result), explicit (0: only while config.cuda_graphs), the string "cuda_graph"
+ * (a tag: the CPU's specs have 7 items), its device index. A published instance (GraphRunner._publish, 10 items): input
  * addresses, graph exec handle, event handle, watched arrays, their expected reference
- * counts, their buffers records, results, launch count, CUDA context, and the CuPy graph
- * and event objects (held: their handles stay valid while the entry lives).
+ * counts, their buffers records, results, the kernels a replay launches (each a task),
+ * CUDA context, and the graph and event objects (held: their handles stay valid while the entry lives).
  */
 #ifndef _WIN32
 #include <dlfcn.h>
@@ -4243,7 +4243,7 @@ static PyObject *graph_call(PyObject *spec, PyObject *call)
     __atomic_fetch_add(ctr_hits, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(ctr_replays, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(ctr_launches, PyLong_AsLongLong(PyTuple_GET_ITEM(e, 7)), __ATOMIC_RELAXED);
-    __atomic_fetch_add(ctr_tasks, PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 6)), __ATOMIC_RELAXED);
+    __atomic_fetch_add(ctr_tasks, PyLong_AsLongLong(PyTuple_GET_ITEM(e, 7)), __ATOMIC_RELAXED);
     {
         PyObject *results = PyTuple_GET_ITEM(e, 6);
         if (!PyTuple_Check(results) || PyTuple_GET_SIZE(results) > MAX_KERNEL_ARGS) {

@@ -533,9 +533,8 @@ def _graph_spec(entry: _Entry, explicit: bool) -> tuple | None:
         mode = 1
     else:
         return None
-    plan = entry.plan
     return (runner.fast, runner.lock, tuple(s if s >= 0 else -1 for s in entry.bind),
-            tuple(entry.out_meta), mode, explicit, plan.n_tasks, plan.rt.index)
+            tuple(entry.out_meta), mode, explicit, "cuda_graph", entry.plan.rt.index)
 
 
 def _template(n) -> graph_node.Node:

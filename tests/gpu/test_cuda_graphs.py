@@ -382,7 +382,7 @@ def test_jitted_steps_inside_a_jitted_gradient_are_captured_with_it(fusion, rng)
     n = 3000
     k = rng.uniform(0.5, 2.0, n)
     starts = [(rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)) for _ in range(6)]
-    got = {}
+    got, launches = {}, {}
     for graphs in (False, True):
         g = qt.jit(qt.grad(loss, argnums=(0, 1)), cuda_graph=graphs)
         kd = qt.asarray(k, device="cuda")
@@ -390,9 +390,12 @@ def test_jitted_steps_inside_a_jitted_gradient_are_captured_with_it(fusion, rng)
         got[graphs] = [[t.numpy() for t in g(*(qt.asarray(a, device="cuda") for a in (x0, v0)), kd)]
                        for x0, v0 in starts]
         st = qt.stats()
+        launches[graphs] = (st["kernel_launches"], st["tasks_run"])
         if graphs:
             assert g.graph_paths() == [None]
             assert st["cuda_graph_replays"] == len(starts) and st["cuda_graph_captures"] == 1, st
+    # a replay counts every kernel it launches, the steps' own included
+    assert launches[True] == launches[False] and launches[True][0] >= 2 * steps * len(starts), launches
     for a, b in zip(got[True], got[False]):
         np.testing.assert_array_equal(a[0], b[0])
         np.testing.assert_array_equal(a[1], b[1])
