@@ -4,7 +4,9 @@ A task is lowered by the same code generator as on the CPU, under the NVPTX
 :data:`~qtrace.kernels.lowering.NVPTX` lowering (flat domain, no lanes, no host abort
 flag, libdevice math), into an internal, always-inlined body
 ``body(i64 start, i64 end, ptr args, ptr status, ptr scratch)``. The kernel entry is a
-grid-strided loop over the task's flat extent that calls the body one element at a time::
+grid-strided loop over the task's flat extent that calls the body one element at a time
+(a plain task's thread takes chunks of :data:`VECTOR` consecutive elements instead, read and
+written by vector accesses, when its pointers are aligned: :func:`grid_entry`)::
 
     kernel(ptr a0, ..., ptr a{n-1}, ptr status, ptr scratch, i64 stride, i64 extent)
 
@@ -31,11 +33,13 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..stats import bump
-from .intrinsics import gpu_thread
+from .intrinsics import declare, gpu_thread
 
 TRIPLE = "nvptx64-nvidia-cuda"
 I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
+GLOBAL = ir.PointerType(addrspace=1)   # a pointer to global memory
 BODY_SUFFIX = "_body"
+LOCKSTEP_SUFFIX = "_lockstep"
 
 _lock = threading.RLock()
 _state: dict = {}
@@ -109,25 +113,29 @@ def new_module(name: str, arch: str) -> ir.Module:
     return module
 
 
-UNROLL = 4          # elements per thread per trip of a plain task's grid loop (loads in flight)
+VECTOR = 4          # consecutive elements per thread per trip of a plain task (in lockstep)
 BLOCKS_PER_SM = 32  # a grid-strided launch's blocks at most, per multiprocessor
 SM_THREADS = 2048   # resident threads per multiprocessor (sm_50 and later)
 
 
 def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
-               unroll: int = 1, full_occupancy: bool = False) -> ir.Function:
+               lockstep: ir.Function | None = None, full_occupancy: bool = False) -> ir.Function:
     """The kernel ``symbol``: a grid-strided loop calling ``body`` per flat element.
 
-    ``unroll > 1``: while ``unroll`` elements of the thread remain, one trip calls the body
-    on all of them (``i, i + step, ...``: still coalesced across the warp), so their loads
-    can be in flight together (the body's alias scopes let them pass the other copies'
-    stores); the rest go one per trip.
+    ``lockstep``: the task's :data:`VECTOR` elements from ``start`` in lockstep
+    (``qtrace.kernels.codegen.lower_lockstep``). Where every argument pointer is 16-byte
+    aligned (one uniform test per thread), the thread runs :func:`_vector_loop` over chunks
+    of that many consecutive elements, whose loads and stores LLVM merges into vector
+    accesses (``ld.global.v4.b32`` for float32: a quarter of the memory instructions, four
+    times the bytes in flight), then the elements past the last whole chunk one per trip; a
+    launch with an unaligned pointer (an offset view) goes one element per trip.
 
     ``full_occupancy``: launch bounds asking ptxas for a whole multiprocessor of resident
     threads (at most 32 registers each), for split reductions: their grid is sized to fill
     the GPU once, and a block that does not fit would run in a second wave, alone."""
-    body.linkage = "internal"
-    body.attributes.add("alwaysinline")
+    for inner in (body, lockstep) if lockstep is not None else (body,):
+        inner.linkage = "internal"
+        inner.attributes.add("alwaysinline")
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * (n_args + 2) + [I64, I64]),
                      name=symbol)
     fn.calling_convention = "ptx_kernel"
@@ -136,40 +144,32 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
     loop = fn.append_basic_block("loop")
     done = fn.append_basic_block("done")
     b = ir.IRBuilder(entry)
-    block = b.alloca(ir.ArrayType(PTR, max(n_args, 1)))
-    for i, p in enumerate(ptrs):
-        b.store(p, b.gep(block, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
-    args = b.bitcast(block, PTR)
+    args = _argument_array(b, ptrs)
     tid, step = gpu_thread(b)
     mine = b.gep(scratch, [b.mul(tid, stride)], source_etype=ir.IntType(8))
-
-    def call(at):
-        b.call(body, [at, b.add(at, ir.Constant(I64, 1)), args, status, mine])
     first, came_from = tid, entry
-    if unroll > 1:
-        head = fn.append_basic_block("head")
-        trip = fn.append_basic_block("unrolled")
-        rest = fn.append_basic_block("rest")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64)
-        i.add_incoming(tid, entry)
-        last = b.add(i, b.mul(step, ir.Constant(I64, unroll - 1)))
-        b.cbranch(b.icmp_signed("<", last, extent), trip, rest)
-        b.position_at_end(trip)
-        at = i
-        for _ in range(unroll):
-            call(at)
-            at = b.add(at, step)
-        i.add_incoming(at, trip)
-        b.branch(head)
-        b.position_at_end(rest)
-        first, came_from = i, rest
+    if lockstep is not None:
+        vectored = fn.append_basic_block("vectored")
+        strided = fn.append_basic_block("strided")
+        bits = ir.Constant(I64, 0)
+        for p in ptrs:
+            bits = b.or_(bits, b.ptrtoint(p, I64))
+        b.cbranch(b.icmp_unsigned("==", b.and_(bits, ir.Constant(I64, 15)), ir.Constant(I64, 0)),
+                  vectored, strided)
+        b.position_at_end(vectored)
+        b.call(_vector_loop(module, lockstep, symbol, n_args),
+               [b.addrspacecast(p, GLOBAL) for p in ptrs] + [status, mine, tid, step, extent])
+        tail = b.add(b.and_(extent, ir.Constant(I64, -VECTOR)), tid)
+        b.cbranch(b.icmp_signed("<", tail, extent), loop, done)
+        b.position_at_end(strided)
+        came_from = strided
     b.cbranch(b.icmp_signed("<", first, extent), loop, done)
     b.position_at_end(loop)
     j = b.phi(I64)
     j.add_incoming(first, came_from)
-    call(j)
+    if lockstep is not None:
+        j.add_incoming(tail, vectored)
+    b.call(body, [j, b.add(j, ir.Constant(I64, 1), flags=["nsw"]), args, status, mine])
     nxt = b.add(j, step)
     j.add_incoming(nxt, loop)
     b.cbranch(b.icmp_signed("<", nxt, extent), loop, done)
@@ -179,6 +179,57 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
         for key, value in (("maxntidx", CudaKernel.BLOCK), ("minctasm", SM_THREADS // CudaKernel.BLOCK)):
             module.add_named_metadata("nvvm.annotations", [
                 fn, ir.MetaDataString(module, key), ir.Constant(I32, value)])
+    return fn
+
+
+def _argument_array(b: ir.IRBuilder, ptrs: list) -> ir.Value:
+    """The body's argument array: ``ptrs`` in an on-stack array (removed by LLVM's scalar
+    replacement once the body is inlined)."""
+    block = b.alloca(ir.ArrayType(PTR, max(len(ptrs), 1)))
+    for i, p in enumerate(ptrs):
+        b.store(p, b.gep(block, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
+    return b.bitcast(block, PTR)
+
+
+def _vector_loop(module: ir.Module, lockstep: ir.Function, symbol: str, n_args: int) -> ir.Function:
+    """``void loop(ptr addrspace(1) align 16 a0, ..., ptr status, ptr mine, i64 tid, i64
+    step, i64 extent)``: thread ``tid`` calls ``lockstep`` on chunks ``tid, tid + step, ...``
+    of :data:`VECTOR` consecutive elements, below ``extent``.
+
+    A function of its own (not inlined), so that the alignment its caller tested is a fact
+    about its parameters; they are global pointers, so that the accesses stay ``ld.global``
+    after the body's generic pointers are inferred back to them, and each carries an
+    assumption of its alignment that LLVM's load/store vectorizer sees through the
+    address-space cast."""
+    fn = ir.Function(module, ir.FunctionType(
+        ir.VoidType(), [GLOBAL] * n_args + [PTR, PTR, I64, I64, I64]), name=symbol + "_vector")
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    *ptrs, status, mine, tid, step, extent = fn.args
+    for p in ptrs:
+        p.attributes.align = 16
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    assume = declare(module, "llvm.assume", ir.VoidType(), [ir.IntType(1)])
+    generic = []
+    for p in ptrs:   # (the caller tested the alignment; an assumption LLVM can see through)
+        q = b.addrspacecast(p, PTR)
+        b.call(assume, [b.icmp_unsigned("==", b.and_(b.ptrtoint(q, I64), ir.Constant(I64, 15)),
+                                         ir.Constant(I64, 0))])
+        generic.append(q)
+    args = _argument_array(b, generic)
+    chunks = b.lshr(extent, ir.Constant(I64, VECTOR.bit_length() - 1))
+    b.cbranch(b.icmp_signed("<", tid, chunks), loop, done)
+    b.position_at_end(loop)
+    c = b.phi(I64)
+    c.add_incoming(tid, entry)
+    at = b.mul(c, ir.Constant(I64, VECTOR), flags=["nuw", "nsw"])
+    b.call(lockstep, [at, b.add(at, ir.Constant(I64, VECTOR), flags=["nuw", "nsw"]), args, status, mine])
+    c_next = b.add(c, step)
+    c.add_incoming(c_next, loop)
+    b.cbranch(b.icmp_signed("<", c_next, chunks), loop, done)
+    b.position_at_end(done)
+    b.ret_void()
     return fn
 
 

@@ -165,8 +165,9 @@ class CudaTarget(Target):
                                   self.lowering)
         plain = task.kind == "map" and task.stack is None and not any(
             i.kind in ("loop", "loop_vjp") for i in task.instrs)
-        llvm_nvptx.grid_entry(module, body, symbol, len(task.args),
-                              llvm_nvptx.UNROLL if plain else 1,
+        lockstep = codegen.lower_lockstep(task, module, symbol + llvm_nvptx.LOCKSTEP_SUFFIX,
+                                          check_bounds, self.lowering, llvm_nvptx.VECTOR) if plain else None
+        llvm_nvptx.grid_entry(module, body, symbol, len(task.args), lockstep,
                               full_occupancy=_lowering.reduce_segments(task, self.lowering) > 1)
 
     def compile(self, module, symbols: list, tasks: list = (), ready=None) -> tuple[dict, bytes]:

@@ -58,6 +58,34 @@ def test_nvptx_lowering_is_one_grid_strided_entry_per_task(rng):
     assert "qt_abort" not in ptx                        # no host abort flag on the GPU
 
 
+@pytest.mark.parametrize("chain", ["arithmetic", "transcendental"])
+def test_plain_tasks_read_and_write_four_consecutive_float32_by_vector_accesses(chain, rng):
+    """An elementwise float32 task's kernel (no GPU needed) has a vector path: 16-byte loads
+    of both inputs and 16-byte stores of its result (also where libdevice's functions, with
+    their branches, sit between the loads and the stores: the four elements run in
+    lockstep), entered after a test that every pointer is 16-byte aligned, and a path one
+    element per trip for unaligned pointers."""
+    a, b = (qt.asarray(rng.random(1000).astype(np.float32)) for _ in range(2))
+    out = (a * b + qt.abs(b) * 0.5 - a if chain == "arithmetic"
+           else qt.sin(a) * qt.cos(b) + qt.exp(-a * a) - qt.tanh(a * b))
+    task = build_plan((out._node,), True).tasks[0]
+    module = llvm_nvptx.new_module("t", "sm_80")
+    body = codegen.lower_task(task, module, "t_body", True, lowering.NVPTX)
+    lockstep = codegen.lower_lockstep(task, module, "t_lockstep", True, lowering.NVPTX,
+                                      llvm_nvptx.VECTOR)
+    llvm_nvptx.grid_entry(module, body, "t", len(task.args), lockstep)
+    ptx = llvm_nvptx.compile_module(module, ["t"], "sm_80").decode()
+
+    def definition(head):   # (the function's text up to its closing brace)
+        start = ptx.index(head)
+        return ptx[start:ptx.index("\n}\n", start)]
+    vector = definition(".func t_vector(")
+    assert vector.count("ld.global.v4.b32") == 2 and vector.count("st.global.v4.b32") == 1
+    kernel = definition(".entry t(")
+    assert "call.uni t_vector" in kernel
+    assert "and.b64" in kernel and "ld.global.b32" in kernel and "st.global.b32" in kernel
+
+
 def test_cpu_and_cuda_kernels_never_share_a_symbol(rng):
     """The target key is part of every kernel symbol (and of disk cache entries)."""
     task = build_plan(((qt.asarray(rng.random(8)) + 1.0)._node,), True).tasks[0]
@@ -670,3 +698,32 @@ def test_zero_d_values_and_host_indices_on_the_gpu(rng):
     np.testing.assert_array_equal(xg[None, [1], ::3].numpy(), x[None, [1], ::3])
     np.testing.assert_array_equal(xg[x[:, 0] > 0.5].numpy(), x[x[:, 0] > 0.5])
     np.testing.assert_array_equal(xg[qt.asarray(np.array([[1]]), device="cuda"), 1:].numpy(), x[[[1]], 1:])
+
+
+@gpu
+@pytest.mark.parametrize("fused", [True, False])
+def test_vector_and_element_paths_agree_at_every_alignment_and_tail(fused, rng, monkeypatch):
+    """Plain kernels take 4 consecutive elements per thread through vector accesses when
+    every pointer is 16-byte aligned, else one element per trip. Both paths, extents with
+    every remainder modulo 4 (and past one grid), pointers offset by 0..3 elements (CuPy
+    views shared without a copy), five dtypes: the same values as NumPy."""
+    import cupy as cp
+    monkeypatch.setattr(qt.config, "fusion", fused)
+    for dtype in ("float32", "float64", "int8", "bool", "complex64"):
+        for n in (1, 2, 3, 5, 7, 8, 33, 1027, 65_539, 1_081_347):
+            for offset in (0, 1, 3):
+                if dtype == "bool":
+                    x_np = rng.random(n + offset) < 0.5
+                    y_np = rng.random(n + offset) < 0.5
+                else:
+                    x_np = (rng.standard_normal(n + offset) * 20).astype(dtype)
+                    y_np = (rng.standard_normal(n + offset) * 20).astype(dtype)
+                x = qt.asarray(cp.asarray(x_np)[offset:])
+                y = qt.asarray(cp.asarray(y_np)[offset:])
+                if dtype == "bool":
+                    got, want = (x ^ y) | ~x, (x_np[offset:] ^ y_np[offset:]) | ~x_np[offset:]
+                else:
+                    got = x * y - x + y * 2
+                    want = x_np[offset:] * y_np[offset:] - x_np[offset:] + y_np[offset:] * 2
+                np.testing.assert_array_equal(np.asarray(got.numpy()), want,
+                                              err_msg=f"{dtype} n={n} offset={offset}")
