@@ -3,9 +3,11 @@
 * copy: a device-to-device copy of N float32 (bytes read + written), the bandwidth ceiling;
 * B1 (``b1_elementwise.chain``), float32, N = 1e8: qtrace eager (one fused kernel),
   qtrace ``jit``, CuPy (a temporary per operation), CuPy hand-fused (``ElementwiseKernel``),
-  JAX ``jit``; GB/s at the compulsory 12 bytes/element and % of the copy bandwidth;
+  Dr.Jit's CUDA backend where installed, JAX ``jit``; GB/s at the compulsory 12
+  bytes/element and % of the copy bandwidth;
 * B5 (``b5_eager_loop.body``), float32, N = 1e7, ms per iteration, eager: qtrace (one
-  evaluation per iteration), CuPy, JAX (eager ops);
+  evaluation per iteration), CuPy, Dr.Jit's CUDA backend (``dr.eval`` per iteration) where
+  installed;
 * sum: a full ``sum`` of N = 1e8 float32: qtrace, ``cupy.sum``;
 * cumsum: a ``cumsum`` of the same row: qtrace, ``cupy.cumsum``;
 * B2 (``b2_dispatch``): a jitted 3-op step at N = 64, µs per call: qtrace ``jit`` with and
@@ -111,6 +113,18 @@ def main(argv: list) -> int:
         box["f"] = fused(xc, yc)
     b1_row("CuPy hand-fused", cupy_fused, lambda: cp.asnumpy(box["f"]))
     try:
+        import drjit as dr
+        from drjit.cuda import Float
+        xd, yd = Float(x_np), Float(y_np)
+
+        def drjit_b1():   # (dr.sync_thread: its work may be on its own stream)
+            box["d"] = b1_elementwise.chain(dr, xd, yd)
+            dr.eval(box["d"])
+            dr.sync_thread()
+        b1_row("Dr.Jit (CUDA)", drjit_b1, lambda: box["d"].numpy())
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a row saying why
+        rows.append(("B1", "Dr.Jit (CUDA)", None, f"not run: {str(exc)[:60]}", ""))
+    try:
         import jax
         import jax.numpy as jnp
         xj, yj = jax.device_put(x_np), jax.device_put(y_np)
@@ -164,10 +178,32 @@ def main(argv: list) -> int:
             sync()
             return a, b
         return start, loop
+    def dr_b5():   # Dr.Jit's CUDA backend: traced lazily, dr.eval every iteration
+        import drjit as dr
+        from drjit.cuda import Float
+
+        def start():
+            dr.sync_thread()
+            return Float(x5), Float(y5)
+
+        def loop(state):
+            a, b = state
+            for _ in range(iters):
+                a, b = b5_eager_loop.body(dr, a, b)
+                dr.eval(a, b)
+            dr.sync_thread()
+            return a, b
+        return start, loop
     warm_start, warm_loop = qt_b5()
     warm_loop(warm_start())  # compile
     b5_row("qtrace eager", qt_b5)
     b5_row("CuPy", cp_b5)
+    try:
+        warm_start, warm_loop = dr_b5()
+        warm_loop(warm_start())  # compile (Dr.Jit caches its kernels too)
+        b5_row("Dr.Jit (CUDA)", dr_b5)
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a row saying why
+        rows.append(("B5", "Dr.Jit (CUDA)", None, f"not run: {str(exc)[:60]}", ""))
 
     # a full sum
     s_np = x_np.astype(np.float64).sum()
