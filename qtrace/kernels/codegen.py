@@ -83,14 +83,15 @@ class KernelEmitter:
 
     # -- structure --------------------------------------------------------------------
     def loop(self, lo, hi, body, step=None, float32_width: bool = False,
-             innermost: int = 0) -> None:
+             innermost: int = 0, properties: dict | None = None) -> None:
         """``body(i)`` for ``i = lo, lo + step, ... < hi`` (``step``: an IR value, default 1).
 
         ``float32_width``: hint that the loop be vectorized at the float32 width (a float32
         reduction whose float64 accumulator would make LLVM pick half of it).
         ``innermost``: the extent of the axis this loop walks when it is the one the
         vectorizer works on (0 otherwise); where the task's work is one or two math
-        functions (:func:`_latency_bound`) it gets :func:`_math_loop_properties`."""
+        functions (:func:`_latency_bound`) it gets :func:`_math_loop_properties`.
+        ``properties``: LLVM loop properties the loop gets in any case (``loop_properties``)."""
         b = self.b
         pre = b.block
         loop_bb = self.fn.append_basic_block("loop")
@@ -105,7 +106,9 @@ class KernelEmitter:
         back = b.cbranch(b.icmp_signed("<", nxt, hi), loop_bb, exit_bb)
         # (not where the body calls the C library: a scalar call defeats the hint, and LLVM
         # then prints a remark that the hinted loop was not vectorized)
-        if self.lowering.vector_hints and not b.emission.rare and not self.t.has_loops:
+        if properties:
+            back.set_metadata("llvm.loop", loop_properties(self.fn.module, properties))
+        elif self.lowering.vector_hints and not b.emission.rare and not self.t.has_loops:
             if float32_width:
                 back.set_metadata("llvm.loop", vector_hint(self.fn.module))
             elif innermost and step is None and _latency_bound(self.t):

@@ -33,6 +33,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..stats import bump
+from . import loop_hints
 from .intrinsics import declare, gpu_thread
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -119,16 +120,21 @@ SM_THREADS = 2048   # resident threads per multiprocessor (sm_50 and later)
 
 
 def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
-               lockstep: ir.Function | None = None, full_occupancy: bool = False) -> ir.Function:
+               lockstep: ir.Function | None = None, aligned: bool = False,
+               full_occupancy: bool = False) -> ir.Function:
     """The kernel ``symbol``: a grid-strided loop calling ``body`` per flat element.
 
     ``lockstep``: the task's :data:`VECTOR` elements from ``start`` in lockstep
     (``qtrace.kernels.codegen.lower_lockstep``). Where every argument pointer is 16-byte
-    aligned (one uniform test per thread), the thread runs :func:`_vector_loop` over chunks
+    aligned (one uniform test per thread), the thread runs :func:`_aligned_loop` over chunks
     of that many consecutive elements, whose loads and stores LLVM merges into vector
     accesses (``ld.global.v4.b32`` for float32: a quarter of the memory instructions, four
     times the bytes in flight), then the elements past the last whole chunk one per trip; a
     launch with an unaligned pointer (an offset view) goes one element per trip.
+
+    ``aligned`` (without ``lockstep``): where every pointer is 16-byte aligned, the same
+    loop of ``body`` per element runs in :func:`_aligned_loop`, where LLVM knows the
+    alignment (a split reduction reads four neighbours per trip: ``split_reduce``).
 
     ``full_occupancy``: launch bounds asking ptxas for a whole multiprocessor of resident
     threads (at most 32 registers each), for split reductions: their grid is sized to fill
@@ -148,7 +154,8 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
     tid, step = gpu_thread(b)
     mine = b.gep(scratch, [b.mul(tid, stride)], source_etype=ir.IntType(8))
     first, came_from = tid, entry
-    if lockstep is not None:
+    if lockstep is not None or aligned:
+        width = VECTOR if lockstep is not None else 1
         vectored = fn.append_basic_block("vectored")
         strided = fn.append_basic_block("strided")
         bits = ir.Constant(I64, 0)
@@ -157,9 +164,9 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
         b.cbranch(b.icmp_unsigned("==", b.and_(bits, ir.Constant(I64, 15)), ir.Constant(I64, 0)),
                   vectored, strided)
         b.position_at_end(vectored)
-        b.call(_vector_loop(module, lockstep, symbol, n_args),
+        b.call(_aligned_loop(module, lockstep or body, symbol, n_args, width),
                [b.addrspacecast(p, GLOBAL) for p in ptrs] + [status, mine, tid, step, extent])
-        tail = b.add(b.and_(extent, ir.Constant(I64, -VECTOR)), tid)
+        tail = b.add(b.and_(extent, ir.Constant(I64, -width)), tid)   # (width 1: none)
         b.cbranch(b.icmp_signed("<", tail, extent), loop, done)
         b.position_at_end(strided)
         came_from = strided
@@ -167,7 +174,7 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
     b.position_at_end(loop)
     j = b.phi(I64)
     j.add_incoming(first, came_from)
-    if lockstep is not None:
+    if lockstep is not None or aligned:
         j.add_incoming(tail, vectored)
     b.call(body, [j, b.add(j, ir.Constant(I64, 1), flags=["nsw"]), args, status, mine])
     nxt = b.add(j, step)
@@ -191,18 +198,20 @@ def _argument_array(b: ir.IRBuilder, ptrs: list) -> ir.Value:
     return b.bitcast(block, PTR)
 
 
-def _vector_loop(module: ir.Module, lockstep: ir.Function, symbol: str, n_args: int) -> ir.Function:
+def _aligned_loop(module: ir.Module, callee: ir.Function, symbol: str, n_args: int,
+                  width: int) -> ir.Function:
     """``void loop(ptr addrspace(1) align 16 a0, ..., ptr status, ptr mine, i64 tid, i64
-    step, i64 extent)``: thread ``tid`` calls ``lockstep`` on chunks ``tid, tid + step, ...``
-    of :data:`VECTOR` consecutive elements, below ``extent``.
+    step, i64 extent)``: thread ``tid`` calls ``callee`` on the units ``tid, tid + step,
+    ...`` of ``width`` consecutive elements (``callee(u * width, (u + 1) * width, ...)``)
+    below ``extent``.
 
     A function of its own (not inlined), so that the alignment its caller tested is a fact
     about its parameters; they are global pointers, so that the accesses stay ``ld.global``
-    after the body's generic pointers are inferred back to them, and each carries an
+    after the callee's generic pointers are inferred back to them, and each carries an
     assumption of its alignment that LLVM's load/store vectorizer sees through the
     address-space cast."""
     fn = ir.Function(module, ir.FunctionType(
-        ir.VoidType(), [GLOBAL] * n_args + [PTR, PTR, I64, I64, I64]), name=symbol + "_vector")
+        ir.VoidType(), [GLOBAL] * n_args + [PTR, PTR, I64, I64, I64]), name=symbol + "_aligned")
     fn.linkage = "internal"
     fn.attributes.add("noinline")
     *ptrs, status, mine, tid, step, extent = fn.args
@@ -218,16 +227,16 @@ def _vector_loop(module: ir.Module, lockstep: ir.Function, symbol: str, n_args: 
                                          ir.Constant(I64, 0))])
         generic.append(q)
     args = _argument_array(b, generic)
-    chunks = b.lshr(extent, ir.Constant(I64, VECTOR.bit_length() - 1))
-    b.cbranch(b.icmp_signed("<", tid, chunks), loop, done)
+    units = b.lshr(extent, ir.Constant(I64, width.bit_length() - 1))
+    b.cbranch(b.icmp_signed("<", tid, units), loop, done)
     b.position_at_end(loop)
-    c = b.phi(I64)
-    c.add_incoming(tid, entry)
-    at = b.mul(c, ir.Constant(I64, VECTOR), flags=["nuw", "nsw"])
-    b.call(lockstep, [at, b.add(at, ir.Constant(I64, VECTOR), flags=["nuw", "nsw"]), args, status, mine])
-    c_next = b.add(c, step)
-    c.add_incoming(c_next, loop)
-    b.cbranch(b.icmp_signed("<", c_next, chunks), loop, done)
+    u = b.phi(I64)
+    u.add_incoming(tid, entry)
+    at = b.mul(u, ir.Constant(I64, width), flags=["nuw", "nsw"])
+    b.call(callee, [at, b.add(at, ir.Constant(I64, width), flags=["nuw", "nsw"]), args, status, mine])
+    u_next = b.add(u, step)
+    u.add_incoming(u_next, loop)
+    b.cbranch(b.icmp_signed("<", u_next, units), loop, done)
     b.position_at_end(done)
     b.ret_void()
     return fn
@@ -238,7 +247,7 @@ def compile_module(module: ir.Module, symbols: list, arch: str) -> bytes:
     with _lock:
         s = _init()
         tm = machine(arch)
-        mod = llvm.parse_assembly(str(module))
+        mod = llvm.parse_assembly(loop_hints.resolve(str(module), 1))
         if any(f.name.startswith("__nv_") for f in mod.functions if f.is_declaration):
             libdevice_info()
             lib = llvm.parse_bitcode(s["libdevice"])

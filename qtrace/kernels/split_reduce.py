@@ -3,8 +3,10 @@
 A GPU runs a reduction with few outputs (a full ``sum``) on few threads if each output
 gets one thread, and a CPU on one worker. Under a lowering with ``split_reductions``, an output's row of ``L``
 inner elements is cut into ``S`` interleaved segments
-(:func:`qtrace.kernels.lowering.reduce_segments`): thread ``(o, s)`` folds elements
-``s, s + S, s + 2S, ...`` (neighbouring threads read neighbouring elements: coalesced),
+(:func:`qtrace.kernels.lowering.reduce_segments`): thread ``(o, s)`` folds the chunks
+``s, s + S, s + 2S, ...`` of ``UNROLL`` neighbouring elements (neighbouring threads read
+neighbouring chunks: coalesced; a chunk is one vector load where the pointers are aligned;
+``argmax``/``argmin`` fold elements ``s, s + S, ...`` one at a time),
 writes its partial to scratch, and arrives at its group's counter (release/acquire fences
 around an atomic add). Groups are ``GROUP`` partials: the thread that arrives last in a
 group combines the group's partials *in order* into a partial of the next level and
@@ -33,7 +35,10 @@ from .loop_hints import narrow_accumulation
 from .lowering import split_layout
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-UNROLL = 4       # independent elements per iteration of a segment (loads in flight)
+UNROLL = 4       # neighbouring elements per chunk of a segment (loads in flight)
+CHUNKS_IN_FLIGHT = 1   # chunks per trip of a segment's loop (not unrolled: with two, 8 loads in
+                       # flight, it spilled under a full multiprocessor's 32 registers and was
+                       # 3% slower on an H100; four spilled more)
 SCOPE = "device"  # fences order the partials for the threads of one device (NVPTX: .gpu;
                   # the host needs none of it: a system-scope fence per thread is costly)
 
@@ -178,22 +183,29 @@ def _same(b: ir.IRBuilder, v, cur, dt: np.dtype):
 
 
 def _unrolled_segment(em, seg, length: int, s: int, cells: list, element, identity, combine, acc):
-    """Fold segment ``seg`` (elements ``seg + j*s``) into ``acc``, ``UNROLL`` independent
-    elements per iteration (one accumulator each: that many loads in flight per thread),
-    the rest into the first; the accumulators are then combined in order (deterministic)."""
+    """Fold segment ``seg`` into ``acc``. The row is dealt out in chunks of ``W =
+    len(cells)`` neighbouring elements, chunk ``c`` to segment ``c % s``: a thread reads
+    ``W`` neighbours at a time (one vector load where its pointers are aligned:
+    ``llvm_nvptx.grid_entry``) and a warp ``32 W`` consecutive elements. Element ``u`` of
+    each chunk goes to accumulator ``u`` (``W`` independent loads in flight per chunk),
+    a last partial chunk to the segment whose turn it is; the accumulators are then
+    combined in order (deterministic)."""
     b = em.b
+    width = len(cells)
     for cell in cells:
         b.store(identity, cell)
-    n = b.udiv(b.add(b.sub(ir.Constant(I64, length), seg), ir.Constant(I64, s - 1)), ir.Constant(I64, s))
-    groups = b.udiv(n, ir.Constant(I64, len(cells)))
+    whole = length // width   # (a split keeps >= MIN_SEGMENT elements per segment: seg < whole)
+    n = b.udiv(b.add(b.sub(ir.Constant(I64, whole), seg), ir.Constant(I64, s - 1)), ir.Constant(I64, s))
 
-    def group(g):
-        base = b.add(seg, b.mul(g, ir.Constant(I64, len(cells) * s)))
+    def chunk(j):
+        base = b.mul(b.add(seg, b.mul(j, ir.Constant(I64, s))), ir.Constant(I64, width))
         for u, cell in enumerate(cells):
-            element(b.add(base, ir.Constant(I64, u * s)), cell)
-    em.loop(ir.Constant(I64, 0), groups, group)
-    em.loop(b.mul(groups, ir.Constant(I64, len(cells))), n,
-            lambda j: element(b.add(seg, b.mul(j, ir.Constant(I64, s))), cells[0]))
+            element(b.add(base, ir.Constant(I64, u)), cell)
+    em.loop(ir.Constant(I64, 0), n, chunk, properties={"llvm.loop.unroll.count": CHUNKS_IN_FLIGHT})
+    if length % width:
+        with b.if_then(b.icmp_unsigned("==", seg, ir.Constant(I64, whole % s))):
+            for u in range(length % width):
+                element(ir.Constant(I64, whole * width + u), cells[u])
     total = b.load(cells[0], typ=cells[0].allocated_type)
     for cell in cells[1:]:
         total = combine(total, b.load(cell, typ=cell.allocated_type))

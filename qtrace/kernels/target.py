@@ -167,8 +167,9 @@ class CudaTarget(Target):
             i.kind in ("loop", "loop_vjp") for i in task.instrs)
         lockstep = codegen.lower_lockstep(task, module, symbol + llvm_nvptx.LOCKSTEP_SUFFIX,
                                           check_bounds, self.lowering, llvm_nvptx.VECTOR) if plain else None
-        llvm_nvptx.grid_entry(module, body, symbol, len(task.args), lockstep,
-                              full_occupancy=_lowering.reduce_segments(task, self.lowering) > 1)
+        split = _lowering.reduce_segments(task, self.lowering) > 1
+        llvm_nvptx.grid_entry(module, body, symbol, len(task.args), lockstep, aligned=split,
+                              full_occupancy=split)
 
     def compile(self, module, symbols: list, tasks: list = (), ready=None) -> tuple[dict, bytes]:
         from . import llvm_nvptx

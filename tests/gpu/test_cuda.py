@@ -79,10 +79,10 @@ def test_plain_tasks_read_and_write_four_consecutive_float32_by_vector_accesses(
     def definition(head):   # (the function's text up to its closing brace)
         start = ptx.index(head)
         return ptx[start:ptx.index("\n}\n", start)]
-    vector = definition(".func t_vector(")
+    vector = definition(".func t_aligned(")
     assert vector.count("ld.global.v4.b32") == 2 and vector.count("st.global.v4.b32") == 1
     kernel = definition(".entry t(")
-    assert "call.uni t_vector" in kernel
+    assert "call.uni t_aligned" in kernel
     assert "and.b64" in kernel and "ld.global.b32" in kernel and "st.global.b32" in kernel
 
 
@@ -727,3 +727,31 @@ def test_vector_and_element_paths_agree_at_every_alignment_and_tail(fused, rng, 
                     want = x_np[offset:] * y_np[offset:] - x_np[offset:] + y_np[offset:] * 2
                 np.testing.assert_array_equal(np.asarray(got.numpy()), want,
                                               err_msg=f"{dtype} n={n} offset={offset}")
+
+
+@gpu
+@pytest.mark.parametrize("fused", [True, False])
+def test_split_reductions_at_every_chunk_remainder_and_alignment(fused, rng, monkeypatch):
+    """Split reductions deal their rows out to threads in chunks of 4 neighbours (one vector
+    load where every pointer is aligned): rows of every length modulo 4, one and several
+    rows, pointers offset by 0..3 elements (CuPy views shared without a copy), three
+    dtypes and four reductions: NumPy's values (float64 references)."""
+    import cupy as cp
+    monkeypatch.setattr(qt.config, "fusion", fused)
+    for dtype in ("float32", "float64", "int32"):
+        for rows, length in ((1, 4096), (1, 4097), (1, 1_000_003), (1, (1 << 20) + 2),
+                             (3, 65_539), (2, 300_001)):
+            for offset in (0, 1, 3):
+                data = (rng.standard_normal(rows * length + offset) * 9).astype(dtype)
+                x_np = data[offset:].reshape(rows, length)
+                x = qt.asarray(cp.asarray(data)[offset:].reshape(rows, length))
+                where = f"{dtype} {rows}x{length} offset {offset}"
+                np.testing.assert_allclose(np.asarray(qt.sum(x, axis=1).numpy()),
+                                           x_np.astype(np.float64).sum(axis=1),
+                                           rtol=1e-5 if dtype == "float32" else 1e-12, err_msg=where)
+                np.testing.assert_array_equal(np.asarray(qt.max(x, axis=1).numpy()), x_np.max(axis=1),
+                                              err_msg=where)
+                np.testing.assert_array_equal(np.asarray(qt.argmin(x, axis=1).numpy()),
+                                              x_np.argmin(axis=1), err_msg=where)
+                np.testing.assert_allclose(float(qt.sum(x * 2).numpy()), 2 * x_np.astype(np.float64).sum(),
+                                           rtol=1e-5 if dtype == "float32" else 1e-12, err_msg=where)
