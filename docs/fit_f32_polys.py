@@ -78,7 +78,7 @@ def main():
     fac = math.factorial
     # exp(r) = 1 + r + r^2 P(r), |r| <= 0.35
     fit("_EXP", -0.35, 0.35, lambda r: series(r, lambda k: 1 / fac(k + 2)),
-        lambda r: r * r, 5, lambda r, p: 1 + r + r * r * p)
+        lambda r: r * r, 4, lambda r, p: 1 + r + r * r * p)
     # 2^r = 1 + r Q(r), |r| <= 0.5
     fit("_EXP2", -0.5, 0.5, lambda r: series(r, lambda k: ln2 ** (k + 1) / fac(k + 1)),
         lambda r: np.abs(r), 6, lambda r, p: 1 + r * p)
@@ -90,10 +90,10 @@ def main():
         lambda z: z, 3, lambda z, p: 2 + z * p)
     # sin(r) = r + r^3 S(z), z = r^2, |r| <= 0.83
     fit("_SIN", 0.0, 0.83 ** 2, lambda z: series(z, lambda k: (-1) ** (k + 1) / fac(2 * k + 3)),
-        lambda z: z, 3, lambda z, p: 1 + z * p)
+        lambda z: z, 2, lambda z, p: 1 + z * p)
     # cos(r) = 1 - z/2 + z^2 C(z)
     fit("_COS", 0.0, 0.83 ** 2, lambda z: series(z, lambda k: (-1) ** k / fac(2 * k + 4)),
-        lambda z: z * z, 3, lambda z, p: 1 - z / 2 + z * z * p)
+        lambda z: z * z, 2, lambda z, p: 1 - z / 2 + z * z * p)
     # sinh(x) = x + x^3 H(z), z = x^2, |x| <= 2
     fit("_SINH", 0.0, 4.0, lambda z: series(z, lambda k: 1 / fac(2 * k + 3)),
         lambda z: z, 5, lambda z, p: 1 + z * p)

@@ -10,8 +10,8 @@ range twice if it must:
 
    * float32, entirely in float32 (:func:`qtrace.kernels.mathlib_f32.sincos_reduced`):
      pi/2 in three float parts (the first product exact by an fma, the second split
-     exactly and subtracted with a two-sum, so the reduced argument is a float-float)
-     and minimax kernels (``tan``: ``r + r^3 T(r^2)`` as a float-float, and
+     exactly and subtracted with a fast two-sum, so the reduced argument is a
+     float-float) and minimax kernels (``tan``: ``r + r^3 T(r^2)`` as a float-float, and
      ``-1/tan(r)`` with the division corrected by its fma residual in the odd quadrants),
      ``|x| < 2**19``;
    * float64 (:func:`qtrace.kernels.mathlib.trig_fast`): pi/2 in three double parts the
@@ -21,7 +21,8 @@ range twice if it must:
    library's), overwriting every output of the range.
 
 Both passes are straight-line and vectorize; in the fast range the results are within
-1 ulp of the exact value (correctly rounded in >99% of cases).
+1 ulp of the exact value (float32, every float below 2^19 checked: 96.5-97% correctly
+rounded).
 """
 
 from __future__ import annotations
