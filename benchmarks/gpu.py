@@ -152,53 +152,32 @@ def main(argv: list) -> int:
         rows.append(("B5", system, ms, "per iteration", "PASS" if err <= 4 * iters * 1.2e-7 else
                      f"FAIL {err:.1e}"))
 
-    def qt_b5():   # (inputs on the GPU, then the timed loop, synchronised at its end)
+    def eager(m, to_device, evaluate, wait):
+        """B5 eager in module ``m`` (a ``run`` for ``b5_row``): inputs placed by
+        ``to_device``, each iteration's values given to ``evaluate`` (None: nothing), then
+        the timed loop, ``wait``-ed for at its end."""
         def start():
-            qt.sync()
-            return qt.asarray(x5, device="cuda"), qt.asarray(y5, device="cuda")
+            wait()
+            return to_device(x5), to_device(y5)
 
         def loop(state):
             a, b = state
             for _ in range(iters):
-                a, b = b5_eager_loop.body(qt, a, b)
-                qt.eval(a, b)
-            qt.sync()
+                a, b = b5_eager_loop.body(m, a, b)
+                if evaluate is not None:
+                    evaluate(a, b)
+            wait()
             return a, b
-        return start, loop
-
-    def cp_b5():
-        def start():
-            sync()
-            return cp.asarray(x5), cp.asarray(y5)
-
-        def loop(state):
-            a, b = state
-            for _ in range(iters):
-                a, b = b5_eager_loop.body(cp, a, b)
-            sync()
-            return a, b
-        return start, loop
-    def dr_b5():   # Dr.Jit's CUDA backend: traced lazily, dr.eval every iteration
-        import drjit as dr
-        from drjit.cuda import Float
-
-        def start():
-            dr.sync_thread()
-            return Float(x5), Float(y5)
-
-        def loop(state):
-            a, b = state
-            for _ in range(iters):
-                a, b = b5_eager_loop.body(dr, a, b)
-                dr.eval(a, b)
-            dr.sync_thread()
-            return a, b
-        return start, loop
+        return lambda: (start, loop)
+    qt_b5 = eager(qt, lambda v: qt.asarray(v, device="cuda"), qt.eval, qt.sync)
     warm_start, warm_loop = qt_b5()
     warm_loop(warm_start())  # compile
     b5_row("qtrace eager", qt_b5)
-    b5_row("CuPy", cp_b5)
-    try:
+    b5_row("CuPy", eager(cp, cp.asarray, None, sync))
+    try:   # Dr.Jit's CUDA backend: traced lazily, dr.eval every iteration
+        import drjit as dr
+        from drjit.cuda import Float
+        dr_b5 = eager(dr, Float, dr.eval, dr.sync_thread)
         warm_start, warm_loop = dr_b5()
         warm_loop(warm_start())  # compile (Dr.Jit caches its kernels too)
         b5_row("Dr.Jit (CUDA)", dr_b5)
