@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import gc
+import math
+import re
 
 import numpy as np
 import pytest
@@ -83,6 +85,7 @@ def test_plain_tasks_read_and_write_four_consecutive_float32_by_vector_accesses(
     assert vector.count("ld.global.v4.b32") == 2 and vector.count("st.global.v4.b32") == 1
     kernel = definition(".entry t(")
     assert "call.uni t_aligned" in kernel
+    assert re.search(r"and\.b64\s+%rd\d+, %rd\d+, 15;", kernel)   # the 16-byte alignment test
     assert "and.b64" in kernel and "ld.global.b32" in kernel and "st.global.b32" in kernel
 
 
@@ -705,28 +708,40 @@ def test_zero_d_values_and_host_indices_on_the_gpu(rng):
 def test_vector_and_element_paths_agree_at_every_alignment_and_tail(fused, rng, monkeypatch):
     """Plain kernels take 4 consecutive elements per thread through vector accesses when
     every pointer is 16-byte aligned, else one element per trip. Both paths, extents with
-    every remainder modulo 4 (and past one grid), pointers offset by 0..3 elements (CuPy
-    views shared without a copy), five dtypes: the same values as NumPy."""
+    every remainder modulo 4, several aligned trips per thread, rows whose length is not a
+    multiple of 4, pointers offset by 0..3 elements (CuPy views shared without a copy),
+    five dtypes: the same values as NumPy (complex: to float32 rounding)."""
     import cupy as cp
     monkeypatch.setattr(qt.config, "fusion", fused)
-    for dtype in ("float32", "float64", "int8", "bool", "complex64"):
-        for n in (1, 2, 3, 5, 7, 8, 33, 1027, 65_539, 1_081_347):
-            for offset in (0, 1, 3):
-                if dtype == "bool":
-                    x_np = rng.random(n + offset) < 0.5
-                    y_np = rng.random(n + offset) < 0.5
-                else:
-                    x_np = (rng.standard_normal(n + offset) * 20).astype(dtype)
-                    y_np = (rng.standard_normal(n + offset) * 20).astype(dtype)
-                x = qt.asarray(cp.asarray(x_np)[offset:])
-                y = qt.asarray(cp.asarray(y_np)[offset:])
-                if dtype == "bool":
-                    got, want = (x ^ y) | ~x, (x_np[offset:] ^ y_np[offset:]) | ~x_np[offset:]
-                else:
-                    got = x * y - x + y * 2
-                    want = x_np[offset:] * y_np[offset:] - x_np[offset:] + y_np[offset:] * 2
-                np.testing.assert_array_equal(np.asarray(got.numpy()), want,
-                                              err_msg=f"{dtype} n={n} offset={offset}")
+    def data(size, dtype):
+        if dtype == "bool":
+            return rng.random(size) < 0.5
+        values = rng.standard_normal(size) * 20
+        if dtype == "complex64":
+            values = values + 1j * rng.standard_normal(size)
+        return values.astype(dtype)
+    cases = [(dtype, (n,)) for dtype in ("float32", "float64", "int8", "bool", "complex64")
+             for n in (1, 2, 3, 5, 7, 8, 33, 1027, 65_539, 1_081_347)]
+    # several aligned trips per thread (more units of 4 than a grid has threads); rows whose
+    # length is not a multiple of 4 (a unit straddles two rows)
+    cases += [("float32", (5_000_003,)), ("float64", (37, 41)), ("float32", (3, 1021, 7))]
+    for dtype, shape in cases:
+        n = math.prod(shape)
+        for offset in (0, 1, 3):
+            full_x, full_y = data(n + offset, dtype), data(n + offset, dtype)
+            x_np, y_np = full_x[offset:].reshape(shape), full_y[offset:].reshape(shape)
+            # views of device buffers at the offset, shared without a copy
+            x = qt.asarray(cp.asarray(full_x)[offset:].reshape(shape))
+            y = qt.asarray(cp.asarray(full_y)[offset:].reshape(shape))
+            if dtype == "bool":
+                got, want = (x ^ y) | ~x, (x_np ^ y_np) | ~x_np
+            else:
+                got, want = x * y - x + y * 2, x_np * y_np - x_np + y_np * 2
+            where = f"{dtype} {shape} offset={offset}"
+            if dtype == "complex64":   # (products may round their parts unlike NumPy's)
+                np.testing.assert_allclose(np.asarray(got.numpy()), want, rtol=1e-6, err_msg=where)
+            else:
+                np.testing.assert_array_equal(np.asarray(got.numpy()), want, err_msg=where)
 
 
 @gpu
