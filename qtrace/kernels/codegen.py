@@ -162,12 +162,7 @@ class KernelEmitter:
         """One loop over the flat (row-major) indices ``first_range`` of ``extents``; the
         loop variables are recovered by division (a GPU thread gets one element)."""
         def level(flat):
-            b = self.b
-            rest, found = flat, []
-            for d in reversed(extents[1:]):
-                found.append(b.urem(rest, ir.Constant(I64, d)))
-                rest = b.udiv(rest, ir.Constant(I64, d))
-            self.vars.extend([rest, *reversed(found)])
+            self.vars.extend(split_reduce.coordinates(self.b, flat, extents))
             body()
             del self.vars[-len(extents):]
         self.loop(*first_range, level)
@@ -747,13 +742,8 @@ class KernelEmitter:
         slow paths), which no vectorizer merges across; interleaving the elements'
         arithmetic too costs registers (B1's kernel: 71 instead of 38) and occupancy."""
         b, t = self.b, self.t
-        lanes = []
-        for k in range(width):
-            flat, found = b.add(self.start, ir.Constant(I64, k), flags=["nsw"]), []
-            for d in reversed(t.domain[1:]):
-                found.append(b.urem(flat, ir.Constant(I64, d)))
-                flat = b.udiv(flat, ir.Constant(I64, d))
-            lanes.append([flat, *reversed(found)])
+        lanes = [split_reduce.coordinates(b, b.add(self.start, ir.Constant(I64, k), flags=["nsw"]),
+                                          t.domain) for k in range(width)]
         early = [p for p, instr in enumerate(t.instrs) if instr.kind == "load" and not any(
             atom[0] == "s" for ix in ix_.affine_forms(instr.ix) for atom, _ in ix.terms)]
 
@@ -1123,14 +1113,20 @@ def lower_task(task, module: ir.Module, name: str, check_bounds: bool,
     return KernelEmitter(task, module, name, check_bounds, lowering).emit(entry)
 
 
+def runs_in_lockstep(task) -> bool:
+    """Whether ``task`` can be lowered by :func:`lower_lockstep`: a map without loops (its
+    elements independent straight-line code)."""
+    return task.kind == "map" and task.stack is None and not any(i.kind in LOOPS for i in task.instrs)
+
+
 def lower_lockstep(task, module: ir.Module, name: str, check_bounds: bool, lowering: Lowering,
                    width: int) -> ir.Function:
     """Emit map ``task`` into ``module`` as function ``name`` (the signature of
     :func:`lower_task`'s) computing elements ``start .. start + width - 1`` of its flat
     domain in lockstep (:meth:`KernelEmitter.emit_lockstep`)."""
-    if task.kind != "map" or task.stack is not None or any(i.kind in LOOPS for i in task.instrs):
+    if not runs_in_lockstep(task):
         raise ValueError(f"qtrace: only a map task without loops runs in lockstep, not {task.kind}")
     return KernelEmitter(task, module, name, check_bounds, lowering).emit_lockstep(width)
 
 
-__all__ = ["lower_task", "lower_lockstep", "intrinsic"]
+__all__ = ["lower_task", "lower_lockstep", "runs_in_lockstep", "intrinsic"]

@@ -130,10 +130,10 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
     def per_thread(f):
         o = b.udiv(f, ir.Constant(I64, s))
         seg = b.urem(f, ir.Constant(I64, s))
-        domain_vars = _split(b, o, t.domain)
+        domain_vars = coordinates(b, o, t.domain)
 
         def value(k):
-            em.vars[:] = domain_vars + _split(b, k, t.inner)
+            em.vars[:] = domain_vars + coordinates(b, k, t.inner)
             return em.body()[ssa]
 
         def element(k, cell=None):
@@ -165,7 +165,7 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
     em.loop(em.start, em.end, per_thread)
 
 
-def _split(b: ir.IRBuilder, flat, extents: tuple) -> list:
+def coordinates(b: ir.IRBuilder, flat, extents: tuple) -> list:
     """Row-major coordinates of ``flat`` over ``extents``."""
     rest, found = flat, []
     for d in reversed(extents[1:]):

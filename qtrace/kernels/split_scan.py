@@ -40,7 +40,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import scalar
-from .split_reduce import _split
+from .split_reduce import coordinates
 
 I64 = ir.IntType(64)
 PIECES = 4   # pieces of a chunk scanned side by side in pass 2 (independent dependency chains)
@@ -84,7 +84,7 @@ def emit(em, s: int, combine) -> None:
         for u in range(PIECES):
             lo = lt(b.mul(b.add(first, const(u)), const(piece)), const(length))
             bounds.append((lo, lt(b.add(lo, const(piece)), const(length))))
-        return o, _split(b, o, t.domain), b.add(b.mul(o, const(per_row)), first), bounds
+        return o, coordinates(b, o, t.domain), b.add(b.mul(o, const(per_row)), first), bounds
 
     def value(domain_vars, k):
         em.vars[:] = domain_vars + [k]

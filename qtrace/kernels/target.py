@@ -163,10 +163,9 @@ class CudaTarget(Target):
         from . import codegen, llvm_nvptx
         body = codegen.lower_task(task, module, symbol + llvm_nvptx.BODY_SUFFIX, check_bounds,
                                   self.lowering)
-        plain = task.kind == "map" and task.stack is None and not any(
-            i.kind in ("loop", "loop_vjp") for i in task.instrs)
-        lockstep = codegen.lower_lockstep(task, module, symbol + llvm_nvptx.LOCKSTEP_SUFFIX,
-                                          check_bounds, self.lowering, llvm_nvptx.VECTOR) if plain else None
+        lockstep = (codegen.lower_lockstep(task, module, symbol + llvm_nvptx.LOCKSTEP_SUFFIX,
+                                           check_bounds, self.lowering, llvm_nvptx.VECTOR)
+                    if codegen.runs_in_lockstep(task) else None)
         split = _lowering.reduce_segments(task, self.lowering) > 1
         llvm_nvptx.grid_entry(module, body, symbol, len(task.args), lockstep, aligned=split,
                               full_occupancy=split)
