@@ -33,6 +33,7 @@ expression: ``QTRACE_FUSION_DIAG=1`` prints them and ``qt.explain`` reports them
 
 from __future__ import annotations
 
+import heapq
 import math
 import sys
 from dataclasses import dataclass, field
@@ -394,7 +395,47 @@ def _partition(outputs: tuple, fusion: bool, not_regions: frozenset | None, regi
     # (a loop's components share inputs: its task may run as early as the earliest one)
     groups.sort(key=lambda g: min(position[id(n)] for n in g.stored) if g.root.prim in MULTI_OUTPUT
                 else position[id(g.root)])
+    groups = _after_inputs(groups, group_of)
     return Schedule(tuple(outputs), groups, group_of, view_group, stored, consumers, decisions)
+
+
+def _after_inputs(groups: list, group_of: dict) -> list:
+    """``groups`` in their order, except that each waits for the groups computing its
+    members' inputs. A multi-output group is placed by its earliest stored member, which
+    may come before an input of another member: a loop task storing a value fused into its
+    first trip (``start = floor(x)``) while its condition reads a value another task
+    computes (``limit``), both live, ran before that task and read its buffer unwritten."""
+    index = {id(g): k for k, g in enumerate(groups)}
+    needs = []
+    for g in groups:
+        deps = set()
+        for m in g.members:
+            for i in m.inputs:
+                while group_of.get(id(i)) is VIEWED:   # (a view's memory is its source's)
+                    i = i.inputs[0]
+                src = group_of.get(id(i))
+                if src is not None and src is not g and id(src) in index:
+                    deps.add(index[id(src)])
+        needs.append(deps)
+    if all(max(deps, default=-1) < k for k, deps in enumerate(needs)):
+        return groups   # (the common case: already in order)
+    users: list = [[] for _ in groups]
+    missing = [len(deps) for deps in needs]
+    for k, deps in enumerate(needs):
+        for d in deps:
+            users[d].append(k)
+    ready = [k for k, m in enumerate(missing) if m == 0]
+    ordered = []
+    while ready:   # the earliest ready group first: the order kept wherever it is right
+        k = heapq.heappop(ready)
+        ordered.append(groups[k])
+        for u in users[k]:
+            missing[u] -= 1
+            if missing[u] == 0:
+                heapq.heappush(ready, u)
+    if len(ordered) != len(groups):
+        raise AssertionError("qtrace partition: the tasks' dependences form a cycle")
+    return ordered
 
 
 def _size(ext: dict) -> int:

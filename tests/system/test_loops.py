@@ -328,6 +328,27 @@ def test_while_loop_false_at_start_and_pytree(fusion, rng):
     np.testing.assert_array_equal(k.numpy(), [4, 1, 0, 5])
 
 
+@pytest.mark.parametrize("size", [20, 1517, (37, 41)])
+def test_live_values_feeding_a_loop_are_computed_before_it(size, fusion, rng):
+    """A loop whose first state is computed by its own task (``start``) and whose condition
+    reads a value another task computes (``limit``), both still held by the program (so
+    both stored): the loop's task runs after ``limit``'s — it was placed by ``start`` and
+    read ``limit``'s buffer unwritten (every count wrong, no error). Counts are exact
+    (integer-valued floats), so they are compared exactly, as is every live value."""
+    x, c = rng.uniform(-1, 1, size), rng.uniform(0.5, 1.5, size)
+    gx, gc = qt.asarray(x), qt.asarray(c)
+    limit = qt.floor(gc * 100.0)
+    start = qt.floor(qt.abs(gx) * 8.0)
+    value, count = qt.while_loop(lambda s: s[0] < limit, lambda s: (s[0] * 2.0 + 1.0, s[1] + 1),
+                                 (start, qt.zeros(np.shape(x), dtype=qt.int32)))
+    want_v, want_k = np_while(lambda s: s[0] < np.floor(c * 100.0), lambda s: [s[0] * 2.0 + 1.0, s[1] + 1],
+                              [np.floor(np.abs(x) * 8.0), np.zeros(np.shape(x), np.int32)])
+    np.testing.assert_array_equal(count.numpy(), want_k)
+    np.testing.assert_array_equal(value.numpy(), want_v)
+    np.testing.assert_array_equal(start.numpy(), np.floor(np.abs(x) * 8.0))
+    np.testing.assert_array_equal(limit.numpy(), np.floor(c * 100.0))
+
+
 # --- reverse ---------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", COUNT_KINDS)
 def test_b3_gradient(kind, fusion, rng):
