@@ -21,8 +21,10 @@
   per-element loop with data-dependent trip counts (0..64): qtrace ``jit`` (no hint),
   JAX ``jit`` (``fori_loop`` to the largest count with a mask); peak GPU memory (qtrace:
   the high-water mark of CuPy's pool in use during B3 above what was in use before it,
-  inputs included; JAX: its process's ``peak_bytes_in_use``, B1's arrays included);
-  relative error of the gradient vs float64 (≤ 1e-4).
+  inputs included, one call's result alive at a time; JAX: its process's
+  ``peak_bytes_in_use``, B1's arrays included); relative error of the gradient vs float64
+  (≤ 1e-4); then qtrace's forward+backward where 0%, 5% or 50% of the elements loop (the
+  other counts 0): time and memory against the active fraction.
 
 Every timing is a median over repeats, each synchronised (``qt.sync``,
 ``cupy.cuda.Device().synchronize``, ``block_until_ready``) after warm-up; results are
@@ -318,23 +320,36 @@ def _b6b_rows(qt, sync, reps: int, n: int) -> list:
 
 
 def _b3_rows(qt, cp, sync, reps: int, n: int) -> list:
-    """B3 forward and forward+backward on the GPU: qtrace and JAX, time, memory, error."""
+    """B3 forward and forward+backward on the GPU: qtrace and JAX, time, memory, error; then
+    qtrace's forward+backward where only a fraction of the elements loop (the others' counts
+    0): time and memory against the active fraction."""
     p = b3_loop_grad._Problem(n, 0)
+    rows = _b3_qtrace(qt, cp, reps, p, _b3_check(p))
+    try:
+        rows += _b3_jax(sync, reps, p, _b3_check(p))
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a row saying why
+        rows.append(("B3", "JAX jit", None, f"not run: {str(exc)[:60]}", ""))
+    gate = np.random.default_rng(1).random(n)
+    full = p.trips
+    for fraction in (0.0, 0.05, 0.5):
+        p.trips = np.where(gate < fraction, full, 0).astype(full.dtype)
+        p.max_trips = int(p.trips.max(initial=0))
+        rows += _b3_qtrace(qt, cp, reps, p, _b3_check(p), f", {fraction:.0%} active")[1:]
+    return rows
+
+
+def _b3_check(p):
+    """The gradient's relative error against float64, as a table cell."""
     _, want_gx, want_gc = b3_loop_grad.reference(p.x, p.c, p.trips)
     scale = max(np.abs(want_gx).max(), np.abs(want_gc).max())
 
     def check(gx, gc) -> str:
         err = max(np.abs(gx - want_gx).max(), np.abs(gc - want_gc).max()) / scale
         return ("PASS" if err <= 1e-4 else "FAIL") + f" {err:.1e}"
-    rows = _b3_qtrace(qt, cp, reps, p, check)
-    try:
-        rows += _b3_jax(sync, reps, p, check)
-    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a row saying why
-        rows.append(("B3", "JAX jit", None, f"not run: {str(exc)[:60]}", ""))
-    return rows
+    return check
 
 
-def _b3_qtrace(qt, cp, reps: int, p, check) -> list:
+def _b3_qtrace(qt, cp, reps: int, p, check, label: str = "") -> list:
     pool = cp.get_default_memory_pool()
     base, peak = pool.used_bytes(), [0]
 
@@ -344,12 +359,12 @@ def _b3_qtrace(qt, cp, reps: int, p, check) -> list:
         return mem
     cp.cuda.set_allocator(malloc)
     try:
-        return _b3_qtrace_rows(qt, reps, p, check, lambda: (peak[0] - base) / 2**20)
+        return _b3_qtrace_rows(qt, reps, p, check, lambda: (peak[0] - base) / 2**20, label)
     finally:
         cp.cuda.set_allocator(pool.malloc)
 
 
-def _b3_qtrace_rows(qt, reps: int, p, check, peak_mb) -> list:
+def _b3_qtrace_rows(qt, reps: int, p, check, peak_mb, label: str) -> list:
     def forward(x, c, k):
         return qt.fori_loop(0, k, lambda i, v: b3_loop_grad.step(qt, v, c), x)
     fwd = qt.jit(forward)
@@ -358,14 +373,16 @@ def _b3_qtrace_rows(qt, reps: int, p, check, peak_mb) -> list:
     box = {}
 
     def run_grad():
+        box.pop("g", None)   # (the last call's result freed first: the peak of one call)
         box["g"] = grad(x, c, k)
         qt.eval(*box["g"][1])
     fwd_ms = _median_ms(lambda: qt.eval(fwd(x, c, k)), qt.sync, reps)
     grad_ms = _median_ms(run_grad, qt.sync, reps)
     _, (gx, gc) = box["g"]
     mb = peak_mb()
-    return [("B3", "qtrace jit fwd", fwd_ms, f"{mb:.0f} MB peak, no hint", ""),
-            ("B3", "qtrace jit fwd+bwd", grad_ms, f"{mb:.0f} MB peak", check(gx.numpy(), gc.numpy()))]
+    return [("B3", "qtrace jit fwd" + label, fwd_ms, f"{mb:.0f} MB peak, no hint", ""),
+            ("B3", "qtrace jit fwd+bwd" + label, grad_ms, f"{mb:.0f} MB peak",
+             check(gx.numpy(), gc.numpy()))]
 
 
 def _b3_jax(sync, reps: int, p, check) -> list:
@@ -380,7 +397,10 @@ def _b3_jax(sync, reps: int, p, check) -> list:
     x, c, k = (jax.device_put(a) for a in (p.x, p.c, p.trips))
     box = {}
     fwd_ms = _median_ms(lambda: fwd(x, c, k).block_until_ready(), sync, reps)
-    grad_ms = _median_ms(lambda: box.update(g=jax.block_until_ready(grad(x, c, k))), sync, reps)
+    def run_grad():
+        box.pop("g", None)   # (as qtrace's)
+        box["g"] = jax.block_until_ready(grad(x, c, k))
+    grad_ms = _median_ms(run_grad, sync, reps)
     mb = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use", 0) / 2**20
     _, (gx, gc) = box["g"]
     return [("B3", "JAX jit fwd", fwd_ms, f"masked to {top} steps", ""),
