@@ -32,6 +32,11 @@ def _state_leaves(init_val, op: str):
     if not leaves:
         raise TypeError(f"{op}: the loop state must contain at least one array")
     tensors = [x if isinstance(x, Tensor) else as_tensor(x, op) for x in leaves]
+    for k, t in enumerate(tensors):
+        if t.dtype.kind == "c":
+            raise TypeError(f"{op}: state leaf {k} is {t.dtype}, and complex loop state is not "
+                            "supported yet: carry its real and imaginary parts as two leaves "
+                            "(qt.real(z), qt.imag(z)) and combine them after the loop")
     return tensors, tree
 
 

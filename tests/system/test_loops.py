@@ -349,6 +349,21 @@ def test_live_values_feeding_a_loop_are_computed_before_it(size, fusion, rng):
     np.testing.assert_array_equal(limit.numpy(), np.floor(c * 100.0))
 
 
+def test_complex_loop_state_is_refused_naming_the_loop_and_the_way_around(fusion, rng):
+    """Complex loop state is not supported: refused where the loop is recorded (not later,
+    by the code generator), saying what to do instead; its parts as two leaves work."""
+    z = qt.asarray(rng.standard_normal(7) + 1j * rng.standard_normal(7))
+    n = qt.asarray(rng.integers(0, 5, 7))
+    with pytest.raises(TypeError, match=r"qt\.fori_loop: state leaf 1 is complex128.*qt\.real"):
+        qt.fori_loop(0, n, lambda i, s: (s[0] + 1.0, s[1] * 0.5), (qt.ones(7), z))
+    with pytest.raises(TypeError, match=r"qt\.while_loop: state leaf 0 is complex128"):
+        qt.while_loop(lambda s: qt.abs(s) > 1.0, lambda s: s * 0.5, z)
+    re, im = qt.fori_loop(0, n, lambda i, s: (s[0] * 0.5 - s[1] * 0.25, s[0] * 0.25 + s[1] * 0.5),
+                          (qt.real(z), qt.imag(z)))
+    want = z.numpy() * (0.5 + 0.25j) ** n.numpy()
+    np.testing.assert_allclose((re + 1j * im).numpy(), want, rtol=1e-12, atol=1e-15)
+
+
 # --- reverse ---------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", COUNT_KINDS)
 def test_b3_gradient(kind, fusion, rng):
