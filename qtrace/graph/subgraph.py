@@ -11,6 +11,8 @@ any other, and the loop node that holds it hashes the same in every process.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .node import Node, content_hash, graph_key, make_input, make_node, toposort
 from .primitives import PRIMITIVES
 
@@ -58,7 +60,9 @@ def cut(outputs: tuple, placeholders: dict):
     Every node the body reads from outside (independent of the placeholders, and not a
     constant) becomes a new ``("captured", j)`` placeholder; where an elementwise
     operation reads it broadcast, the broadcast becomes an explicit node, so that a
-    reverse body can ask for the per-element cotangent of a captured value. Returns the
+    reverse body can ask for the per-element cotangent of a captured value. A complex value
+    read elementwise is captured as its real and imaginary parts (two real placeholders, as a complex loop
+    state is carried: ``qtrace.tracer.loops``) and rebuilt in the body. Returns the
     rebuilt outputs, the extended placeholder map, and the captured outside nodes.
     """
     dependent: set[int] = set(placeholders)
@@ -66,11 +70,25 @@ def cut(outputs: tuple, placeholders: dict):
     for n in order:
         if any(id(i) in dependent for i in n.inputs):
             dependent.add(id(n))
-    mapping: dict[int, Node] = {}
+    mapping: dict = {}   # id(node) (("parts", id): a complex one by its parts) -> body node
     roles = dict(placeholders)
     captured: list[Node] = []
+    joined: dict[int, tuple] = {}   # id(a complex value rebuilt in the body) -> its part leaves
 
-    def get(n: Node) -> Node:
+    def get(n: Node, split: bool = False) -> Node:
+        if split and id(n) not in dependent and n.dtype.kind == "c":
+            # read per element: captured by its real and imaginary parts and rebuilt in the
+            # body (a loop kernel keeps real values per element, and cotangents of them);
+            # a table the body gathers from stays one captured value
+            node = mapping.get(("parts", id(n)))
+            if node is None:
+                part = np.dtype(np.float32 if n.dtype == np.complex64 else np.float64)
+                leaves = tuple(get(make_node(prim, (), n.shape, part, (n,), n.device, n.weak))
+                               for prim in ("real", "imag"))
+                node = make_node("complex", (), n.shape, n.dtype, leaves, n.device, n.weak)
+                mapping["parts", id(n)] = node
+                joined[id(node)] = leaves
+            return node
         if id(n) in mapping:
             return mapping[id(n)]
         if id(n) in placeholders or n.prim == "const":
@@ -83,15 +101,25 @@ def cut(outputs: tuple, placeholders: dict):
             return leaf
         raise AssertionError("unreachable")
 
+    def spread(i: Node, shape: tuple) -> Node:
+        """Captured value ``i`` as an elementwise operation of ``shape`` reads it: broadcast
+        explicitly (a complex one: its parts, then rebuilt)."""
+        if i.shape == shape:
+            return i
+        if i.is_leaf and roles.get(id(i), ("",))[0] == "captured":
+            return make_node("broadcast", (shape,), shape, i.dtype, (i,), i.device, i.weak)
+        if id(i) in joined:
+            return make_node("complex", (), shape, i.dtype, tuple(spread(p, shape) for p in joined[id(i)]),
+                             i.device, i.weak)
+        return i
+
     for n in order:
         if id(n) not in dependent:
             continue
-        inputs = tuple(get(i) for i in n.inputs)
         if PRIMITIVES[n.prim].kind == "elementwise":
-            inputs = tuple(
-                make_node("broadcast", (n.shape,), n.shape, i.dtype, (i,), i.device, i.weak)
-                if i.is_leaf and roles.get(id(i), ("",))[0] == "captured" and i.shape != n.shape
-                else i for i in inputs)
+            inputs = tuple(spread(get(i, split=True), n.shape) for i in n.inputs)
+        else:
+            inputs = tuple(get(i) for i in n.inputs)
         mapping[id(n)] = make_node(n.prim, n.params, n.shape, n.dtype, inputs, n.device, n.weak)
     outs = tuple(mapping.get(id(o), get(o)) if id(o) not in placeholders else o for o in outputs)
     return outs, roles, captured

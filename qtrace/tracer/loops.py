@@ -32,12 +32,49 @@ def _state_leaves(init_val, op: str):
     if not leaves:
         raise TypeError(f"{op}: the loop state must contain at least one array")
     tensors = [x if isinstance(x, Tensor) else as_tensor(x, op) for x in leaves]
-    for k, t in enumerate(tensors):
-        if t.dtype.kind == "c":
-            raise TypeError(f"{op}: state leaf {k} is {t.dtype}, and complex loop state is not "
-                            "supported yet: carry its real and imaginary parts as two leaves "
-                            "(qt.real(z), qt.imag(z)) and combine them after the loop")
     return tensors, tree
+
+
+class _ComplexState:
+    """A loop state with complex leaves, carried as real ones: each complex leaf as its real
+    and imaginary parts (a kernel's loop state is real numbers), the user's functions given
+    the complex values (rebuilt exactly from the parts: ``complex_from_parts``) and their
+    results split again. Differentiable as any other loop: the parts are real state, the
+    complex arithmetic is the body's."""
+
+    def __init__(self, op: str, init: list, tree):
+        self.op, self.tree = op, tree
+        self.dtypes = [t.dtype for t in init]
+        self.parts = tuple(self.split(init))
+
+    def split(self, leaves) -> list:
+        """The real leaves of ``leaves`` (one per real leaf, two per complex one)."""
+        from .array_api import imag, real
+        out = []
+        for x, dt in zip(leaves, self.dtypes):
+            x = x if isinstance(x, Tensor) else as_tensor(x, self.op)
+            if dt.kind == "c":
+                if x.dtype != dt:   # (a real value for a complex leaf: imaginary part 0)
+                    x = x.astype(dt)
+                out += [real(x), imag(x)]
+            else:
+                out.append(x)
+        return out
+
+    def join(self, parts):
+        """The user's state (its tree) from real leaves ``parts``."""
+        from .array_api import complex_from_parts
+        it = iter(parts)
+        return pytree.unflatten(self.tree, [complex_from_parts(next(it), next(it)) if dt.kind == "c"
+                                            else next(it) for dt in self.dtypes])
+
+    def returned(self, value) -> tuple:
+        """A body's result (the user's tree) as real leaves."""
+        leaves, tree = pytree.flatten(value)
+        if tree != self.tree:
+            raise TypeError(f"{self.op}: the body must return the loop state's structure {self.tree}, "
+                            f"got {tree}")
+        return tuple(self.split(leaves))
 
 
 def _check_body(op: str, outputs, placeholders: dict, shape: tuple) -> None:
@@ -122,7 +159,9 @@ def fori_loop(lower, upper, body_fun, init_val):
 
     ``lower``/``upper`` may be integer tensors (per-element trip counts) broadcasting
     with the state; with Python ints every element iterates the same number of times.
-    Differentiable in reverse mode with no bound from the user.
+    Differentiable in reverse mode with no bound from the user. The state may hold
+    complex arrays (carried as their real and imaginary parts; the body sees complex
+    values).
 
     Example:
         >>> import qtrace as qt
@@ -132,6 +171,10 @@ def fori_loop(lower, upper, body_fun, init_val):
     """
     op = "qt.fori_loop"
     init, tree = _state_leaves(init_val, op)
+    if any(t.dtype.kind == "c" for t in init):
+        cs = _ComplexState(op, init, tree)
+        return cs.join(fori_loop(lower, upper, lambda i, parts: cs.returned(body_fun(i, cs.join(parts))),
+                                 cs.parts))
     lo, hi = operand(lower, op), operand(upper, op)
     for o, name in ((lo, "lower"), (hi, "upper")):
         if o.dtype.kind not in "iu":
@@ -157,7 +200,8 @@ def while_loop(cond_fun, body_fun, init_val):
 
     ``cond_fun`` may return a boolean tensor: each element stops when its own condition
     becomes false. Differentiable in reverse mode with no bound from the user (the
-    forward pass records each element's trip count).
+    forward pass records each element's trip count). The state may hold complex arrays,
+    as in :func:`fori_loop`.
 
     Example:
         >>> import qtrace as qt
@@ -167,6 +211,10 @@ def while_loop(cond_fun, body_fun, init_val):
     """
     op = "qt.while_loop"
     init, tree = _state_leaves(init_val, op)
+    if any(t.dtype.kind == "c" for t in init):
+        cs = _ComplexState(op, init, tree)
+        return cs.join(while_loop(lambda parts: cond_fun(cs.join(parts)),
+                                  lambda parts: cs.returned(body_fun(cs.join(parts))), cs.parts))
     shape = broadcast_shapes(op, *(t.shape for t in init))
     dts = [t.dtype for t in init]
     states, _, placeholders = _trace(op, None, init, shape, dts, tree)

@@ -349,19 +349,60 @@ def test_live_values_feeding_a_loop_are_computed_before_it(size, fusion, rng):
     np.testing.assert_array_equal(limit.numpy(), np.floor(c * 100.0))
 
 
-def test_complex_loop_state_is_refused_naming_the_loop_and_the_way_around(fusion, rng):
-    """Complex loop state is not supported: refused where the loop is recorded (not later,
-    by the code generator), saying what to do instead; its parts as two leaves work."""
-    z = qt.asarray(rng.standard_normal(7) + 1j * rng.standard_normal(7))
-    n = qt.asarray(rng.integers(0, 5, 7))
-    with pytest.raises(TypeError, match=r"qt\.fori_loop: state leaf 1 is complex128.*qt\.real"):
-        qt.fori_loop(0, n, lambda i, s: (s[0] + 1.0, s[1] * 0.5), (qt.ones(7), z))
-    with pytest.raises(TypeError, match=r"qt\.while_loop: state leaf 0 is complex128"):
-        qt.while_loop(lambda s: qt.abs(s) > 1.0, lambda s: s * 0.5, z)
-    re, im = qt.fori_loop(0, n, lambda i, s: (s[0] * 0.5 - s[1] * 0.25, s[0] * 0.25 + s[1] * 0.5),
-                          (qt.real(z), qt.imag(z)))
-    want = z.numpy() * (0.5 + 0.25j) ** n.numpy()
-    np.testing.assert_allclose((re + 1j * im).numpy(), want, rtol=1e-12, atol=1e-15)
+@pytest.mark.parametrize("dtype", ["complex128", "complex64"])
+def test_complex_loop_state_forward_and_gradient(dtype, fusion, rng):
+    """Complex leaves of the loop state (carried as their real and imaginary parts) beside a
+    real one: ``fori_loop`` with per-element counts and ``while_loop`` (with a count beside)
+    against NumPy loops; the gradient of a real loss through the complex loop, w.r.t. the
+    initial state's parts and to complex values the body reads (per element, and a 0-d one
+    every element reads), against JAX running the same body masked to the largest count."""
+    size = 23
+    cdt = np.dtype(dtype)
+    rtol = 1e-10 if cdt == np.complex128 else 2e-5
+    z0 = (rng.standard_normal(size) + 1j * rng.standard_normal(size)).astype(cdt)
+    w = (0.6 + 0.5j) * np.exp(1j * rng.uniform(0, 1, size))
+    n = rng.integers(0, 9, size)
+    x0 = rng.uniform(-1, 1, size)
+    wq = qt.asarray(w.astype(cdt))
+
+    def body(i, s):
+        z, x = s
+        return z * wq + x * 0.25, x * 0.5 + qt.real(z) * 0.125
+    z, x = qt.fori_loop(0, qt.asarray(n), body, (qt.asarray(z0), qt.asarray(x0)))
+    assert z.dtype == cdt and x.dtype == np.float64
+    want_z, want_x = np_fori(0, n, lambda i, s: [s[0] * w.astype(cdt) + s[1] * 0.25,
+                                                 s[1] * 0.5 + s[0].real * 0.125], [z0, x0])
+    assert_close(z.numpy(), want_z, rtol=rtol, atol=rtol, what="fori complex leaf")
+    assert_close(x.numpy(), want_x, rtol=rtol, atol=rtol, what="fori real leaf")
+
+    zw, kw = qt.while_loop(lambda s: qt.abs(s[0]) > 0.1, lambda s: (s[0] * 0.5j, s[1] + 1),
+                           (qt.asarray(z0), qt.zeros(size, dtype=qt.int64)))
+    want_w, want_k = np.array(z0), np.zeros(size, np.int64)
+    while (going := np.abs(want_w) > 0.1).any():
+        want_w, want_k = np.where(going, want_w * 0.5j, want_w).astype(cdt), want_k + going
+    assert_close(zw.numpy(), want_w, rtol=rtol, atol=rtol, what="while complex state")
+    np.testing.assert_array_equal(kw.numpy(), want_k)
+
+    if cdt == np.complex64:
+        return
+    steps = int(n.max())
+
+    shift = 0.3 - 0.2j   # a 0-d complex tensor read by every element (broadcast in the body)
+
+    def loss(xp, loop, re, im, wr, wi, s):
+        ww, sh = wr + 1j * wi, s[0] + 1j * s[1]
+
+        def step(i, st):
+            return st[0] * ww + st[1] * 0.25 + sh, st[1] * 0.5 + xp.real(st[0]) * 0.125
+        out, _ = loop(step, (re + 1j * im, xp.asarray(x0)))
+        return xp.sum(xp.abs(out) ** 2)
+    args = (z0.real, z0.imag, w.real, w.imag, np.array([shift.real, shift.imag]))
+    got = qt.grad(lambda *a: loss(qt, lambda f, init: qt.fori_loop(0, qt.asarray(n), f, init), *a),
+                  argnums=tuple(range(5)))(*(qt.asarray(a) for a in args))
+    want = jax.grad(lambda *a: loss(jnp, lambda f, init: jax_fori(0, jnp.asarray(n), f, init, steps), *a),
+                    argnums=tuple(range(5)))(*(jnp.asarray(a) for a in args))
+    for g, wg, what in zip(got, want, ("z0.real", "z0.imag", "w.real", "w.imag", "shift")):
+        assert_close(g.numpy(), np.asarray(wg), rtol=1e-9, atol=1e-11, what=f"d loss / d {what}")
 
 
 # --- reverse ---------------------------------------------------------------------------
