@@ -411,7 +411,7 @@ def _after_inputs(groups: list, group_of: dict) -> list:
         deps = set()
         for m in g.members:
             for i in m.inputs:
-                while group_of.get(id(i)) is VIEWED:   # (a view's memory is its source's)
+                while group_of.get(id(i)) in (FREE, VIEWED):   # (a view reads its source)
                     i = i.inputs[0]
                 src = group_of.get(id(i))
                 if src is not None and src is not g and id(src) in index:

@@ -349,6 +349,23 @@ def test_live_values_feeding_a_loop_are_computed_before_it(size, fusion, rng):
     np.testing.assert_array_equal(limit.numpy(), np.floor(c * 100.0))
 
 
+def test_live_loop_bounds_read_through_a_broadcast_are_computed_before_the_loop(fusion, rng):
+    """As above, with per-row trip counts computed by another task and read by the loop
+    through a broadcast (a free view, no task of its own): the loop's task waits for the
+    task computing them (else it read their buffer unwritten: garbage counts, and with
+    counts near 2**62 no end)."""
+    x, c = rng.uniform(-1, 1, (40, 37)), rng.uniform(0.5, 1.5, 37)
+    gx, gc = qt.asarray(x), qt.asarray(c)
+    hi = qt.floor(gc * 5.0).astype(qt.int64)
+    start = qt.floor(qt.abs(gx) * 8.0)
+    out = qt.fori_loop(0, hi, lambda i, v: v * 0.5 + 1.0, start)
+    want_hi, want_start = np.floor(c * 5.0).astype(np.int64), np.floor(np.abs(x) * 8.0)
+    want = np_fori(0, want_hi, lambda i, s: [s[0] * 0.5 + 1.0], [want_start])[0]
+    np.testing.assert_array_equal(out.numpy(), want)
+    np.testing.assert_array_equal(hi.numpy(), want_hi)
+    np.testing.assert_array_equal(start.numpy(), want_start)
+
+
 @pytest.mark.parametrize("dtype", ["complex128", "complex64"])
 def test_complex_loop_state_forward_and_gradient(dtype, fusion, rng):
     """Complex leaves of the loop state (carried as their real and imaginary parts) beside a
