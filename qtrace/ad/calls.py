@@ -41,7 +41,7 @@ def reverse_body(sub: Subgraph, arg_specs: list, out_specs: list) -> tuple[Subgr
     for k, (shape, dtype, device) in enumerate(out_specs):
         leaf = make_input(shape, dtype, device, buffer=None)
         roles[id(leaf)] = ("arg", n_args + k)
-        cts.append(wrap(leaf) if dtype.kind == "f" else None)
+        cts.append(wrap(leaf) if dtype.kind in "fc" else None)
     args = [sub.leaf(("arg", i)) for i in range(n_args)]
     n_cap = sum(1 for r in sub.roles if r[0] == "captured")
     caps = [sub.leaf(("captured", j)) for j in range(n_cap)]
@@ -77,12 +77,12 @@ def call_vjp(node, cts: dict) -> list:
     ct_nodes = []
     for k, (shape, dtype, device) in enumerate(out_specs):
         c = cts.get(k)
-        ct_nodes.append(c._node if c is not None and dtype.kind == "f"
+        ct_nodes.append(c._node if c is not None and dtype.kind in "fc"
                         else zeros(shape, dtype, device)._node)
     rin = tuple(inputs[:n_args]) + tuple(buffered(c) for c in ct_nodes) + tuple(inputs[n_args:]) + consts
     grads = []
     for j, inp in enumerate(inputs):
-        if inp.dtype.kind != "f":
+        if inp.dtype.kind not in "fc":
             grads.append(None)
             continue
         grads.append(wrap(record("call", rin, (rsub, n_args + n_out, j), inp.shape, inp.dtype)))

@@ -56,7 +56,7 @@ def _captured_gathers(sub: Subgraph, shape: tuple) -> dict:
             continue
         readers = [n for n in nodes if any(i is leaf for i in n.inputs)]
         out[role[1]] = [n for n in readers if PRIMITIVES[n.prim].kind == "gather" and n.inputs[0] is leaf]
-        if leaf.dtype.kind != "f" or shape is None:
+        if leaf.dtype.kind not in "fc" or shape is None:
             continue
         for n in readers:
             kind = PRIMITIVES[n.prim].kind

@@ -61,8 +61,9 @@ def cut(outputs: tuple, placeholders: dict):
     constant) becomes a new ``("captured", j)`` placeholder; where an elementwise
     operation reads it broadcast, the broadcast becomes an explicit node, so that a
     reverse body can ask for the per-element cotangent of a captured value. A complex value
-    read elementwise is captured as its real and imaginary parts (two real placeholders, as a complex loop
-    state is carried: ``qtrace.tracer.loops``) and rebuilt in the body. Returns the
+    read elementwise or gathered from is captured as its real and imaginary parts (two real
+    placeholders, as a complex loop state is carried: ``qtrace.tracer.loops``), rebuilt in the
+    body (a gather: from each part, then rebuilt). Returns the
     rebuilt outputs, the extended placeholder map, and the captured outside nodes.
     """
     dependent: set[int] = set(placeholders)
@@ -70,23 +71,29 @@ def cut(outputs: tuple, placeholders: dict):
     for n in order:
         if any(id(i) in dependent for i in n.inputs):
             dependent.add(id(n))
-    mapping: dict = {}   # id(node) (("parts", id): a complex one by its parts) -> body node
+    mapping: dict = {}   # id(node) -> body node; ("parts"/"joined", id): a complex one by parts
     roles = dict(placeholders)
     captured: list[Node] = []
     joined: dict[int, tuple] = {}   # id(a complex value rebuilt in the body) -> its part leaves
 
+    def parts(n: Node) -> tuple:
+        """Captured leaves of the real and imaginary parts of complex outside value ``n``."""
+        got = mapping.get(("parts", id(n)))
+        if got is None:
+            part = np.dtype(np.float32 if n.dtype == np.complex64 else np.float64)
+            got = mapping["parts", id(n)] = tuple(
+                get(make_node(prim, (), n.shape, part, (n,), n.device, n.weak)) for prim in ("real", "imag"))
+        return got
+
     def get(n: Node, split: bool = False) -> Node:
         if split and id(n) not in dependent and n.dtype.kind == "c":
             # read per element: captured by its real and imaginary parts and rebuilt in the
-            # body (a loop kernel keeps real values per element, and cotangents of them);
-            # a table the body gathers from stays one captured value
-            node = mapping.get(("parts", id(n)))
+            # body (a loop kernel keeps real values per element, and cotangents of them)
+            node = mapping.get(("joined", id(n)))
             if node is None:
-                part = np.dtype(np.float32 if n.dtype == np.complex64 else np.float64)
-                leaves = tuple(get(make_node(prim, (), n.shape, part, (n,), n.device, n.weak))
-                               for prim in ("real", "imag"))
+                leaves = parts(n)
                 node = make_node("complex", (), n.shape, n.dtype, leaves, n.device, n.weak)
-                mapping["parts", id(n)] = node
+                mapping["joined", id(n)] = node
                 joined[id(node)] = leaves
             return node
         if id(n) in mapping:
@@ -116,7 +123,16 @@ def cut(outputs: tuple, placeholders: dict):
     for n in order:
         if id(n) not in dependent:
             continue
-        if PRIMITIVES[n.prim].kind == "elementwise":
+        kind = PRIMITIVES[n.prim].kind
+        table = n.inputs[0] if n.inputs else None
+        if kind == "gather" and table.dtype.kind == "c" and id(table) not in dependent:
+            # a complex table: gathered by its parts (two real tables), rebuilt per element
+            rest = tuple(get(i) for i in n.inputs[1:])
+            halves = tuple(make_node(n.prim, n.params, n.shape, t.dtype, (t,) + rest, n.device, n.weak)
+                           for t in parts(table))
+            mapping[id(n)] = make_node("complex", (), n.shape, n.dtype, halves, n.device, n.weak)
+            continue
+        if kind == "elementwise":
             inputs = tuple(spread(get(i, split=True), n.shape) for i in n.inputs)
         else:
             inputs = tuple(get(i) for i in n.inputs)

@@ -74,6 +74,11 @@ class _ComplexState:
         if tree != self.tree:
             raise TypeError(f"{self.op}: the body must return the loop state's structure {self.tree}, "
                             f"got {tree}")
+        leaves = [x if isinstance(x, Tensor) else as_tensor(x, self.op) for x in leaves]
+        for k, (x, dt) in enumerate(zip(leaves, self.dtypes)):   # (numbered as the user's leaves)
+            if dt.kind != "c" and x.dtype.kind == "c":
+                raise TypeError(f"{self.op}: the body changes the dtype of state leaf {k} from {dt} "
+                                f"to {x.dtype}")
         return tuple(self.split(leaves))
 
 

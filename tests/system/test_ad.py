@@ -82,6 +82,27 @@ def test_grad_and_jit_compose_in_both_orders(how, fusion, rng):
     assert _compiled() == 0, qt.stats()
 
 
+def complex_middle(xp, inner=lambda f: f):
+    """A real loss of real parts through complex values: a jitted inner function (``inner``)
+    taking and returning complex arrays."""
+    h = inner(lambda x, w: xp.exp(1j * x) * w)
+
+    def f(x, wr, wi):
+        return xp.sum(xp.real(h(x, wr + 1j * wi) * xp.conj(wr - 1j * wi)) ** 2)
+    return f
+
+
+@pytest.mark.parametrize("how", list(COMPOSITIONS))
+def test_gradients_through_a_jitted_call_on_complex_values(how, fusion, rng):
+    """The call's complex arguments and results carry cotangents (they were dropped: zero
+    gradients through a jitted function of complex values, right ones without ``jit``)."""
+    x, wr, wi = (rng.normal(size=(3, 4)) for _ in range(3))
+    want = _jax_grads(complex_middle(jnp), (x, wr, wi), (0, 1, 2))
+    got = COMPOSITIONS[how](complex_middle(qt, qt.jit), (0, 1, 2))(*(qt.asarray(a) for a in (x, wr, wi)))
+    for g, w, what in zip(got, want, ("x", "wr", "wi")):
+        assert_close(g, w, what=f"{how} d/d{what}")
+
+
 def strided(xp):
     """Slices with steps of every sign and size, inside and around a reduction."""
     def f(x, y):

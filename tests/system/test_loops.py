@@ -387,6 +387,8 @@ def test_complex_loop_state_forward_and_gradient(dtype, fusion, rng):
         return z * wq + x * 0.25, x * 0.5 + qt.real(z) * 0.125
     z, x = qt.fori_loop(0, qt.asarray(n), body, (qt.asarray(z0), qt.asarray(x0)))
     assert z.dtype == cdt and x.dtype == np.float64
+    with pytest.raises(TypeError, match="changes the dtype of state leaf 1 from float64 to complex"):
+        qt.fori_loop(0, 2, lambda i, s: (s[0], s[0]), (qt.asarray(z0), qt.asarray(x0)))
     want_z, want_x = np_fori(0, n, lambda i, s: [s[0] * w.astype(cdt) + s[1] * 0.25,
                                                  s[1] * 0.5 + s[0].real * 0.125], [z0, x0])
     assert_close(z.numpy(), want_z, rtol=rtol, atol=rtol, what="fori complex leaf")
@@ -420,6 +422,22 @@ def test_complex_loop_state_forward_and_gradient(dtype, fusion, rng):
                     argnums=tuple(range(5)))(*(jnp.asarray(a) for a in args))
     for g, wg, what in zip(got, want, ("z0.real", "z0.imag", "w.real", "w.imag", "shift")):
         assert_close(g.numpy(), np.asarray(wg), rtol=1e-9, atol=1e-11, what=f"d loss / d {what}")
+
+    # a complex table the body gathers from at indices that move with the counter (its
+    # gradient was silently zero: gathered by its parts now)
+    table = rng.standard_normal(10) + 1j * rng.standard_normal(10)
+    idx = rng.integers(0, 10, size)
+
+    def gathered(xp, loop, tr, ti):
+        t = tr + 1j * ti
+        return xp.sum(xp.real(loop(lambda i, v: v * 0.5 + t[(xp.asarray(idx) + i) % 10] * v + 1.0,
+                                   xp.ones(size) + 0j)))
+    got = qt.grad(lambda *a: gathered(qt, lambda f, v: qt.fori_loop(0, qt.asarray(n), f, v), *a),
+                  argnums=(0, 1))(qt.asarray(table.real), qt.asarray(table.imag))
+    want = jax.grad(lambda *a: gathered(jnp, lambda f, v: jax_fori(0, jnp.asarray(n), lambda i, s: (
+        f(i, s[0]),), (v,), steps)[0], *a), argnums=(0, 1))(jnp.asarray(table.real), jnp.asarray(table.imag))
+    for g, wg, what in zip(got, want, ("real", "imaginary")):
+        assert_close(g.numpy(), np.asarray(wg), rtol=1e-9, atol=1e-11, what=f"d loss / d table {what}")
 
 
 # --- reverse ---------------------------------------------------------------------------
