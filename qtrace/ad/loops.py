@@ -41,6 +41,29 @@ def _captured_targets(sub: Subgraph, shape: tuple) -> dict:
     return targets
 
 
+def _read_per_element(loop, value) -> bool:
+    """Whether nested ``loop`` reads its input ``value`` per element: as its state or a
+    bound, or a captured value its body (or a loop nested there) reads elementwise — not
+    only as a table gathered from."""
+    sub, first = loop.params[2], layout(loop).captured.start
+    for k, i in enumerate(loop.inputs):
+        if i is not value:
+            continue
+        if k < first:
+            return True
+        inner = sub.leaf(("captured", k - first))
+        for n in toposort(sub.outputs):
+            if not any(x is inner for x in n.inputs):
+                continue
+            kind = PRIMITIVES[n.prim].kind
+            if kind == "elementwise" or n.prim == "broadcast":
+                return True
+            if kind == "loop" and _read_per_element(n, inner):
+                return True
+        return False
+    return False
+
+
 def _captured_gathers(sub: Subgraph, shape: tuple) -> dict:
     """For each captured placeholder: the gathers that read it (``table[idx]`` in the body).
 
@@ -61,6 +84,11 @@ def _captured_gathers(sub: Subgraph, shape: tuple) -> dict:
         for n in readers:
             kind = PRIMITIVES[n.prim].kind
             per_element = n.shape == shape and (n.prim == "broadcast" or kind == "elementwise")
+            if kind == "loop" and leaf.shape != shape and _read_per_element(n, leaf):
+                raise NotImplementedError(
+                    f"qtrace: the gradient of a tensor of shape {leaf.shape} that a nested loop reads "
+                    f"per element of shape {shape} is not supported; broadcast it to {shape} before "
+                    "the loops (qt.broadcast_to)")
             if not per_element and kind != "loop" and not any(n is g for g in out[role[1]]):
                 raise NotImplementedError(
                     f"qtrace: the gradient of a tensor read inside a loop body through {n.prim} "

@@ -440,6 +440,29 @@ def test_complex_loop_state_forward_and_gradient(dtype, fusion, rng):
         assert_close(g.numpy(), np.asarray(wg), rtol=1e-9, atol=1e-11, what=f"d loss / d table {what}")
 
 
+def test_nested_loop_reading_a_smaller_value_per_element(fusion, rng):
+    """A loop nested in another's body reading a value of a smaller shape per element: its
+    gradient is refused, naming the shapes and the way around (it came out zero, silently);
+    broadcast to the loops' shape first, the gradient matches central differences."""
+    x0, n = rng.uniform(-1, 1, (3, 4)), rng.integers(0, 5, (3, 4))
+    w = rng.uniform(-1, 1, (1, 4))
+
+    def loss(w, spread):
+        ww = qt.broadcast_to(w, (3, 4)) if spread else w
+        body = lambda i, s: qt.fori_loop(0, 2, lambda j, u: qt.cos(u) * ww * 0.7 + 0.2 * u, s)
+        return qt.sum(qt.fori_loop(0, qt.asarray(n), body, qt.asarray(x0)) ** 2)
+    with pytest.raises(NotImplementedError, match=r"shape \(1, 4\) that a nested loop reads per element "
+                                                  r"of shape \(3, 4\).*qt\.broadcast_to"):
+        qt.grad(lambda w: loss(w, False))(qt.asarray(w))
+    got = qt.grad(lambda w: loss(w, True))(qt.asarray(w)).numpy()
+    eps, fd = 1e-6, np.zeros_like(w)
+    for k in range(4):
+        d = np.zeros_like(w)
+        d[0, k] = eps
+        fd[0, k] = (float(loss(qt.asarray(w + d), True)) - float(loss(qt.asarray(w - d), True))) / (2 * eps)
+    assert_close(got, fd, rtol=1e-6, atol=1e-8, what="d loss / d w, broadcast first")
+
+
 # --- reverse ---------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", COUNT_KINDS)
 def test_b3_gradient(kind, fusion, rng):
