@@ -64,6 +64,22 @@ def _read_per_element(loop, value) -> bool:
     return False
 
 
+def _refuse_smaller_nested_read(sub: Subgraph, j: int, shape: tuple) -> None:
+    """Raise where captured value ``j``, of a smaller shape than the loop's, is read per
+    element by a loop nested in the body: its gradient has no per-element target there (it
+    came out zero)."""
+    leaf = sub.leaf(("captured", j))
+    if leaf is None or leaf.shape == shape:
+        return
+    for n in toposort(sub.outputs):
+        if (PRIMITIVES[n.prim].kind == "loop" and any(x is leaf for x in n.inputs)
+                and _read_per_element(n, leaf)):
+            raise NotImplementedError(
+                f"qtrace: the gradient of a tensor of shape {leaf.shape} that a nested loop reads "
+                f"per element of shape {shape} is not supported; broadcast it to {shape} before "
+                "the loops (qt.broadcast_to)")
+
+
 def _captured_gathers(sub: Subgraph, shape: tuple) -> dict:
     """For each captured placeholder: the gathers that read it (``table[idx]`` in the body).
 
@@ -84,11 +100,6 @@ def _captured_gathers(sub: Subgraph, shape: tuple) -> dict:
         for n in readers:
             kind = PRIMITIVES[n.prim].kind
             per_element = n.shape == shape and (n.prim == "broadcast" or kind == "elementwise")
-            if kind == "loop" and leaf.shape != shape and _read_per_element(n, leaf):
-                raise NotImplementedError(
-                    f"qtrace: the gradient of a tensor of shape {leaf.shape} that a nested loop reads "
-                    f"per element of shape {shape} is not supported; broadcast it to {shape} before "
-                    "the loops (qt.broadcast_to)")
             if not per_element and kind != "loop" and not any(n is g for g in out[role[1]]):
                 raise NotImplementedError(
                     f"qtrace: the gradient of a tensor read inside a loop body through {n.prim} "
@@ -233,8 +244,9 @@ def _depends_on(nodes: tuple, key: tuple) -> bool:
 ADJOINTS = [0]  # loop adjoints recorded so far (a reverse pass without them has no replays to share)
 
 
-def loop_vjp(node, cts: dict) -> list:
-    """Input cotangents of a loop node given the cotangents of its components."""
+def loop_vjp(node, cts: dict, needed: set | None = None) -> list:
+    """Input cotangents of a loop node given the cotangents of its components (``needed``:
+    the positions of the inputs whose cotangents are wanted; None: all)."""
     ADJOINTS[0] += 1
     lay = layout(node)
     kind, m, sub = node.params[0], node.params[1], node.params[2]
@@ -285,5 +297,7 @@ def loop_vjp(node, cts: dict) -> list:
             # the table's gradient: zeros, then atomic adds at the gathered indices (its own task)
             table = wrap(record("loop_vjp", rin, params + (-1 - j,), cap.shape, cap.dtype))
             g = table if g is None else ew.add(g, table)
+        if g is None and (needed is None or lay.captured.start + j in needed):
+            _refuse_smaller_nested_read(sub, j, shape)
         grads.append(g)
     return grads

@@ -52,8 +52,13 @@ def backward(outputs: list[Node], cotangents: list, wrt: list[Node]) -> list:
                 c = cts.pop(id(s), None)
                 if c is not None:
                     by_component[s.params[-1]] = c
-            vjp = {"loop": loops.loop_vjp, "call": calls.call_vjp, "lib": library.lib_vjp}[n.prim]
-            in_cts = vjp(n, by_component) if by_component else []
+            if not by_component:
+                in_cts = []
+            elif n.prim == "loop":   # (which inputs need cotangents: see loops.loop_vjp)
+                needed = {k for k, i in enumerate(n.inputs) if id(i) in needs}
+                in_cts = loops.loop_vjp(n, by_component, needed)
+            else:
+                in_cts = {"call": calls.call_vjp, "lib": library.lib_vjp}[n.prim](n, by_component)
         else:
             ct = cts.pop(id(n), None)
             if ct is None:

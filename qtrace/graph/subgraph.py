@@ -62,9 +62,9 @@ def cut(outputs: tuple, placeholders: dict):
     operation reads it broadcast, the broadcast becomes an explicit node, so that a
     reverse body can ask for the per-element cotangent of a captured value. A complex value
     read elementwise or gathered from is captured as its real and imaginary parts (two real
-    placeholders, as a complex loop state is carried: ``qtrace.tracer.loops``), rebuilt in the
-    body (a gather: from each part, then rebuilt). Returns the
-    rebuilt outputs, the extended placeholder map, and the captured outside nodes.
+    placeholders, as a complex loop state is carried: ``qtrace.tracer.loops``) and rebuilt in
+    the body (a gather gathers from each part). Returns the rebuilt outputs, the extended
+    placeholder map, and the captured outside nodes.
     """
     dependent: set[int] = set(placeholders)
     order = toposort(outputs)

@@ -443,7 +443,8 @@ def test_complex_loop_state_forward_and_gradient(dtype, fusion, rng):
 def test_nested_loop_reading_a_smaller_value_per_element(fusion, rng):
     """A loop nested in another's body reading a value of a smaller shape per element: its
     gradient is refused, naming the shapes and the way around (it came out zero, silently);
-    broadcast to the loops' shape first, the gradient matches central differences."""
+    broadcast to the loops' shape first, the gradient matches central differences; the
+    gradient w.r.t. the state, not asking for that value's, is computed as before."""
     x0, n = rng.uniform(-1, 1, (3, 4)), rng.integers(0, 5, (3, 4))
     w = rng.uniform(-1, 1, (1, 4))
 
@@ -461,6 +462,18 @@ def test_nested_loop_reading_a_smaller_value_per_element(fusion, rng):
         d[0, k] = eps
         fd[0, k] = (float(loss(qt.asarray(w + d), True)) - float(loss(qt.asarray(w - d), True))) / (2 * eps)
     assert_close(got, fd, rtol=1e-6, atol=1e-8, what="d loss / d w, broadcast first")
+
+    # no gradient asked of w: the loops' other gradients are unaffected (no refusal)
+    def loss_x(x):
+        body = lambda i, s: qt.fori_loop(0, 2, lambda j, u: qt.cos(u) * qt.asarray(w) * 0.7 + 0.2 * u, s)
+        return qt.sum(qt.fori_loop(0, qt.asarray(n), body, x) ** 2)
+    got = qt.grad(loss_x)(qt.asarray(x0)).numpy()
+    fd = np.zeros_like(x0)
+    for k in np.ndindex(x0.shape):
+        d = np.zeros_like(x0)
+        d[k] = eps
+        fd[k] = (float(loss_x(qt.asarray(x0 + d))) - float(loss_x(qt.asarray(x0 - d)))) / (2 * eps)
+    assert_close(got, fd, rtol=1e-6, atol=1e-8, what="d loss / d x0, w read by the nested loop")
 
 
 # --- reverse ---------------------------------------------------------------------------
