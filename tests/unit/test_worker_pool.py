@@ -83,12 +83,21 @@ def test_an_exception_in_a_callable_part_is_raised_by_the_launch(pool_kind, wher
     assert sum(calls) == 1000
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's default SIGINT handler (KeyboardInterrupt) for the test, the previous one after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("where", ["caller's part", "workers' part"])
-def test_ctrl_c_stops_a_long_launch_and_leaves_qtrace_usable(pool_kind, where, rng):
+def test_ctrl_c_stops_a_long_launch_and_leaves_qtrace_usable(pool_kind, where, rng, ctrl_c_raises):
     """A launch of several seconds is stopped by Ctrl-C (a SIGINT sent to the main thread)
     within a fraction of a second, whether the calling thread is still running its part or
     already waiting for the workers' (per-element trip counts: none in the first half);
-    the abort flag is cleared and the next launch is right."""
+    the abort flag is cleared and the next launch is right. (Python's own Ctrl-C handler is
+    installed for the test: a pytest-xdist worker process ignores SIGINT.)"""
     qt.config.num_threads = 2
     x = qt.asarray(rng.uniform(-1, 1, 400_000))
     trips = np.full(400_000, 20_000)
