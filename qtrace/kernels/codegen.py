@@ -857,7 +857,8 @@ class KernelEmitter:
         segments = reduce_segments(t, self.lowering)
         if segments > 1:
             split_reduce.emit(self, segments, _identity(prim, acc_dt),
-                              lambda b, cur, v: _combine(b, prim, cur, v, acc_dt),
+                              lambda b, cur, v, reassociate=True: _combine(
+                                  b, prim, cur, v, acc_dt, reassociate=reassociate),
                               lambda b, v, cur: _arg_better(b, prim == "argmax", v, cur, acc_dt))
             return
         acc = _Cell(b, acc_dt)

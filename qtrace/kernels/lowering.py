@@ -64,6 +64,10 @@ class Lowering:
     task, :mod:`qtrace.graph.partition`) only if the base has at least this many bytes:
     the task saves a pass over the base and costs a launch (on a GPU a launch costs as
     much as a pass over several megabytes; on a CPU small tasks share one launch).
+    ``split_registers``: a trip of an interleaved segment's loop reads as many chunks as
+    fit this many 32-bit registers of loaded values (:func:`qtrace.kernels.split_reduce.
+    chunks_in_flight`; a split reduction runs with at most 32 registers per thread, so
+    that a whole multiprocessor of threads is resident).
     """
 
     math: str = "ir"
@@ -79,6 +83,7 @@ class Lowering:
     ldexp: bool = False
     stream_bytes: int = 0
     region_bytes: int = REGION_BYTES
+    split_registers: int = 16
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""

@@ -6,7 +6,9 @@ inner elements is cut into ``S`` interleaved segments
 (:func:`qtrace.kernels.lowering.reduce_segments`): thread ``(o, s)`` folds the chunks
 ``s, s + S, s + 2S, ...`` of ``UNROLL`` neighbouring elements (neighbouring threads read
 neighbouring chunks: coalesced; a chunk is one vector load where the pointers are aligned;
-``argmax``/``argmin`` fold elements ``s, s + S, ...`` one at a time),
+several chunks' loads are issued before any of them is folded, so that enough bytes are in
+flight to keep the memory busy; ``argmax``/``argmin`` fold elements ``s, s + S, ...`` one at
+a time),
 writes its partial to scratch, and arrives at its group's counter (release/acquire fences
 around an atomic add). Groups are ``GROUP`` partials: the thread that arrives last in a
 group combines the group's partials *in order* into a partial of the next level and
@@ -35,10 +37,7 @@ from .loop_hints import narrow_accumulation
 from .lowering import split_layout
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-UNROLL = 4       # neighbouring elements per chunk of a segment (loads in flight)
-CHUNKS_IN_FLIGHT = 1   # chunks per trip of a segment's loop (not unrolled: with two, 8 loads in
-                       # flight, it spilled under a full multiprocessor's 32 registers and was
-                       # 3% slower on an H100; four spilled more)
+UNROLL = 4       # neighbouring elements per chunk of a segment (one vector load)
 SCOPE = "device"  # fences order the partials for the threads of one device (NVPTX: .gpu;
                   # the host needs none of it: a system-scope fence per thread is costly)
 
@@ -74,9 +73,9 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
             return scalar.convert(b, b.bitcast(w, ir.DoubleType()), np.dtype(np.float64), acc_dt)
         return scalar.convert(b, w, np.dtype(np.int64), acc_dt)
 
-    def fold(v, k, cell=None):
+    def fold(v, k, cell=None, reassociate=True):
         """cell (default: acc), best <- the better of (cell, best) and (v, k): ties keep the
-        smaller index."""
+        smaller index. (``reassociate``: LLVM may reorder a float sum.)"""
         cell = acc if cell is None else cell
         cur = b.load(cell, typ=acc_ty)
         if is_arg:
@@ -85,7 +84,7 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
             b.store(b.select(take, v, cur), cell)
             b.store(b.select(take, k, b.load(best, typ=I64)), best)
         else:
-            b.store(combine(b, cur, v), cell)
+            b.store(combine(b, cur, v, reassociate), cell)
 
     def publish(level, i):
         # plain stores and loads of partials: the release fence before the counter's atomic
@@ -125,7 +124,8 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
                 em.store(arg, out_ix, result, [])
 
     with b.goto_entry_block():
-        unrolled = [b.alloca(acc_ty) for _ in range(UNROLL)]
+        partial = b.alloca(acc_ty)   # (a segment's elements, folded in order)
+    in_flight = chunks_in_flight(t, em.lowering.split_registers)
 
     def per_thread(f):
         o = b.udiv(f, ir.Constant(I64, s))
@@ -157,8 +157,9 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
             elif is_arg:
                 em.loop(seg, ir.Constant(I64, length), element, ir.Constant(I64, s))
             else:
-                _unrolled_segment(em, seg, length, s, unrolled, element,
-                                  scalar.const(acc_dt, identity), lambda x, y: combine(b, x, y), acc)
+                _chunked_segment(em, seg, length, s, in_flight, value, lambda v: fold(
+                    scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt), None, partial,
+                    reassociate=False), scalar.const(acc_dt, identity), partial, acc)
         em.optimistic(segment)
         climb(o, seg, layout.levels, domain_vars)
         em.vars[:] = []
@@ -182,31 +183,49 @@ def _same(b: ir.IRBuilder, v, cur, dt: np.dtype):
     return b.icmp_unsigned("==", v, cur)
 
 
-def _unrolled_segment(em, seg, length: int, s: int, cells: list, element, identity, combine, acc):
-    """Fold segment ``seg`` into ``acc``. The row is dealt out in chunks of ``W =
-    len(cells)`` neighbouring elements, chunk ``c`` to segment ``c % s``: a thread reads
-    ``W`` neighbours at a time (one vector load where its pointers are aligned:
-    ``llvm_nvptx.grid_entry``) and a warp ``32 W`` consecutive elements. Element ``u`` of
-    each chunk goes to accumulator ``u`` (``W`` independent loads in flight per chunk),
-    a last partial chunk to the segment whose turn it is; the accumulators are then
-    combined in order (deterministic)."""
+def chunks_in_flight(t, registers: int) -> int:
+    """Chunks of a split segment that a trip of its loop reads: as many as fit ``registers``
+    32-bit registers with every load of the reduced expression (16: a float32 ``sum`` 4, so
+    64 bytes in flight per thread, where one chunk kept an H200's memory 43% busy and four
+    74%; a float64 one, or a sum of products, 2; at least 1)."""
+    words = sum(UNROLL * max(1, np.dtype(instr.dt).itemsize // 4)
+                for instr in t.instrs if instr.kind == "load")
+    return max(1, registers // max(1, words))
+
+
+def _chunked_segment(em, seg, length: int, s: int, in_flight: int, value, fold, identity,
+                     partial, acc):
+    """Fold segment ``seg`` into ``acc``. The row is dealt out in chunks of ``UNROLL``
+    neighbouring elements, chunk ``c`` to segment ``c % s``: a thread reads ``UNROLL``
+    neighbours at a time (one vector load where its pointers are aligned:
+    ``llvm_nvptx.grid_entry``) and a warp ``32 UNROLL`` consecutive elements. A trip of the
+    loop computes ``in_flight`` chunks' values (their loads first: all in flight together),
+    then folds them; the remaining chunks one per trip, and a last partial chunk by the
+    segment whose turn it is. Every element is folded into ``partial`` in order of its
+    index (``fold`` does not let LLVM reassociate): the result does not depend on
+    ``in_flight``, and is the same run after run."""
     b = em.b
-    width = len(cells)
-    for cell in cells:
-        b.store(identity, cell)
-    whole = length // width   # (a split keeps >= MIN_SEGMENT elements per segment: seg < whole)
+    b.store(identity, partial)
+    whole = length // UNROLL   # (a split keeps >= MIN_SEGMENT elements per segment: seg < whole)
     n = b.udiv(b.add(b.sub(ir.Constant(I64, whole), seg), ir.Constant(I64, s - 1)), ir.Constant(I64, s))
 
-    def chunk(j):
-        base = b.mul(b.add(seg, b.mul(j, ir.Constant(I64, s))), ir.Constant(I64, width))
-        for u, cell in enumerate(cells):
-            element(b.add(base, ir.Constant(I64, u)), cell)
-    em.loop(ir.Constant(I64, 0), n, chunk, properties={"llvm.loop.unroll.count": CHUNKS_IN_FLIGHT})
-    if length % width:
+    def chunks(first, count):
+        values = []
+        for c in range(count):
+            j = b.add(first, ir.Constant(I64, c))
+            base = b.mul(b.add(seg, b.mul(j, ir.Constant(I64, s))), ir.Constant(I64, UNROLL))
+            values += [value(b.add(base, ir.Constant(I64, u))) for u in range(UNROLL)]
+        for v in values:
+            fold(v)
+    groups = b.udiv(n, ir.Constant(I64, in_flight))
+    em.loop(ir.Constant(I64, 0), groups,
+            lambda g: chunks(b.mul(g, ir.Constant(I64, in_flight)), in_flight),
+            properties={"llvm.loop.unroll.count": 1})
+    if in_flight > 1:
+        em.loop(b.mul(groups, ir.Constant(I64, in_flight)), n, lambda j: chunks(j, 1),
+                properties={"llvm.loop.unroll.count": 1})
+    if length % UNROLL:
         with b.if_then(b.icmp_unsigned("==", seg, ir.Constant(I64, whole % s))):
-            for u in range(length % width):
-                element(ir.Constant(I64, whole * width + u), cells[u])
-    total = b.load(cells[0], typ=cells[0].allocated_type)
-    for cell in cells[1:]:
-        total = combine(total, b.load(cell, typ=cell.allocated_type))
-    b.store(total, acc)
+            for u in range(length % UNROLL):
+                fold(value(ir.Constant(I64, whole * UNROLL + u)))
+    b.store(b.load(partial, typ=partial.allocated_type), acc)

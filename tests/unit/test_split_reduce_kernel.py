@@ -93,6 +93,33 @@ def test_split_sum_is_deterministic_across_runs_and_threads(split_cpu, rng):
     assert len(results) == 1
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("n", [262_147, 1_000_003])
+def test_interleaved_segments_give_the_same_bits_for_any_chunks_in_flight(dtype, n, rng):
+    """An interleaved segment folds its elements in index order however many chunks a trip
+    reads (``split_reduce.chunks_in_flight``: 1 to 4 here, with the remainders that leaves):
+    the same bits each time, and NumPy's sum in float64 to rounding."""
+    target = target_for(qt.Device("cpu"))
+    old = target.lowering
+    x = (rng.standard_normal(n) * 100).astype(dtype)
+    t = qt.asarray(x)
+    got = {}
+    try:
+        for registers in (4, 8, 12, 16):
+            target.lowering = dataclasses.replace(old, split_reductions="interleaved", flat=True,
+                                                  split_registers=registers)
+            target.__dict__.pop("_key", None)   # (the lowering is part of every kernel's key)
+            runtime.clear_plan_cache()
+            got[registers] = qt.sum(t).numpy()
+    finally:
+        target.lowering = old
+        target.__dict__.pop("_key", None)
+        runtime.clear_plan_cache()
+    assert len({v.tobytes() for v in got.values()}) == 1
+    np.testing.assert_allclose(got[16], x.astype(np.float64).sum(),
+                               rtol=1e-12 if dtype != np.float32 else 1e-6)
+
+
 def test_short_rows_and_many_outputs_are_not_split(split_cpu, rng):
     assert _segments(qt.asarray(rng.random((100_000, 8))), lambda v: qt.sum(v, axis=1)) == 1
     assert _segments(qt.asarray(rng.random(40)), qt.sum) == 1
