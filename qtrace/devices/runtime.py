@@ -171,7 +171,7 @@ class Plan:
                                        for depth, fb, ib in t.stack], " ".join([t.symbol, *loops]),
                                       interleaves_stacks(t, lowering))
             extent = math.prod(t.domain) if lowering.flat or segments > 1 else t.domain[0]
-            scratch = split_scratch_bytes(t, segments)
+            scratch = split_scratch_bytes(t, segments, lowering)
             phases = split_phases(t, segments)
             self.steps.append(KernelStep(kernels[t.symbol], extent * segments * phases, row, stack,
                                          scratch, step.slots, step.frees, parallel, phases))

@@ -64,6 +64,9 @@ class Lowering:
     task, :mod:`qtrace.graph.partition`) only if the base has at least this many bytes:
     the task saves a pass over the base and costs a launch (on a GPU a launch costs as
     much as a pass over several megabytes; on a CPU small tasks share one launch).
+    ``warp_combine``: a split reduction's threads combine their partials a warp (32) at a
+    time in registers (shuffles, in a fixed tree order) before the levels that go through
+    scratch memory: a 32nd of the partial stores, fences and atomic arrivals (NVPTX).
     ``split_registers``: a trip of an interleaved segment's loop reads as many chunks as
     fit this many 32-bit registers of loaded values (:func:`qtrace.kernels.split_reduce.
     chunks_in_flight`; a split reduction runs with at most 32 registers per thread, so
@@ -84,6 +87,7 @@ class Lowering:
     stream_bytes: int = 0
     region_bytes: int = REGION_BYTES
     split_registers: int = 16
+    warp_combine: bool = False
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""
@@ -92,7 +96,8 @@ class Lowering:
 
 CPU = Lowering(split_reductions="contiguous", vector_hints=True, outline_math=True)
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
-                 split_reductions="interleaved", interleaved_stacks=True, region_bytes=8 << 20)
+                 split_reductions="interleaved", interleaved_stacks=True, region_bytes=8 << 20,
+                 warp_combine=True)
 
 STREAM_BYTES = 1 << 24     # outputs from which a CPU kernel streams its stores (at least;
                            # the CPU target raises it to its last-level cache)
@@ -171,10 +176,18 @@ class SplitLayout:
     nbytes: int
 
 
-def split_layout(outputs: int, s: int, is_arg: bool) -> SplitLayout:
-    """The scratch layout of a reduction of ``outputs`` rows split in ``s`` segments."""
-    levels, offset, count = [], 0, s
-    while True:
+def warp_combined(s: int, lowering: Lowering) -> bool:
+    """Whether a reduction split in ``s`` segments combines its partials a warp at a time
+    first (``lowering.warp_combine``, and a warp's 32 threads hold 32 segments of one row)."""
+    return lowering.warp_combine and s >= GROUP
+
+
+def split_layout(outputs: int, s: int, is_arg: bool, warp: bool = False) -> SplitLayout:
+    """The scratch layout of a reduction of ``outputs`` rows split in ``s`` segments
+    (``warp``: their partials combined a warp at a time first: ``s // GROUP`` per row; with
+    one left, no level at all)."""
+    levels, offset, count = [], 0, s // GROUP if warp else s
+    while count > 1 or not warp:
         group = min(GROUP, count)
         counters = offset
         offset += (4 * outputs * (count // group) + 7) // 8 * 8
@@ -184,18 +197,20 @@ def split_layout(outputs: int, s: int, is_arg: bool) -> SplitLayout:
         offset += 8 * outputs * count if is_arg else 0
         levels.append(SplitLevel(count, group, counters, values, indices))
         if count == group:
-            return SplitLayout(tuple(levels), offset)
+            break
         count //= group
+    return SplitLayout(tuple(levels), offset)
 
 
-def split_scratch_bytes(task, s: int) -> int:
-    """Zeroed scratch a split reduction or scan needs (0 when not split)."""
+def split_scratch_bytes(task, s: int, lowering: Lowering) -> int:
+    """Zeroed scratch a split reduction or scan needs under ``lowering`` (0 when not split)."""
     if s <= 1:
         return 0
     if task.kind == "scan":   # one 8-byte total per piece of a chunk
         from .split_scan import PIECES
         return 8 * math.prod(task.domain) * s * PIECES
-    return split_layout(math.prod(task.domain), s, task.reduce[0] in ("argmax", "argmin")).nbytes
+    return split_layout(math.prod(task.domain), s, task.reduce[0] in ("argmax", "argmin"),
+                        warp_combined(s, lowering)).nbytes
 
 
 def interleaves_stacks(task, lowering: Lowering) -> bool:

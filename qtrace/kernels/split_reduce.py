@@ -14,8 +14,11 @@ around an atomic add). Groups are ``GROUP`` partials: the thread that arrives la
 group combines the group's partials *in order* into a partial of the next level and
 arrives there, up to the level of one group per output, whose last arriver stores the
 result. No combine is longer than a group, and the value does not depend on timing: a
-reduction is deterministic, run after run. ``argmax``/``argmin`` partials carry their
-index; ties keep the smallest index, NaN wins as in NumPy. A CPU lowering asks for
+reduction is deterministic, run after run. On a GPU (``Lowering.warp_combine``) the partials
+of a warp's 32 threads are first combined in registers by shuffles, in a fixed tree order,
+and only lane 0's goes through scratch: a 32nd of the stores, fences and atomic arrivals.
+``argmax``/``argmin`` partials carry their index; ties keep the smallest index, NaN wins as
+in NumPy. A CPU lowering asks for
 ``contiguous`` segments instead (each a chunk of the row a worker streams through, in
 vector registers), as many as the row length alone decides: the result is the same for
 any number of workers.
@@ -33,8 +36,9 @@ import numpy as np
 from llvmlite import ir
 
 from . import scalar
+from .intrinsics import declare
 from .loop_hints import narrow_accumulation
-from .lowering import split_layout
+from .lowering import GROUP, split_layout, warp_combined
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 UNROLL = 4       # neighbouring elements per chunk of a segment (one vector load)
@@ -53,7 +57,8 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
     out_dt = em.dt[arg]
     is_arg = prim in ("argmax", "argmin")
     outputs, length = math.prod(t.domain), math.prod(t.inner)
-    layout = split_layout(outputs, s, is_arg)
+    warp = warp_combined(s, em.lowering)
+    layout = split_layout(outputs, s, is_arg, warp)
     contiguous = em.lowering.split_reductions == "contiguous"
     chunk = -(-length // s)
     with b.goto_entry_block():
@@ -95,7 +100,14 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
 
     def climb(o, pos, levels, domain_vars):
         """Publish the partial at ``pos`` of the first level, arrive; the last of a group
-        combines the group in order and climbs; the last of the top stores the result."""
+        combines the group in order and climbs; the last of the top stores the result (at
+        once where no level is left)."""
+        if not levels:
+            result = (b.load(best, typ=I64) if is_arg
+                      else scalar.convert(b, b.load(acc, typ=acc_ty), acc_dt, out_dt))
+            em.vars[:] = domain_vars
+            em.store(arg, out_ix, result, [])
+            return
         level, rest = levels[0], levels[1:]
         publish(level, b.add(b.mul(o, ir.Constant(I64, level.count)), pos))
         b.fence("release", SCOPE)
@@ -115,13 +127,20 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
                 k = b.load(at(level.indices, I64, i), typ=I64) if is_arg else None
                 fold(from_bits(b.load(at(level.values, bits, i), typ=bits)), k)
             em.loop(ir.Constant(I64, 1), ir.Constant(I64, level.group), member)
-            if rest:
-                climb(o, group, rest, domain_vars)
-            else:
-                result = (b.load(best, typ=I64) if is_arg
-                          else scalar.convert(b, b.load(acc, typ=acc_ty), acc_dt, out_dt))
-                em.vars[:] = domain_vars
-                em.store(arg, out_ix, result, [])
+            climb(o, group, rest, domain_vars)
+
+    def warp_then_climb(o, seg, domain_vars):
+        """Fold the 32 partials of this warp's segments into lane 0's in a fixed tree (lane
+        ``i`` takes lane ``i + d``'s for d = 16, 8, 4, 2, 1: the lanes whose ``i + d`` passes
+        31 fold garbage that no lane reads again), then lane 0 climbs with the warp's."""
+        for d in (16, 8, 4, 2, 1):
+            v = _shuffle_down(b, b.load(acc, typ=acc_ty), d)
+            k = _shuffle_down(b, b.load(best, typ=I64), d) if is_arg else None
+            fold(v, k, reassociate=False)
+        with b.if_then(b.icmp_unsigned("==", b.and_(seg, ir.Constant(I64, GROUP - 1)),
+                                       ir.Constant(I64, 0))):
+            climb(o, b.lshr(seg, ir.Constant(I64, GROUP.bit_length() - 1)), layout.levels,
+                  domain_vars)
 
     with b.goto_entry_block():
         partial = b.alloca(acc_ty)   # (a segment's elements, folded in order)
@@ -161,7 +180,10 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
                     scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt), None, partial,
                     reassociate=False), scalar.const(acc_dt, identity), partial, acc)
         em.optimistic(segment)
-        climb(o, seg, layout.levels, domain_vars)
+        if warp:
+            warp_then_climb(o, seg, domain_vars)
+        else:
+            climb(o, seg, layout.levels, domain_vars)
         em.vars[:] = []
     em.loop(em.start, em.end, per_thread)
 
@@ -229,3 +251,23 @@ def _chunked_segment(em, seg, length: int, s: int, in_flight: int, value, fold, 
             for u in range(length % UNROLL):
                 fold(value(ir.Constant(I64, whole * UNROLL + u)))
     b.store(b.load(partial, typ=partial.allocated_type), acc)
+
+
+def _shuffle_down(b: ir.IRBuilder, v, delta: int):
+    """Lane ``i``'s ``v`` from lane ``i + delta`` of the warp (its own past lane 31): NVPTX's
+    ``shfl.sync.down`` over all 32 lanes, a 64-bit value as two 32-bit halves."""
+    i32, ty = ir.IntType(32), v.type
+    fn = declare(b.module, "llvm.nvvm.shfl.sync.down.i32", i32, [i32] * 4)
+
+    def shuffle(word):
+        return b.call(fn, [ir.Constant(i32, -1), word, ir.Constant(i32, delta), ir.Constant(i32, 31)])
+    width = 64 if isinstance(ty, ir.DoubleType) else 32 if isinstance(ty, ir.FloatType) else ty.width
+    raw = b.bitcast(v, ir.IntType(width)) if not isinstance(ty, ir.IntType) else v
+    if width <= 32:
+        got = shuffle(b.zext(raw, i32) if width < 32 else raw)
+        got = b.trunc(got, ty) if width < 32 else got
+    else:
+        lo = shuffle(b.trunc(raw, i32))
+        hi = shuffle(b.trunc(b.lshr(raw, ir.Constant(raw.type, 32)), i32))
+        got = b.or_(b.zext(lo, raw.type), b.shl(b.zext(hi, raw.type), ir.Constant(raw.type, 32)))
+    return got if isinstance(ty, ir.IntType) else b.bitcast(got, ty)

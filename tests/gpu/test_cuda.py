@@ -89,6 +89,30 @@ def test_plain_tasks_read_and_write_four_consecutive_float32_by_vector_accesses(
     assert "and.b64" in kernel and "ld.global.b32" in kernel and "st.global.b32" in kernel
 
 
+@pytest.mark.parametrize("dtype, words", [(np.float32, 2), (np.float64, 2), (np.int32, 2), (np.bool_, 1)])
+def test_split_reductions_combine_each_warp_in_registers(dtype, words, rng):
+    """A full reduction's GPU kernel (no GPU needed) folds its 32 lanes' partials by five
+    warp shuffles (a 64-bit accumulator in two halves), and only the levels above the warp
+    arrive through atomics; four chunks' vector loads per trip for a float32 sum."""
+    x = qt.asarray(rng.random(1_000_000) > 0.5 if dtype == np.bool_ else
+                   (rng.random(1_000_000) * 100).astype(dtype))
+    out = qt.any(x) if dtype == np.bool_ else qt.sum(x)
+    task = build_plan((out._node,), True).tasks[0]
+    s = lowering.reduce_segments(task, lowering.NVPTX)
+    module = llvm_nvptx.new_module("t", "sm_90")
+    body = codegen.lower_task(task, module, "t_body", True, lowering.NVPTX)
+    llvm_nvptx.grid_entry(module, body, "t", len(task.args), None, aligned=True, full_occupancy=True)
+    ptx = llvm_nvptx.compile_module(module, ["t"], "sm_90").decode()
+    aligned = ptx[ptx.index(".func t_aligned("):]
+    aligned = aligned[:aligned.index("\n}\n")]
+    levels = lowering.split_layout(1, s, False, lowering.warp_combined(s, lowering.NVPTX)).levels
+    assert s >= 32 and len(levels) >= 1
+    assert aligned.count("shfl.sync.down") == 5 * words
+    assert aligned.count("atom.") == len(levels)
+    if dtype == np.float32:
+        assert aligned.count("ld.global.v4") >= 4
+
+
 def _b3_forward(x, c, n):
     return qt.fori_loop(0, n, lambda i, v: qt.sin(v) * c + 0.5 * v, x)
 
