@@ -60,6 +60,9 @@ def fusion(request, device):
 
 
 SEED = int(os.environ.get("QTRACE_TEST_SEED") or np.random.SeedSequence().entropy % (2**32))
+# the test processes pytest-xdist starts inherit it: one seed for the whole run, the one the
+# header names (each process would otherwise draw its own)
+os.environ.setdefault("QTRACE_TEST_SEED", str(SEED))
 
 
 def pytest_report_header(config):

@@ -68,9 +68,9 @@ class Lowering:
     time in registers (shuffles, in a fixed tree order) before the levels that go through
     scratch memory: a 32nd of the partial stores, fences and atomic arrivals (NVPTX).
     ``split_registers``: a trip of an interleaved segment's loop reads as many chunks as
-    fit this many 32-bit registers of loaded values (:func:`qtrace.kernels.split_reduce.
-    chunks_in_flight`; a split reduction runs with at most 32 registers per thread, so
-    that a whole multiprocessor of threads is resident).
+    fit this many 32-bit registers of loaded values
+    (:func:`qtrace.kernels.split_reduce.chunks_in_flight`; a split reduction runs with at
+    most 32 registers per thread, so that a whole multiprocessor of threads is resident).
     """
 
     math: str = "ir"

@@ -155,7 +155,7 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
             em.vars[:] = domain_vars + coordinates(b, k, t.inner)
             return em.body()[ssa]
 
-        def element(k, cell=None):
+        def element(k):
             v = value(k)
             if is_arg:
                 cur = b.load(acc, typ=acc_ty)
@@ -163,7 +163,7 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
                 b.store(b.select(take, v, cur), acc)
                 b.store(b.select(take, k, b.load(best, typ=I64)), best)
             else:
-                fold(scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt), None, cell)
+                fold(scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt), None)
         def segment():   # this thread's partial, from scratch (re-run by an exact pass)
             b.store(scalar.const(acc_dt, identity), acc)
             b.store(seg, best)
@@ -228,7 +228,7 @@ def _chunked_segment(em, seg, length: int, s: int, in_flight: int, value, fold, 
     ``in_flight``, and is the same run after run."""
     b = em.b
     b.store(identity, partial)
-    whole = length // UNROLL   # (a split keeps >= MIN_SEGMENT elements per segment: seg < whole)
+    whole = length // UNROLL   # (seg < s, so the count below is >= 0: 0 for a segment with no whole chunk)
     n = b.udiv(b.add(b.sub(ir.Constant(I64, whole), seg), ir.Constant(I64, s - 1)), ir.Constant(I64, s))
 
     def chunks(first, count):

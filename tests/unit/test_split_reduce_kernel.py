@@ -97,7 +97,8 @@ def test_split_sum_is_deterministic_across_runs_and_threads(split_cpu, rng):
 @pytest.mark.parametrize("n", [262_147, 1_000_003])
 def test_interleaved_segments_give_the_same_bits_for_any_chunks_in_flight(dtype, n, rng):
     """An interleaved segment folds its elements in index order however many chunks a trip
-    reads (``split_reduce.chunks_in_flight``: 1 to 4 here, with the remainders that leaves):
+    reads (``split_reduce.chunks_in_flight``: 1 to 4 here for float32 and int32, 1 or 2 for
+    float64, with the remainders that leaves):
     the same bits each time, and NumPy's sum in float64 to rounding."""
     target = target_for(qt.Device("cpu"))
     old = target.lowering
