@@ -214,6 +214,7 @@ def _aligned_loop(module: ir.Module, callee: ir.Function, symbol: str, n_args: i
         ir.VoidType(), [GLOBAL] * n_args + [PTR, PTR, I64, I64, I64]), name=symbol + "_aligned")
     fn.linkage = "internal"
     fn.attributes.add("noinline")
+    fn.attributes.add("convergent")   # (a split reduction's warp shuffles are in it)
     *ptrs, status, mine, tid, step, extent = fn.args
     for p in ptrs:
         p.attributes.align = 16

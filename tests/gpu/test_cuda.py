@@ -113,6 +113,34 @@ def test_split_reductions_combine_each_warp_in_registers(dtype, words, rng):
         assert aligned.count("ld.global.v4") >= 4
 
 
+@gpu
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("shape, axis", [((5000, 2048), 1), ((1_000_003,), None), ((3, 100_001), 1)])
+def test_warp_combined_reductions_match_numpy_with_nans_and_ties_across_lanes(shape, axis, fused, rng):
+    """Split reductions on the GPU, where each warp's 32 partials are combined by shuffles:
+    rows split in exactly 32 segments (no level left: lane 0 stores), and long rows with
+    several levels above the warp; sums within float32 rounding of float64 NumPy, maxima,
+    ``any``, and ``argmax``/``argmin`` with ties and NaNs placed in different lanes' segments
+    (the smallest index wins; the first NaN, as in NumPy)."""
+    qt.config.fusion = fused
+    x = rng.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1, shape[-1]) if axis is not None else x.reshape(1, -1)
+    for row in flat[::max(1, len(flat) // 7)]:
+        row[rng.choice(row.size, 3, replace=False)] = row.max() + 1.0   # a tie of three maxima
+    flat[1 % len(flat), [5, 77, 1001]] = np.nan                         # NaNs in several lanes
+    t = qt.asarray(x, device="cuda")
+    s = lowering.reduce_segments(build_plan((qt.sum(t, axis=axis)._node,), True).tasks[0],
+                                 lowering.NVPTX)
+    assert s >= 32
+    np.testing.assert_allclose(qt.sum(t, axis=axis).numpy(), np.sum(x.astype(np.float64), axis=axis),
+                               rtol=1e-6, atol=1e-3)
+    for name in ("max", "argmax", "argmin", "any"):
+        arg = (t > 2.5) if name == "any" else t
+        ref = (x > 2.5) if name == "any" else x
+        np.testing.assert_array_equal(getattr(qt, name)(arg, axis=axis).numpy(),
+                                      getattr(np, name)(ref, axis=axis), err_msg=name)
+
+
 def _b3_forward(x, c, n):
     return qt.fori_loop(0, n, lambda i, v: qt.sin(v) * c + 0.5 * v, x)
 
