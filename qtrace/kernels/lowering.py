@@ -187,7 +187,9 @@ def split_layout(outputs: int, s: int, is_arg: bool, warp: bool = False) -> Spli
     (``warp``: their partials combined a warp at a time first: ``s // GROUP`` per row; with
     one left, no level at all)."""
     levels, offset, count = [], 0, s // GROUP if warp else s
-    while count > 1 or not warp:
+    if count == 1:   # (a warp holds the whole row: its lane 0 stores the result)
+        return SplitLayout((), 0)
+    while True:
         group = min(GROUP, count)
         counters = offset
         offset += (4 * outputs * (count // group) + 7) // 8 * 8

@@ -142,8 +142,6 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
             climb(o, b.lshr(seg, ir.Constant(I64, GROUP.bit_length() - 1)), layout.levels,
                   domain_vars)
 
-    with b.goto_entry_block():
-        partial = b.alloca(acc_ty)   # (a segment's elements, folded in order)
     in_flight = chunks_in_flight(t, em.lowering.split_registers)
 
     def per_thread(f):
@@ -177,8 +175,8 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
                 em.loop(seg, ir.Constant(I64, length), element, ir.Constant(I64, s))
             else:
                 _chunked_segment(em, seg, length, s, in_flight, value, lambda v: fold(
-                    scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt), None, partial,
-                    reassociate=False), scalar.const(acc_dt, identity), partial, acc)
+                    scalar.convert(b, v, np.dtype(t.instrs[ssa].dt), acc_dt), None,
+                    reassociate=False))
         em.optimistic(segment)
         if warp:
             warp_then_climb(o, seg, domain_vars)
@@ -215,19 +213,17 @@ def chunks_in_flight(t, registers: int) -> int:
     return max(1, registers // max(1, words))
 
 
-def _chunked_segment(em, seg, length: int, s: int, in_flight: int, value, fold, identity,
-                     partial, acc):
-    """Fold segment ``seg`` into ``acc``. The row is dealt out in chunks of ``UNROLL``
-    neighbouring elements, chunk ``c`` to segment ``c % s``: a thread reads ``UNROLL``
-    neighbours at a time (one vector load where its pointers are aligned:
-    ``llvm_nvptx.grid_entry``) and a warp ``32 UNROLL`` consecutive elements. A trip of the
-    loop computes ``in_flight`` chunks' values (their loads first: all in flight together),
-    then folds them; the remaining chunks one per trip, and a last partial chunk by the
-    segment whose turn it is. Every element is folded into ``partial`` in order of its
+def _chunked_segment(em, seg, length: int, s: int, in_flight: int, value, fold):
+    """Fold segment ``seg`` into the accumulator (``fold``; it holds the identity). The row
+    is dealt out in chunks of ``UNROLL`` neighbouring elements, chunk ``c`` to segment
+    ``c % s``: a thread reads ``UNROLL`` neighbours at a time (one vector load where its
+    pointers are aligned: ``llvm_nvptx.grid_entry``) and a warp ``32 UNROLL`` consecutive
+    elements. A trip of the loop computes ``in_flight`` chunks' values (their loads first:
+    all in flight together), then folds them; the remaining chunks one per trip, and a last
+    partial chunk by the segment whose turn it is. Every element is folded in order of its
     index (``fold`` does not let LLVM reassociate): the result does not depend on
     ``in_flight``, and is the same run after run."""
     b = em.b
-    b.store(identity, partial)
     whole = length // UNROLL   # (seg < s, so the count below is >= 0: 0 for a segment with no whole chunk)
     n = b.udiv(b.add(b.sub(ir.Constant(I64, whole), seg), ir.Constant(I64, s - 1)), ir.Constant(I64, s))
 
@@ -250,7 +246,6 @@ def _chunked_segment(em, seg, length: int, s: int, in_flight: int, value, fold, 
         with b.if_then(b.icmp_unsigned("==", seg, ir.Constant(I64, whole % s))):
             for u in range(length % UNROLL):
                 fold(value(ir.Constant(I64, whole * UNROLL + u)))
-    b.store(b.load(partial, typ=partial.allocated_type), acc)
 
 
 def _shuffle_down(b: ir.IRBuilder, v, delta: int):
