@@ -41,14 +41,14 @@ class CpuRuntime(DeviceRuntime):
         return array
 
     def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool,
-               scratch: int = 0, phases: int = 1) -> None:
+               scratch: int = 0, phases: int = 1, zeroed: int = 0) -> None:
         args = cpu.packer(len(pointers))(*pointers)
         st = status or None
         threads = config.num_threads
         workers = min(threads, extent // phases) if parallel and threads > 1 else 1
         block, stride = None, 0
-        if scratch:   # shared by all workers (a split reduction's partials, a split scan's totals)
-            block = np.zeros(scratch, np.uint8)
+        if scratch:   # shared by all workers (a split reduction's partials, a split scan's totals;
+            block = np.zeros(scratch, np.uint8)   # zeroed whole: an interrupted launch leaves counters)
         elif levels is not None:
             block, stride = adstack.scratch(workers, levels, self.stacks)
         base = cpu.pointer(block) if block is not None else None

@@ -74,8 +74,12 @@ def to_host(buf) -> np.ndarray:
     """A host copy of device buffer ``buf`` (waits for the work that writes it, on whichever
     stream it ran); first reports any failed check of the work launched so far."""
     check_deferred()
+    device = buf.data.device_id
+    if _cupy().cuda.runtime.getDevice() == device:   # (the common case: no device switch)
+        order_reads(device)
+        return _read(buf)
     with buf.device:
-        order_reads()
+        order_reads(device)
         return _read(buf)
 
 
@@ -261,6 +265,15 @@ class Staging:
         self.inflight = []
 
 
+class _Kept(threading.local):
+    """What a runtime keeps per calling thread: memory per stream (tables named by use,
+    :func:`_per_stream`) and, while a CUDA graph is captured on the thread, the lists of
+    :meth:`CudaRuntime.capturing` (None otherwise: class defaults, so that reading them
+    costs no failed attribute lookup on the per-launch path)."""
+
+    owned = made = reuse = None
+
+
 class CudaRuntime(DeviceRuntime):
     """One GPU: CuPy buffers and launches of :class:`qtrace.kernels.llvm_nvptx.CudaKernel`."""
 
@@ -274,7 +287,7 @@ class CudaRuntime(DeviceRuntime):
         self.cp = self.xp = _cupy()
         self.index = index
         self.device = self.cp.cuda.Device(index)
-        self._kept = threading.local()
+        self._kept = _Kept()
 
     def scope(self):
         """A context in which this GPU is the current device: nothing to do when it already
@@ -289,8 +302,7 @@ class CudaRuntime(DeviceRuntime):
         graph writes), and a list of those it allocated. Allocations take the buffers of
         ``reuse`` first (same shape and dtype: those the instance this capture replaces
         allocated)."""
-        was = (getattr(self._kept, "owned", None), getattr(self._kept, "made", None),
-               getattr(self._kept, "reuse", None))
+        was = self._kept.owned, self._kept.made, self._kept.reuse
         owned, made = [], []
         self._kept.owned, self._kept.made, self._kept.reuse = owned, made, list(reuse)
         try:
@@ -300,14 +312,14 @@ class CudaRuntime(DeviceRuntime):
 
     def _owned(self, buf):
         """``buf``, appended to the current capture's list (if any)."""
-        owned = getattr(self._kept, "owned", None)
+        owned = self._kept.owned
         if owned is not None:
             owned.append(buf)
         return buf
 
     def _allocate(self, shape: tuple, dtype):
         """A new buffer (during a capture: one it may reuse, or a new one it keeps)."""
-        reuse, made = getattr(self._kept, "reuse", None), getattr(self._kept, "made", None)
+        reuse, made = self._kept.reuse, self._kept.made
         buf = None
         if reuse:
             dtype = np.dtype(dtype)
@@ -326,8 +338,7 @@ class CudaRuntime(DeviceRuntime):
         stream and use ``name`` (a launch on the same stream runs after the previous one
         is done with it; another stream or thread has its own), replaced by one of at least
         twice the size when too small; the one replaced returns to CuPy's pool in stream
-        order. ``"stacks"``: adstacks (``adstack_scratch_allocs``/``_bytes``); ``"split"``:
-        split reductions' scratch (zeroed before each launch by the caller)."""
+        order. ``"stacks"``: adstacks (``adstack_scratch_allocs``/``_bytes``)."""
         kept = _per_stream(self._kept, name)
         stream = self.cp.cuda.get_current_stream().ptr
         block = kept.get(stream)
@@ -338,6 +349,29 @@ class CudaRuntime(DeviceRuntime):
             if name == "stacks":
                 bump_many((("adstack_scratch_allocs", 1), ("adstack_scratch_bytes", size)))
         return self._owned(block)
+
+    def _split_scratch(self, nbytes: int, zeroed: int, stream) -> int:
+        """The address of this thread's split-reduction scratch for ``stream`` (kept like
+        :meth:`_kept_block`'s): at least ``nbytes``, its first ``zeroed`` bytes zero for the
+        launch queued next on ``stream``. Split reductions leave their counters zero and
+        write nothing else below ``zeroed`` (:class:`qtrace.kernels.lowering.SplitLayout`),
+        so a block is zeroed (``memsetAsync`` on the stream: ``split_scratch_zeroings``)
+        only when new or last zeroed for fewer bytes. Inside a CUDA graph's capture it is
+        zeroed by the graph itself, and from then on before every launch: replays run when
+        the host cannot see them, leaving values above their own counters."""
+        kept = _per_stream(self._kept, "split")
+        entry = kept.get(stream.ptr)   # [block, leading bytes known zero (-1: never trusted)]
+        if entry is None or entry[0].nbytes < nbytes:
+            size = max(nbytes, 2 * entry[0].nbytes if entry is not None else 0)
+            kept[stream.ptr] = None
+            entry = kept[stream.ptr] = [self.cp.empty(size, np.uint8), 0]
+        block = self._owned(entry[0]).data.ptr
+        capturing = self._kept.owned is not None
+        if capturing or entry[1] < zeroed:
+            self.cp.cuda.runtime.memsetAsync(block, 0, zeroed, stream.ptr)
+            bump("split_scratch_zeroings")
+        entry[1] = -1 if capturing or entry[1] < 0 else zeroed
+        return block
 
     def empty(self, shape: tuple, dtype):
         with self.scope():
@@ -381,16 +415,13 @@ class CudaRuntime(DeviceRuntime):
         return staging
 
     def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool,
-               scratch: int = 0, phases: int = 1) -> None:
+               scratch: int = 0, phases: int = 1, zeroed: int = 0) -> None:
         if phases != 1:   # (the GPU's lowering splits no scan: it scans long rows in blocks)
             raise NotImplementedError("qtrace: phased launches are a CPU mechanism")
         stride, threads, block = 0, None, None
         with self.scope():   # (current stream, scratch, stack block and fills: this device's)
-            if scratch:   # kept per stream, zeroed on the stream (no allocation, no fill kernel)
-                block = self._kept_block("split", scratch).data.ptr
-                self.cp.cuda.runtime.memsetAsync(block, 0, scratch,
-                                                 self.cp.cuda.get_current_stream().ptr)
-                scratch = block
+            if scratch:   # (a split reduction: the GPU's lowering splits no scan)
+                scratch = self._split_scratch(scratch, zeroed, self.cp.cuda.get_current_stream())
             elif levels is not None:
                 # interleaved (``Levels.interleaved``): the threads' headers, then their
                 # stacks word by word, each thread's header HEADER bytes from the previous
@@ -405,12 +436,20 @@ class CudaRuntime(DeviceRuntime):
                 scratch = block.data.ptr
             kernel.launch(extent, pointers, status, scratch, stride, threads)
 
-    def run_kernel(self, one: tuple, bufs: list) -> list:
-        kernel, extent, slots, allocs, outs = one
-        with self.scope():
-            for s, shape, dtype, _small in allocs:
-                bufs[s] = self._allocate(shape, dtype)
-            kernel.launch(extent, [bufs[s].data.ptr for s in slots], 0, 0, 0)
+    def run_kernel(self, one: tuple, leaves: list, n_slots: int, queue: bool = True) -> list:
+        if self.cp.cuda.runtime.getDevice() != self.index:
+            with self.device:
+                return self.run_kernel(one, leaves, n_slots, queue)
+        kernel, extent, slots, allocs, outs, scratch, zeroed = one
+        stream = self.cp.cuda.get_current_stream()
+        if queue:   # host data (NumPy arguments, Python scalars) goes to the device
+            self.queue(stream)
+            leaves = [self.from_host(b) if isinstance(b, np.ndarray) else b for b in leaves]
+        bufs = [*leaves, *[None] * (n_slots - len(leaves))]
+        for s, shape, dtype, _small in allocs:
+            bufs[s] = self._allocate(shape, dtype)
+        kernel.launch(extent, [bufs[s].data.ptr for s in slots], 0,
+                      self._split_scratch(scratch, zeroed, stream) if scratch else 0, 0, stream=stream)
         bump_many(ONE_LAUNCH)
         return [bufs[s] for s in outs]
 

@@ -45,22 +45,25 @@ class DeviceRuntime:
         raise NotImplementedError
 
     def launch(self, kernel, extent: int, pointers: list, status: int, levels, parallel: bool,
-               scratch: int = 0, phases: int = 1) -> None:
+               scratch: int = 0, phases: int = 1, zeroed: int = 0) -> None:
         """Run ``kernel`` over ``[0, extent)`` with the buffers at ``pointers``; ``status``
         is the address of its two-word report row (0: none); ``levels`` the adstack
         levels ``[(depth, float row bytes, int row bytes), ...]`` or None; ``scratch``
-        the bytes of zeroed scratch it needs (a split reduction's partials, a split scan's
-        totals); ``phases``: the range runs as that many equal parts, each finished before
-        the next starts (a split scan's two passes)."""
+        the bytes of scratch it needs (a split reduction's partials, a split scan's
+        totals), of which the first ``zeroed`` must be zero at launch
+        (:func:`qtrace.kernels.lowering.split_scratch`); ``phases``: the range runs as that
+        many equal parts, each finished before the next starts (a split scan's two passes)."""
         raise NotImplementedError
 
     def sync(self) -> None:
         """Wait until every launch of this device has finished."""
 
-    def run_kernel(self, one: tuple, bufs: list) -> list:
+    def run_kernel(self, one: tuple, leaves: list, n_slots: int, queue: bool = True) -> list:
         """Run a plan of one kernel and nothing else, ``(kernel, extent, slots, allocations,
-        output slots)`` (``Plan._one_kernel``), on ``bufs`` (a buffer of this device per
-        slot, the leaves' first, None for what the run allocates); its output buffers."""
+        output slots, scratch bytes, zeroed bytes)`` (``Plan._one_kernel``), on the buffers
+        ``leaves`` of its first slots (host arrays are copied to the device first, as
+        ``Plan.run`` does, unless ``queue`` is false); ``n_slots`` in all. Returns its
+        output buffers."""
         raise NotImplementedError
 
     def queue(self) -> None:

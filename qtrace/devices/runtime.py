@@ -29,7 +29,7 @@ from ..graph import origins
 from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
 from ..kernels import tiering  # noqa: F401  (now: its exit handler must come before the user's)
-from ..kernels.lowering import interleaves_stacks, split_phases, split_scratch_bytes, task_segments
+from ..kernels.lowering import interleaves_stacks, split_phases, split_scratch, task_segments
 from ..kernels.target import target_for
 from ..stats import bump, bump_many
 from . import adstack, cpu, library
@@ -47,11 +47,12 @@ class KernelStep(NamedTuple):
     extent: int
     row: int              # status row of its index/overflow checks (-1: none)
     stack: object         # adstack.Stack of a reverse-mode loop task, or None
-    scratch: int          # zeroed scratch bytes (a split reduction or scan)
+    scratch: int          # scratch bytes (a split reduction or scan)
     slots: list
     frees: list           # slots whose buffers are free after this step
     parallel: bool        # long enough to split over CPU workers
     phases: int = 1       # [0, extent) runs as this many equal ranges in order (a split scan)
+    zeroed: int = 0       # leading bytes of scratch that must be zero at launch (split_scratch)
 
 
 class LibraryCall(NamedTuple):
@@ -171,10 +172,10 @@ class Plan:
                                        for depth, fb, ib in t.stack], " ".join([t.symbol, *loops]),
                                       interleaves_stacks(t, lowering))
             extent = math.prod(t.domain) if lowering.flat or segments > 1 else t.domain[0]
-            scratch = split_scratch_bytes(t, segments, lowering)
+            scratch, zeroed = split_scratch(t, segments, lowering)
             phases = split_phases(t, segments)
             self.steps.append(KernelStep(kernels[t.symbol], extent * segments * phases, row, stack,
-                                         scratch, step.slots, step.frees, parallel, phases))
+                                         scratch, step.slots, step.frees, parallel, phases, zeroed))
         self.n_tasks = sum(1 for s in self.steps if type(s) is KernelStep)
         self.unsequenced = self.steps   # one step per kernel (what a native FFI handler runs)
         if self.rt.sequences:
@@ -190,18 +191,21 @@ class Plan:
 
     def _one_kernel(self):
         """The common small case, one kernel and nothing else to do, as ``(kernel, extent,
-        slots, allocations, output slots)``, or None: run's short path (on a CPU, only for
-        a kernel short enough to run on the calling thread)."""
+        slots, allocations, output slots, scratch bytes, zeroed bytes)``, or None: run's
+        short path (on a CPU, only for a kernel short enough to run on the calling thread,
+        with no scratch; on a GPU, a split reduction too)."""
         if len(self.steps) != 1 or self.checks or any(k != "slot" for k, _ in self.outputs):
             return None
         step = self.steps[0]
-        if (type(step) is not KernelStep or step.stack is not None or step.scratch or step.phases != 1
-                or (step.parallel and self.rt.kind == "cpu")):
+        cpu_side = self.rt.kind == "cpu"
+        if (type(step) is not KernelStep or step.stack is not None or step.phases != 1
+                or (cpu_side and (step.parallel or step.scratch))):
             return None
         slots = step.slots
         if any(v not in slots for _, v in self.outputs):  # an output no kernel writes (empty)
             return None
-        return (step.kernel, step.extent, slots, self._allocations(slots), [v for _, v in self.outputs])
+        return (step.kernel, step.extent, slots, self._allocations(slots), [v for _, v in self.outputs],
+                step.scratch, step.zeroed)
 
     def _fast_path(self):
         """:meth:`_one_kernel` on the CPU as ``(kernel, extent, pack, slots, allocations,
@@ -209,7 +213,7 @@ class Plan:
         one = self._one_kernel()
         if one is None:
             return None
-        kernel, extent, slots, allocs, outs = one
+        kernel, extent, slots, allocs, outs, _, _ = one
         extra = (None,) * (len(self.slot_meta) - self.n_leaves)
         return (kernel, extent, cpu.packer(len(slots)), slots, allocs, outs, extra)
 
@@ -266,6 +270,8 @@ class Plan:
             bump_many(ONE_LAUNCH)
             return [bufs[s] for s in outs]
         rt = self.rt
+        if self.one is not None:   # (another device's one-kernel plan)
+            return rt.run_kernel(self.one, leaf_buffers, len(self.slot_meta), queue)
         host = None
         if rt.kind != "cpu" and queue:  # host data (NumPy arguments, Python scalars) goes to the device
             rt.queue()
@@ -273,8 +279,6 @@ class Plan:
             leaf_buffers = [rt.from_host(b) if h is not None else b for b, h in zip(leaf_buffers, host)]
         bufs = list(leaf_buffers)
         bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
-        if self.one is not None:   # (another device's one-kernel plan)
-            return rt.run_kernel(self.one, bufs)
         spare: dict = {}
         shared: set = set()   # slots whose buffer another slot holds too
         status = None
@@ -314,7 +318,7 @@ class Plan:
                     levels = None if step.stack is None else step.stack.levels(bufs, host)
                     rt.launch(step.kernel, step.extent, [pointer(bufs[s]) for s in step.slots],
                               status_ptr + 16 * step.row if step.row >= 0 else 0, levels,
-                              step.parallel, step.scratch, step.phases)
+                              step.parallel, step.scratch, step.phases, step.zeroed)
             for s in step.frees:
                 buf = bufs[s]
                 bufs[s] = None

@@ -18,7 +18,7 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 12
+#define QTRACE_NATIVE_ABI 13
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -4117,6 +4117,83 @@ static PyObject *cuda_failed(const char *what, int rc)
                         "%s (CUDA error %d)", what, name ? name : "unknown", rc);
 }
 
+/* -- a kernel launch through the driver (qtrace.kernels.llvm_nvptx.CudaKernel.launch) ----
+ *
+ * cuLaunchKernel with the kernel's 8-byte parameters taken from Python integers: what
+ * CuPy's driver.launchKernel does, without the ctypes argument block that feeds it (a few
+ * microseconds of every eager GPU launch). The parameters are copied by the driver when
+ * the launch is queued (or captured), so they live on this function's stack. */
+#define LAUNCH_MAX_PARAMS 256
+#ifndef _WIN32
+typedef int (*cu_kernel_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, void *, void **, void **);
+static cu_kernel_fn cu_launch_kernel;
+#endif
+
+static PyObject *bind_launch(PyObject *self, PyObject *args)
+{
+    const char *lib;
+    if (!PyArg_ParseTuple(args, "s:bind_launch", &lib))
+        return NULL;
+#ifdef _WIN32
+    Py_RETURN_FALSE;
+#else
+    if (cu_launch_kernel == NULL) {
+        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        if (h == NULL)
+            Py_RETURN_FALSE;
+        cu_kernel_fn launch = (cu_kernel_fn)dlsym(h, "cuLaunchKernel");
+        cu_name_fn name = (cu_name_fn)dlsym(h, "cuGetErrorName");
+        if (launch == NULL || name == NULL)
+            Py_RETURN_FALSE;   /* (the handle stays open: a driver is never unloaded) */
+        if (cu_error_name == NULL)
+            cu_error_name = name;
+        cu_launch_kernel = launch;
+    }
+    Py_RETURN_TRUE;
+#endif
+}
+
+/* cuda_launch(function, grid, block, stream, *params): one launch of `grid` blocks of
+   `block` threads on `stream` (handles as integers). */
+static PyObject *cuda_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+#ifdef _WIN32
+    PyErr_SetString(PyExc_RuntimeError, "qtrace: cuda_launch is not bound");
+    return NULL;
+#else
+    uint64_t values[LAUNCH_MAX_PARAMS];
+    void *params[LAUNCH_MAX_PARAMS];
+    if (cu_launch_kernel == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "qtrace: cuda_launch is not bound (bind_launch)");
+        return NULL;
+    }
+    if (nargs < 4 || nargs - 4 > LAUNCH_MAX_PARAMS) {
+        PyErr_Format(PyExc_TypeError, "cuda_launch: 4 handles and at most %d parameters, not %zd "
+                     "arguments", LAUNCH_MAX_PARAMS, nargs);
+        return NULL;
+    }
+    void *function = PyLong_AsVoidPtr(args[0]);
+    unsigned long grid = PyLong_AsUnsignedLong(args[1]), block = PyLong_AsUnsignedLong(args[2]);
+    void *stream = PyLong_AsVoidPtr(args[3]);
+    for (Py_ssize_t i = 4; i < nargs; i++) {
+        values[i - 4] = (uint64_t)PyLong_AsUnsignedLongLongMask(args[i]);
+        params[i - 4] = &values[i - 4];
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    int rc = cu_launch_kernel(function, (unsigned)grid, 1, 1, (unsigned)block, 1, 1, 0, stream, params, NULL);
+    if (rc != 0) {
+        const char *name = NULL;
+        if (cu_error_name == NULL || cu_error_name(rc, &name) != 0)
+            name = NULL;
+        return PyErr_Format(PyExc_RuntimeError, "qtrace: cuLaunchKernel failed: %s (CUDA error %d)",
+                            name ? name : "unknown", rc);
+    }
+    Py_RETURN_NONE;
+#endif
+}
+
 /* A new version of each record's memory (buffers.advance), under buffers' lock. */
 static int advance_records(PyObject *records)
 {
@@ -4828,6 +4905,10 @@ static PyMethodDef methods[] = {
      "bind_graphs(libcuda, cupy.ndarray, buffers._State, cuda._streams, current_stream,\n"
      "            buffers._lock, replays) -> bool\n"
      "Hand over what a jitted call replaying a CUDA graph needs (False: no driver found)."},
+    {"bind_launch", bind_launch, METH_VARARGS,
+     "bind_launch(libcuda) -> bool\nFind cuLaunchKernel for cuda_launch (False: no driver found)."},
+    {"cuda_launch", (PyCFunction)(void (*)(void))cuda_launch, METH_FASTCALL,
+     "cuda_launch(function, grid, block, stream, *params)\nOne kernel launch through the driver."},
     {"graph_context", graph_context, METH_NOARGS,
      "graph_context() -> int\nThe calling thread's current CUDA context (0: none)."},
     {"bind_flush", bind_flush, METH_VARARGS,

@@ -300,14 +300,17 @@ PARAM_COUNTS: dict[int, int] = {}
 class CudaKernel:
     """A loaded kernel: launches over a flat extent with the grid-strided entry.
 
-    A launch hands ``cuLaunchKernel`` the parameters from this thread's argument block
-    (:func:`_argument_block`): no CuPy argument conversion, no object per argument."""
+    A launch calls ``cuLaunchKernel`` through the compiled extension (``cuda_launch`` in
+    ``qtrace/graph/_native.c``: the parameters go from Python integers straight into the
+    driver's call), or, without it, through CuPy's ``driver.launchKernel`` with the
+    parameters in this thread's argument block (:func:`_argument_block`)."""
 
     BLOCK = 256
 
     def __init__(self, module, function, max_blocks: int):
         self.module, self.function, self.max_blocks = module, function, max_blocks  # the module stays loaded
         self.ptr = function.ptr
+        _direct_launch()   # (bound once, before the first launch)
 
     def grid(self, extent: int, threads: int | None = None) -> int:
         """Blocks of a launch over ``extent`` elements (at most ``threads`` threads)."""
@@ -321,13 +324,32 @@ class CudaKernel:
         device); ``threads`` caps the grid (each thread owns a scratch stride, so adstack
         memory is ``threads * stride``, independent of ``extent``)."""
         import cupy
-        PARAM_COUNTS[self.ptr] = len(pointers) + 4   # (a graph capturing it may patch them)
-        values, params = _argument_block(len(pointers) + 4)
-        values[:] = (*pointers, status, scratch, stride, extent)
+        n = len(pointers) + 4
+        PARAM_COUNTS[self.ptr] = n   # (a graph capturing it may patch them)
         if stream is None:
             stream = cupy.cuda.get_current_stream()
-        cupy.cuda.driver.launchKernel(self.ptr, self.grid(extent, threads), 1, 1, self.BLOCK, 1, 1,
-                                      0, stream.ptr, params, 0)
+        grid = self.grid(extent, threads)
+        direct = _direct[0]
+        if direct is not None and n <= DIRECT_PARAMS:
+            direct(self.ptr, grid, self.BLOCK, stream.ptr, *pointers, status, scratch, stride, extent)
+            return
+        values, params = _argument_block(n)
+        values[:] = (*pointers, status, scratch, stride, extent)
+        cupy.cuda.driver.launchKernel(self.ptr, grid, 1, 1, self.BLOCK, 1, 1, 0, stream.ptr, params, 0)
+
+
+DIRECT_PARAMS = 256   # parameters a direct launch takes at most (LAUNCH_MAX_PARAMS in _native.c)
+_direct: list = []
+
+
+def _direct_launch():
+    """The compiled extension's ``cuda_launch``, bound to the driver (``libcuda.so.1``), or
+    None: no extension (``QTRACE_NATIVE=0``, not built) or no driver library found."""
+    if not _direct:
+        from ..graph import native
+        mod = native.module()
+        _direct[:] = [mod.cuda_launch if mod is not None and mod.bind_launch("libcuda.so.1") else None]
+    return _direct[0]
 
 
 _blocks = threading.local()

@@ -156,6 +156,7 @@ def split_phases(task, s: int) -> int:
 
 
 GROUP = 32                 # partials combined by one thread at each level of a split
+COUNTERS = 4096            # leading scratch bytes of a split reduction kept for arrival counters
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,16 @@ class SplitLevel:
 
 @dataclass(frozen=True)
 class SplitLayout:
+    """A split reduction's scratch: its ``levels``, ``nbytes`` in all, and ``zeroed``: the
+    leading bytes that must be zero at launch — the arrival counters of every level, padded
+    to at least :data:`COUNTERS` — which the kernel leaves zero again (the last arriver of a
+    group resets its counter), and below which it writes nothing else. So a block of
+    scratch zeroed once serves any number of split reductions, one after another, without
+    being zeroed again unless one needs more counters than the block was zeroed for."""
+
     levels: tuple
     nbytes: int
+    zeroed: int = 0
 
 
 def warp_combined(s: int, lowering: Lowering) -> bool:
@@ -185,34 +194,42 @@ def warp_combined(s: int, lowering: Lowering) -> bool:
 def split_layout(outputs: int, s: int, is_arg: bool, warp: bool = False) -> SplitLayout:
     """The scratch layout of a reduction of ``outputs`` rows split in ``s`` segments
     (``warp``: their partials combined a warp at a time first: ``s // GROUP`` per row; with
-    one left, no level at all)."""
-    levels, offset, count = [], 0, s // GROUP if warp else s
+    one left, no level at all): the counters of every level first, then each level's
+    values (and indices of an arg reduction) from ``zeroed`` on."""
+    count = s // GROUP if warp else s
     if count == 1:   # (a warp holds the whole row: its lane 0 stores the result)
         return SplitLayout((), 0)
-    while True:
-        group = min(GROUP, count)
-        counters = offset
-        offset += (4 * outputs * (count // group) + 7) // 8 * 8
+    counts = [count]
+    while counts[-1] > GROUP:
+        counts.append(counts[-1] // GROUP)
+    counters, offset = [], 0
+    for c in counts:
+        counters.append(offset)
+        offset += 4 * outputs * (c // min(GROUP, c))
+    zeroed = max((offset + 7) // 8 * 8, COUNTERS)
+    levels, offset = [], zeroed
+    for c, at in zip(counts, counters):
         values = offset
-        offset += 8 * outputs * count
+        offset += 8 * outputs * c
         indices = offset
-        offset += 8 * outputs * count if is_arg else 0
-        levels.append(SplitLevel(count, group, counters, values, indices))
-        if count == group:
-            break
-        count //= group
-    return SplitLayout(tuple(levels), offset)
+        offset += 8 * outputs * c if is_arg else 0
+        levels.append(SplitLevel(c, min(GROUP, c), at, values, indices))
+    return SplitLayout(tuple(levels), offset, zeroed)
 
 
-def split_scratch_bytes(task, s: int, lowering: Lowering) -> int:
-    """Zeroed scratch a split reduction or scan needs under ``lowering`` (0 when not split)."""
+def split_scratch(task, s: int, lowering: Lowering) -> tuple[int, int]:
+    """``(bytes, zeroed)`` of the scratch a split reduction or scan needs under ``lowering``
+    (``(0, 0)`` when not split): its size, and how many leading bytes must be zero at
+    launch (a reduction: :attr:`SplitLayout.zeroed`; a scan: all of it)."""
     if s <= 1:
-        return 0
+        return 0, 0
     if task.kind == "scan":   # one 8-byte total per piece of a chunk
         from .split_scan import PIECES
-        return 8 * math.prod(task.domain) * s * PIECES
-    return split_layout(math.prod(task.domain), s, task.reduce[0] in ("argmax", "argmin"),
-                        warp_combined(s, lowering)).nbytes
+        n = 8 * math.prod(task.domain) * s * PIECES
+        return n, n
+    layout = split_layout(math.prod(task.domain), s, task.reduce[0] in ("argmax", "argmin"),
+                          warp_combined(s, lowering))
+    return layout.nbytes, layout.zeroed
 
 
 def interleaves_stacks(task, lowering: Lowering) -> bool:

@@ -23,9 +23,12 @@ in NumPy. A CPU lowering asks for
 vector registers), as many as the row length alone decides: the result is the same for
 any number of workers.
 
-Scratch (zeroed by the runtime before the launch; :func:`qtrace.kernels.lowering.split_layout`):
-per level, int32 arrival counters, partial values (8 bytes each) and, for arg reductions,
-int64 indices. One launch, no second pass, no host round trip.
+Scratch (:func:`qtrace.kernels.lowering.split_layout`): the int32 arrival counters of
+every level, which must be zero at launch, then per level partial values (8 bytes each)
+and, for arg reductions, int64 indices. The last arriver of a group sets its counter back
+to zero, so a launch leaves the counters as it found them: a runtime zeroes a block once
+and reuses it launch after launch (the GPU's). One launch, no second pass, no host round
+trip.
 """
 
 from __future__ import annotations
@@ -113,9 +116,11 @@ def emit(em, s: int, identity, combine, arg_better) -> None:
         b.fence("release", SCOPE)
         group = b.udiv(pos, ir.Constant(I64, level.group))
         slot = b.add(b.mul(o, ir.Constant(I64, level.count // level.group)), group)
-        arrived = b.atomic_rmw("add", at(level.counters, I32, slot), ir.Constant(I32, 1), "acq_rel")
+        counter = at(level.counters, I32, slot)
+        arrived = b.atomic_rmw("add", counter, ir.Constant(I32, 1), "acq_rel")
         with b.if_then(b.icmp_unsigned("==", arrived, ir.Constant(I32, level.group - 1))):
             b.fence("acquire", SCOPE)
+            b.store(ir.Constant(I32, 0), counter)   # the group is complete: zero for the next launch
             first = b.add(b.mul(o, ir.Constant(I64, level.count)),
                           b.mul(group, ir.Constant(I64, level.group)))
             b.store(from_bits(b.load(at(level.values, bits, first), typ=bits)), acc)

@@ -354,6 +354,46 @@ def test_out_of_bounds_gather_is_an_index_error_on_the_gpu(rng):
 
 
 @gpu
+@pytest.mark.parametrize("fused", [True, False])
+def test_direct_launches_give_what_cupys_launch_path_gives(fused, rng, monkeypatch):
+    """With the compiled extension built, every kernel launches through its
+    ``cuLaunchKernel`` call (``llvm_nvptx._direct_launch``); without it (``QTRACE_NATIVE=0``)
+    through CuPy's ``driver.launchKernel`` and a ctypes argument block. Both give the same
+    bits for a split sum (scratch), an elementwise chain, a loop gradient (adstacks: capped
+    threads, stride) and report an out-of-bounds gather (status row), NumPy agreeing."""
+    from qtrace.graph import native
+    from qtrace.kernels import llvm_nvptx
+    direct = llvm_nvptx._direct_launch()
+    assert (direct is not None) == native.active()
+    calls = []
+
+    def counting(*args):
+        calls.append(args[0])
+        return direct(*args)
+
+    old = qt.config.fusion
+    qt.config.fusion = fused
+    x = rng.uniform(0.5, 1.5, 300_001)
+    lim = rng.uniform(2.0, 30.0, 300_001)
+    got = []
+    try:
+        for path in ([counting], [None]) if direct is not None else ([None],):
+            monkeypatch.setattr(llvm_nvptx, "_direct", path)
+            t, tl = qt.asarray(x, device="cuda"), qt.asarray(lim, device="cuda")
+            got.append((qt.sum(t * 2.0).numpy(), (qt.sin(t) * t + 1.0).numpy(),
+                        qt.grad(while_loss)(t, tl).numpy()))
+            with pytest.raises(IndexError, match="index 300001 is out of bounds"):
+                t[qt.asarray(np.array([3, 300_001]), device="cuda")].numpy()
+    finally:
+        qt.config.fusion = old
+    assert bool(calls) == (direct is not None)
+    for a, b in zip(got[0], got[-1]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(got[0][0], 2 * x.sum(), rtol=1e-12)
+    np.testing.assert_allclose(got[0][1], np.sin(x) * x + 1.0, rtol=1e-14)
+
+
+@gpu
 def test_while_loop_gradient_on_the_gpu_matches_finite_differences(rng):
     """Data-dependent trip counts, reverse mode through the adstack on the GPU."""
     x0 = rng.uniform(0.5, 1.5, 300)
@@ -664,11 +704,11 @@ def test_work_is_queued_on_the_current_stream_and_read_after_it(rng, monkeypatch
 @gpu
 def test_split_reductions_share_one_scratch_block_per_stream(rng, monkeypatch):
     """Split reductions' scratch is one block per stream, kept between launches and zeroed
-    on the stream before each (reductions of different layouts — sum, argmax with its
+    on the stream once, when made (reductions of different layouts — sum, argmax with its
     indices, max, a sum over a third — share it: a counter left behind by another layout
     would lose a result). 30 calls of changing data and three lengths, alternating two
     streams, each equal to NumPy's; once every length has run on both streams no block is
-    made again."""
+    made again, and no block is zeroed but the new ones."""
     import cupy
 
     made = []
@@ -685,6 +725,7 @@ def test_split_reductions_share_one_scratch_block_per_stream(rng, monkeypatch):
         return qt.sum(x * 2.0), qt.argmax(x), qt.max(qt.abs(x)), qt.sum(x[: x.shape[0] // 3])
 
     s1, s2 = qt.cuda.Stream(), qt.cuda.Stream(non_blocking=True)
+    zeroings = qt.stats()["split_scratch_zeroings"]
     for k in range(30):
         data = rng.standard_normal(3_000_000 + (k % 3)).astype(np.float32)
         with (s1, s2)[k % 2]:
@@ -697,6 +738,53 @@ def test_split_reductions_share_one_scratch_block_per_stream(rng, monkeypatch):
         if k == 5:   # (every length on both streams)
             first = len(made)
     assert 2 <= first <= 12 and len(made) == first, made
+    assert qt.stats()["split_scratch_zeroings"] - zeroings == len(made)
+
+
+@gpu
+@pytest.mark.parametrize("fused", [True, False])
+def test_split_reduction_scratch_is_zeroed_only_when_a_launch_needs_more_counters(fused, rng):
+    """A split reduction leaves its arrival counters zero (``lowering.SplitLayout``), so a
+    stream's scratch block is zeroed when new and then only before a reduction with more
+    counters than the last one left zero: on a new stream, 10 full sums of fresh data
+    zero it once; a sum over the rows of (4096, 256) (4096 rows of 4 segments: 16 KiB of
+    counters, above ``COUNTERS``) zeroes them once, runs again without, leaves only a
+    full sum's ``COUNTERS`` bytes zero behind its values, so it zeroes again after one.
+    Every result is NumPy's."""
+    old = qt.config.fusion
+    qt.config.fusion = fused
+
+    def zeroings():
+        return qt.stats()["split_scratch_zeroings"]
+
+    def full_sum():
+        x = rng.standard_normal(1_000_000 + int(rng.integers(100))).astype(np.float32)
+        np.testing.assert_allclose(qt.sum(qt.asarray(x, device="cuda") * 2.0).numpy(),
+                                   2 * x.astype(np.float64).sum(), rtol=1e-5, atol=1e-2)
+
+    def row_sums():
+        x = rng.standard_normal((4096, 256)).astype(np.float32)
+        np.testing.assert_allclose(qt.sum(qt.asarray(x, device="cuda") + 1.0, axis=1).numpy(),
+                                   (x.astype(np.float64) + 1).sum(axis=1), rtol=1e-5, atol=1e-3)
+    try:
+        t = qt.asarray(np.zeros((4096, 256), np.float32), device="cuda")
+        (task,) = build_plan((qt.sum(t + 1.0, axis=1)._node,), True).tasks
+        assert lowering.split_scratch(task, lowering.task_segments(task, lowering.NVPTX),
+                                      lowering.NVPTX)[1] == 16384
+        with qt.cuda.Stream():
+            start = zeroings()
+            for _ in range(10):
+                full_sum()
+            assert zeroings() - start == 1
+            row_sums()
+            row_sums()
+            assert zeroings() - start == 2
+            full_sum()
+            row_sums()
+            full_sum()
+            assert zeroings() - start == 3
+    finally:
+        qt.config.fusion = old
 
 
 @gpu

@@ -121,6 +121,42 @@ def test_interleaved_segments_give_the_same_bits_for_any_chunks_in_flight(dtype,
                                rtol=1e-12 if dtype != np.float32 else 1e-6)
 
 
+@pytest.mark.parametrize("name", ["sum", "argmax", "max"])
+@pytest.mark.parametrize("shape, axis", [((262_145,), None), ((3, 200_000), 1), ((64, 40_000), 1)])
+def test_split_reductions_leave_their_counters_zero(split_cpu, name, shape, axis, monkeypatch, rng):
+    """The last arriver of each group sets its counter back to zero, and a kernel writes
+    nothing else below its layout's ``zeroed`` bytes (``lowering.SplitLayout``): the GPU
+    zeroes its kept scratch once, not before every launch. Checked on the scratch blocks
+    the CPU runtime hands the kernels (workers racing), for few and many counters (64
+    rows of 40,000 in the interleaved layout: more than ``COUNTERS`` bytes of them)."""
+    from qtrace.devices import cpu_runtime
+    from qtrace.graph.plan import build_plan
+    blocks = []
+
+    class Numpy:   # numpy, remembering the scratch blocks the runtime zeroes
+        def __getattr__(self, attr):
+            return getattr(np, attr)
+
+        def zeros(self, *args, **kwargs):
+            blocks.append(np.zeros(*args, **kwargs))
+            return blocks[-1]
+    monkeypatch.setattr(cpu_runtime, "np", Numpy())
+    fn, tol = REDUCTIONS[name]
+    x = rng.random(shape)
+    t = qt.asarray(x)
+    low = split_cpu.lowering
+    (task,) = build_plan((fn(qt, t, axis)._node,), True).tasks
+    nbytes, zeroed = lowering.split_scratch(task, lowering.task_segments(task, low), low)
+    if low.split_reductions == "contiguous" and shape == (64, 40_000):
+        assert nbytes == 0   # (rows shorter than two chunks: not split on the CPU)
+    else:
+        assert zeroed >= lowering.COUNTERS and nbytes > zeroed
+    np.testing.assert_allclose(fn(qt, t, axis).numpy(), fn(np, x, axis), rtol=tol, atol=0)
+    assert len(blocks) == (nbytes > 0)
+    for block in blocks:
+        assert block.nbytes == nbytes and not block[:zeroed].any() and block[zeroed:].any()
+
+
 def test_short_rows_and_many_outputs_are_not_split(split_cpu, rng):
     assert _segments(qt.asarray(rng.random((100_000, 8))), lambda v: qt.sum(v, axis=1)) == 1
     assert _segments(qt.asarray(rng.random(40)), qt.sum) == 1
