@@ -35,7 +35,8 @@ COUNTERS = (
     "adstack_bytes",            # stack bytes each launch needed (workers x depth x row bytes)
     "adstack_scratch_allocs",   # blocks the kept adstack memory grew by (doubling)
     "adstack_scratch_bytes",    # bytes of those blocks
-    "split_scratch_zeroings",   # GPU split-reduction scratch zeroed before a launch (new or grown)
+    "split_scratch_zeroings",   # GPU split-reduction scratch zeroed before a launch: a new block,
+                                # more counters than were left zero, or a captured stream
     "bytes_host_to_device",
     "bytes_device_to_host",
     "device_syncs",         # the host waited for a GPU (a value read back, qt.sync())

@@ -1,4 +1,4 @@
-"""NVIDIA GPUs: buffers from CuPy's memory pool, PTX kernels launched by CuPy.
+"""NVIDIA GPUs: buffers from CuPy's memory pool, PTX kernels loaded by CuPy.
 
 CuPy is imported when a CUDA device is first used; without it (or without a driver or
 GPU), :func:`devices` is empty and using ``device="cuda"`` raises an error naming what
@@ -172,6 +172,15 @@ def check_deferred() -> None:
             order_reads()
             host = _read(status)
         check(host)
+
+
+def _capturing(stream) -> bool:
+    """Whether ``stream`` is being captured into a CUDA graph (True where the driver cannot
+    say: the caller then does what a capture needs)."""
+    try:
+        return bool(stream.is_capturing())
+    except Exception:  # noqa: BLE001 - (an API call refused during another capture)
+        return True
 
 
 KEPT_STREAMS = 16   # per thread: memory kept for at most this many streams
@@ -356,17 +365,21 @@ class CudaRuntime(DeviceRuntime):
         launch queued next on ``stream``. Split reductions leave their counters zero and
         write nothing else below ``zeroed`` (:class:`qtrace.kernels.lowering.SplitLayout`),
         so a block is zeroed (``memsetAsync`` on the stream: ``split_scratch_zeroings``)
-        only when new or last zeroed for fewer bytes. Inside a CUDA graph's capture it is
-        zeroed by the graph itself, and from then on before every launch: replays run when
-        the host cannot see them, leaving values above their own counters."""
+        only when new or last zeroed for fewer bytes. (Only reductions come here: the GPU
+        splits no scan, whose totals are not cleared behind it; ``launch`` refuses phased
+        runs.) While the stream is captured into a CUDA graph — qtrace's own capture or a
+        user's — the graph zeroes it itself, and from then on it is zeroed before every
+        launch: replays run when the host cannot see them, leaving values above their own
+        counters. The entry holds its stream, so no other stream can be given its handle
+        (the driver reuses a destroyed stream's) and find the entry as its own."""
         kept = _per_stream(self._kept, "split")
-        entry = kept.get(stream.ptr)   # [block, leading bytes known zero (-1: never trusted)]
+        entry = kept.get(stream.ptr)   # [block, leading bytes known zero (-1: never trusted), stream]
         if entry is None or entry[0].nbytes < nbytes:
             size = max(nbytes, 2 * entry[0].nbytes if entry is not None else 0)
             kept[stream.ptr] = None
-            entry = kept[stream.ptr] = [self.cp.empty(size, np.uint8), 0]
+            entry = kept[stream.ptr] = [self.cp.empty(size, np.uint8), 0, stream]
         block = self._owned(entry[0]).data.ptr
-        capturing = self._kept.owned is not None
+        capturing = self._kept.owned is not None or (entry[1] >= zeroed and _capturing(stream))
         if capturing or entry[1] < zeroed:
             self.cp.cuda.runtime.memsetAsync(block, 0, zeroed, stream.ptr)
             bump("split_scratch_zeroings")

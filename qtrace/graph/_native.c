@@ -4174,21 +4174,39 @@ static PyObject *cuda_launch(PyObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     void *function = PyLong_AsVoidPtr(args[0]);
-    unsigned long grid = PyLong_AsUnsignedLong(args[1]), block = PyLong_AsUnsignedLong(args[2]);
+    if (function == NULL && PyErr_Occurred())
+        return NULL;
+    unsigned long grid = PyLong_AsUnsignedLong(args[1]);
+    if (grid == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    unsigned long block = PyLong_AsUnsignedLong(args[2]);
+    if (block == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    if (grid > UINT_MAX || block > UINT_MAX) {
+        PyErr_Format(PyExc_OverflowError, "cuda_launch: grid %lu or block %lu exceeds an unsigned int",
+                     grid, block);
+        return NULL;
+    }
     void *stream = PyLong_AsVoidPtr(args[3]);
+    if (stream == NULL && PyErr_Occurred())
+        return NULL;
     for (Py_ssize_t i = 4; i < nargs; i++) {
         values[i - 4] = (uint64_t)PyLong_AsUnsignedLongLongMask(args[i]);
+        if (values[i - 4] == (uint64_t)-1 && PyErr_Occurred())
+            return NULL;
         params[i - 4] = &values[i - 4];
     }
-    if (PyErr_Occurred())
-        return NULL;
-    int rc = cu_launch_kernel(function, (unsigned)grid, 1, 1, (unsigned)block, 1, 1, 0, stream, params, NULL);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS   /* (it blocks while the launch queue is full) */
+    rc = cu_launch_kernel(function, (unsigned)grid, 1, 1, (unsigned)block, 1, 1, 0, stream, params, NULL);
+    Py_END_ALLOW_THREADS
     if (rc != 0) {
         const char *name = NULL;
         if (cu_error_name == NULL || cu_error_name(rc, &name) != 0)
             name = NULL;
-        return PyErr_Format(PyExc_RuntimeError, "qtrace: cuLaunchKernel failed: %s (CUDA error %d)",
-                            name ? name : "unknown", rc);
+        return PyErr_Format(PyExc_RuntimeError, "qtrace: cuLaunchKernel of kernel function %p "
+                            "(%lu blocks of %lu threads) failed: %s (CUDA error %d)", function, grid,
+                            block, name ? name : "unknown", rc);
     }
     Py_RETURN_NONE;
 #endif

@@ -747,7 +747,7 @@ def test_split_reduction_scratch_is_zeroed_only_when_a_launch_needs_more_counter
     """A split reduction leaves its arrival counters zero (``lowering.SplitLayout``), so a
     stream's scratch block is zeroed when new and then only before a reduction with more
     counters than the last one left zero: on a new stream, 10 full sums of fresh data
-    zero it once; a sum over the rows of (4096, 256) (4096 rows of 4 segments: 16 KiB of
+    zero it once; a sum over the rows of (4096, 256) (4096 rows of 8 segments: 16 KiB of
     counters, above ``COUNTERS``) zeroes them once, runs again without, leaves only a
     full sum's ``COUNTERS`` bytes zero behind its values, so it zeroes again after one.
     Every result is NumPy's."""

@@ -759,3 +759,80 @@ def test_the_pending_limit_follows_only_the_process_config():
         assert qt.stats()["auto_evaluations"] == before + 1
     finally:
         qt.config.max_pending_nodes = old
+
+
+_FAKE_DRIVER = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+/* cuLaunchKernel's stand-in: writes what it was given (its first parameter is the count of
+   parameters, by this test's convention); a function handle of 999 fails with error 700. */
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shared, void *stream, void **params, void **extra)
+{
+    FILE *out = fopen(getenv("FAKE_DRIVER_OUT"), "a");
+    uint64_t n = *(uint64_t *)params[0];
+    fprintf(out, "%llu %u %u %u %u %u %u %u %llu", (unsigned long long)(uintptr_t)f, gx, gy, gz,
+            bx, by, bz, shared, (unsigned long long)(uintptr_t)stream);
+    for (uint64_t i = 0; i < n; i++)
+        fprintf(out, " %llu", (unsigned long long)*(uint64_t *)params[i]);
+    fprintf(out, " %d\n", extra == NULL);
+    fclose(out);
+    return (uintptr_t)f == 999 ? 700 : 0;
+}
+int cuGetErrorName(int rc, const char **name) { *name = "CUDA_ERROR_FAKE"; return 0; }
+"""
+
+_FAKE_CALLS = r"""
+import json, sys
+from qtrace.graph import native
+mod = native.module()
+assert mod.bind_launch(sys.argv[1])
+results = []
+def attempt(*args):
+    try:
+        mod.cuda_launch(*args)
+        results.append("ok")
+    except Exception as exc:
+        results.append(f"{type(exc).__name__}: {exc}")
+attempt(123, 7, 256, 0, 3, 2**64 - 1, 5)                      # a launch, the null stream
+attempt(124, 1, 32, 77, *([1 + 256 - 1] + list(range(255))))  # 256 parameters, stream 77
+attempt(999, 1, 32, 0, 1)                                     # the driver fails
+attempt(125, 2**32 + 3, 256, 0, 1)                            # grid too large
+attempt(125, -1, 256, 0, 1)                                   # negative grid
+attempt(125, 1, 256, 0, 1.5)                                  # not an integer
+attempt(125, 1, 256, 0, *range(257))                          # too many parameters
+attempt(125, 1, 256)                                          # too few arguments
+print(json.dumps(results))
+"""
+
+
+@needs_native
+def test_direct_kernel_launches_hand_the_driver_exactly_their_parameters(tmp_path):
+    """``cuda_launch`` (the GPU's launch path, ``qtrace.kernels.llvm_nvptx``) against a stand-
+    in driver library, in a fresh process (a process binds one driver): grid, block, stream
+    and every 8-byte parameter reach ``cuLaunchKernel`` as given (up to 256), and bad input
+    — a failing driver, a grid past 32 bits, a negative or non-integer value, too many or
+    too few arguments — raises, naming what, before anything is launched."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}) on this machine")
+    (tmp_path / "fake.c").write_text(_FAKE_DRIVER)
+    lib = tmp_path / "libfakecuda.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "fake.c")], check=True)
+    log = tmp_path / "calls.txt"
+    out = subprocess.run([sys.executable, "-c", _FAKE_CALLS, str(lib)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, env=dict(os.environ, FAKE_DRIVER_OUT=str(log)))
+    assert out.returncode == 0, out.stderr
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    assert results[:2] == ["ok", "ok"]
+    assert "cuLaunchKernel" in results[2] and "CUDA_ERROR_FAKE" in results[2] and "700" in results[2]
+    assert results[3].startswith("OverflowError") and "grid" in results[3]
+    assert results[4].startswith("OverflowError")
+    assert results[5].startswith("TypeError")
+    assert results[6].startswith("TypeError") and "256" in results[6]
+    assert results[7].startswith("TypeError")
+    calls = [line.split() for line in log.read_text().splitlines()]
+    assert len(calls) == 3   # the two launches and the failing one; nothing else reached it
+    assert calls[0] == ["123", "7", "1", "1", "256", "1", "1", "0", "0", "3", str(2**64 - 1), "5", "1"]
+    assert calls[1] == ["124", "1", "1", "1", "32", "1", "1", "0", "77", "256", *map(str, range(255)), "1"]
