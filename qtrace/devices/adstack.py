@@ -164,6 +164,10 @@ class DepthSource:
         self.slot_of_leaf = {id(copies.get(id(leaf), leaf)): leaf_slots[id(leaf)]
                              for leaf in base.leaves if id(leaf) in leaf_slots}
         self.key = base.key
+        # found before the plan runs, from its leaves alone (what a CUDA graph's capture and
+        # replays need: nothing computed by the plan is read back)
+        self.from_leaves = (self.const is not None or self.bounded is not None or (
+            not self.recorded and self.slot is not None and self.slot in leaf_slots.values()))
 
     def depth(self, bufs: list, host: list | None = None) -> tuple:
         """``(depth, path)`` for this launch: read on the host (``"host"``), found in the

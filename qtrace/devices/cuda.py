@@ -155,23 +155,38 @@ _deferred: list = []
 _deferred_lock = threading.Lock()
 
 
-def defer_check(status, check) -> None:
+def defer_check(status, check, armed: list | None = None) -> None:
+    """Read ``status`` at the next check and hand it to ``check``. ``armed``: a status that
+    later launches keep writing (a CUDA graph's replays, :mod:`qtrace.devices.cuda_graphs`)
+    is deferred once while ``armed[0]`` is true; it is cleared before the read, so a launch
+    that finds it still set is one the read will see, and one that finds it clear (queued
+    after the read began) defers the status again."""
     with _deferred_lock:
-        _deferred.append((status, check))
+        _deferred.append((status, check, armed))
 
 
 def check_deferred() -> None:
-    """Read the status of every plan launched since the last check; raise the first failure."""
+    """Read the status of every plan launched since the last check; raise the first failure
+    (the statuses not read yet stay deferred, for the next check)."""
     if not _deferred:
         return
     with _deferred_lock:
         pending = _deferred[:]
         _deferred.clear()
-    for status, check in pending:
-        with status.device:
-            order_reads()
-            host = _read(status)
-        check(host)
+    for i, (status, check, armed) in enumerate(pending):
+        read = False
+        try:
+            if armed is not None:
+                armed[0] = False
+            with status.device:
+                order_reads()
+                host = _read(status)
+            read = True
+            check(host)
+        except BaseException:   # (a failure raised, or the read interrupted: kept)
+            with _deferred_lock:
+                _deferred[:0] = pending[i + read:]
+            raise
 
 
 def _capturing(stream) -> bool:
@@ -274,13 +289,22 @@ class Staging:
         self.inflight = []
 
 
+def write_headers(block, header: tuple, threads: int, stride: int) -> None:
+    """Write each of ``threads`` adstack headers (``adstack.layout``), ``stride`` bytes
+    apart in ``block``, on the device (CuPy fills on the current stream: nothing is
+    uploaded)."""
+    heads = block[:threads * stride].view(np.int64).reshape(threads, stride // 8)
+    for k, v in enumerate(header):
+        heads[:, k] = v
+
+
 class _Kept(threading.local):
     """What a runtime keeps per calling thread: memory per stream (tables named by use,
     :func:`_per_stream`) and, while a CUDA graph is captured on the thread, the lists of
     :meth:`CudaRuntime.capturing` (None otherwise: class defaults, so that reading them
     costs no failed attribute lookup on the per-launch path)."""
 
-    owned = made = reuse = None
+    owned = made = reuse = fills = None
 
 
 class CudaRuntime(DeviceRuntime):
@@ -308,16 +332,21 @@ class CudaRuntime(DeviceRuntime):
         """While a CUDA graph is captured on this thread: a list that every buffer this
         runtime allocates or hands a launch (kept per-stream blocks too) is appended to,
         so the graph's instance keeps them (no other allocation may be given memory a
-        graph writes), and a list of those it allocated. Allocations take the buffers of
-        ``reuse`` first (same shape and dtype: those the instance this capture replaces
-        allocated)."""
-        was = self._kept.owned, self._kept.made, self._kept.reuse
-        owned, made = [], []
-        self._kept.owned, self._kept.made, self._kept.reuse = owned, made, list(reuse)
+        graph writes), a list of those it allocated, and a list of the adstack headers its
+        launches need written (:func:`write_headers` arguments), which the caller writes
+        before the graph's first launch: not in the graph, whose nodes are then all qtrace
+        kernels and its own copies (so it can be patched: ``cuda_driver.Graph.patch``), and
+        each loop task's stacks are a block of the instance's own. Allocations take the
+        buffers of ``reuse`` first (same shape and dtype: those the instance this capture
+        replaces allocated)."""
+        kept = self._kept
+        was = kept.owned, kept.made, kept.reuse, kept.fills
+        owned, made, fills = [], [], []
+        kept.owned, kept.made, kept.reuse, kept.fills = owned, made, list(reuse), fills
         try:
-            yield owned, made
+            yield owned, made, fills
         finally:
-            self._kept.owned, self._kept.made, self._kept.reuse = was
+            kept.owned, kept.made, kept.reuse, kept.fills = was
 
     def _owned(self, buf):
         """``buf``, appended to the current capture's list (if any)."""
@@ -441,11 +470,14 @@ class CudaRuntime(DeviceRuntime):
                 # one's; else a block of ``size`` bytes per thread
                 threads = min(-(-extent // kernel.BLOCK) * kernel.BLOCK, THREAD_CAP)
                 header, size = adstack.layout(threads, levels)
-                block = self._kept_block("stacks", threads * size)
                 stride = adstack.HEADER if levels.interleaved else size
-                heads = block[:threads * stride].view(np.int64).reshape(threads, stride // 8)
-                for k, v in enumerate(header):   # filled on the device: nothing is uploaded
-                    heads[:, k] = v
+                fills = self._kept.fills
+                if fills is not None:   # (qtrace's capture: see capturing)
+                    block = self._allocate((threads * size,), np.uint8)
+                    fills.append((block, header, threads, stride))
+                else:
+                    block = self._kept_block("stacks", threads * size)
+                    write_headers(block, header, threads, stride)
                 scratch = block.data.ptr
             kernel.launch(extent, pointers, status, scratch, stride, threads)
 

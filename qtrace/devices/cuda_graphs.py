@@ -59,11 +59,24 @@ written only once the instance's previous replay is done with it (an event per i
 waiting for it counts as a ``device_sync``, rare: a step fed its own results alternates
 between two instances). Larger host arrays (above :data:`HOST_MAX` bytes) run as usual.
 
+Index and overflow checks (gathers, scatters, adstacks): an instance has its own status
+rows, zeroed once before its capture and never by a replay, so a failure stays until it is
+read. They are read where the host next waits for the device anyway (as a run's are:
+``qtrace.devices.cuda.defer_check``), once per run of replays, and a failure found there
+is raised, naming the op, kernel and recording line, and retires the instance.
+
+Reverse-mode loops: each call sizes the adstacks from its own leaves before choosing an
+instance (as a run would: read on the host, cached reductions, or reductions of its
+device leaves; each counted in ``qt.stats()``), and replays only an instance captured with
+stacks at least that deep; a deeper call captures again (the reason logged). Instances
+that defer checks or size stacks are replayed from Python, never published.
+
 Plans a graph does not take (the call runs as usual, and :meth:`GraphRunner.why_not`
-says why): index or overflow checks (a replay would overwrite an unread failure),
-reverse-mode loops (their stacks are sized from the data at each call), library calls
-(a jitted function called inside a derivative is one whose own plan is captured, unless
-that plan is one a graph does not take), results that are constants, CPU plans.
+says why): reverse-mode loops sized from values the plan computes (a ``while_loop``'s
+recorded trip counts, counts a task computes: read back between its launches), library
+calls (a jitted function called inside a derivative is one whose own plan is captured,
+unless that plan has checks or is one a graph does not take), results that are
+constants, CPU plans.
 
 Example (on a GPU; without one, ``device="cuda"`` raises):
     >>> import qtrace as qt
@@ -75,6 +88,7 @@ Example (on a GPU; without one, ``device="cuda"`` raises):
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
@@ -84,7 +98,7 @@ import numpy as np
 from ..config import config
 from ..graph import buffers
 from ..stats import bump, bump_many
-from . import cuda_driver
+from . import cuda, cuda_driver
 
 log = logging.getLogger("qtrace")
 
@@ -92,13 +106,17 @@ RING = 4   # instances kept per signature
 HOST_MAX = 1 << 16   # bytes of a host argument a graph stages (larger: the call runs as usual)
 
 
-def why_not(plan) -> str | None:
-    """Why ``plan``'s calls cannot be replayed from a CUDA graph (None: they can)."""
-    from .runtime import JitCall, KernelStep, LibraryCall
+def why_not(plan, nested: bool = False) -> str | None:
+    """Why ``plan``'s calls cannot be replayed from a CUDA graph (None: they can).
+    ``nested``: the plan of a jitted call inside another plan (captured with it)."""
+    from .runtime import JitCall, LibraryCall
     if plan.rt.kind != "cuda":
         return f"a {plan.rt.kind} plan"
-    if plan.checks:
-        return "index or overflow checks (a replay would overwrite an unread failure)"
+    if nested and plan.checks:   # (its status rows would be its own run's, read by nobody)
+        return "index or overflow checks"
+    if not plan.stacks_sized_from_leaves():
+        return ("a reverse-mode loop sized from values the plan computes (a while_loop's "
+                "recorded trip counts, or counts a task computes: read between its launches)")
     for step in plan.steps:
         if type(step) is LibraryCall:
             if type(step.runner) is not JitCall:
@@ -106,11 +124,9 @@ def why_not(plan) -> str | None:
             sub = step.runner.plan()   # (a jitted function called inside a derivative:
             if sub.rt is not plan.rt:  # its kernels are captured with the rest)
                 return "a jitted call on another device"
-            inner = why_not(sub)
+            inner = why_not(sub, nested=True)
             if inner is not None:
                 return f"a jitted call whose plan has {inner}"
-        if type(step) is KernelStep and step.stack is not None:
-            return "a reverse-mode loop (its stacks are sized from the data at each call)"
     if any(kind != "slot" for kind, _ in plan.outputs):
         return "a constant result"
     return None
@@ -156,11 +172,19 @@ def _meets(spans, others) -> bool:
 
 class _Instance:
     __slots__ = ("inputs", "graph", "results", "owned", "made", "watched", "alone", "launches",
-                 "staged", "pinned", "done", "owners", "records", "fast", "spans", "passes")
+                 "staged", "pinned", "done", "owners", "records", "fast", "spans", "passes",
+                 "status", "armed", "failed", "raise_failed", "depths")
 
     def __init__(self, inputs: tuple, graph, results: tuple, owned: list, made: list,
-                 launches: int, staged: list, pinned, done, input_spans: list):
+                 launches: int, staged: list, pinned, done, input_spans: list,
+                 status=None, raise_failed=None, depths: tuple = ()):
         self.inputs, self.graph, self.results = inputs, graph, results
+        # index and overflow checks: the status rows every replay writes (never zeroed by
+        # one: a failure stays until read), deferred for reading once per run of replays
+        # (``armed``); a failure read retires the instance. ``depths``: the adstack depths
+        # its stacks were sized for, per reverse-mode loop step and level
+        self.status, self.raise_failed, self.depths = status, raise_failed, depths
+        self.armed, self.failed = [False], False
         self.owned, self.made, self.launches = owned, made, launches
         # the memory its replays write (and the kept blocks they use): a new input there
         # would be read and written by one replay
@@ -176,6 +200,18 @@ class _Instance:
         self.owners = tuple(r.base if r.base is not None else r for r in results)
         self.watched = results + tuple(r.base for r in results if r.base is not None)
         self.alone, self.records, self.fast = None, (), None
+
+    def fits(self, depths: tuple) -> bool:
+        """Whether this call's adstack ``depths`` fit the stacks the graph was captured with."""
+        return all(new <= old for now, was in zip(depths, self.depths) for new, old in zip(now, was))
+
+    def check(self, host) -> None:
+        """Read status rows ``host`` of its replays so far: a failure retires the instance
+        (its status is never cleared behind a replay that may have written it) and raises,
+        naming the op and kernel as a run launch by launch does."""
+        if host[::2].any():
+            self.failed = True
+            self.raise_failed(host)
 
     def settle(self) -> None:
         """The reference counts of this instance's results while it alone holds them: the
@@ -195,6 +231,8 @@ class _Instance:
         result's memory was exported (``__cuda_array_interface__``, DLPack), whose
         consumer refers to the tensor, not to the memory (the instance must never write
         it again)."""
+        if self.failed:
+            return "retired"
         if self.alone is None or _refs(self.watched) != self.alone:
             return "busy"
         return "retired" if buffers.volatile(self.records) else "free"
@@ -205,13 +243,17 @@ class _Instance:
         result's memory (caches of what it held, keyed by version, see it rewritten)."""
         runtime.eventRecord(self.done.ptr, stream.ptr)
         buffers.advance(self.records)
+        if self.status is not None and not self.armed[0]:   # (after the launch: see defer_check)
+            self.armed[0] = True
+            cuda.defer_check(self.status, self.check, self.armed)
 
     def publish(self, native) -> None:
         """After its first launch (the graph is instantiated by then): what the compiled
         replay reads (``graph_call``'s layout, in ``qtrace/graph/_native.c``), unless its
-        inputs include staged host arguments."""
+        inputs include staged host arguments, or its replays need checks deferred or
+        adstacks sized (Python's replay does both)."""
         handle = getattr(self.graph, "graphExec", 0)
-        if self.staged or not handle:
+        if self.staged or not handle or self.status is not None or self.depths:
             return
         expect = tuple(a - _OVERHEAD for a in self.alone)
         self.fast = (self.inputs, handle, self.done.ptr, self.watched, expect, self.records,
@@ -267,7 +309,9 @@ class GraphRunner:
 
     def __init__(self, plan):
         self.plan = plan
+        from .runtime import KernelStep
         self.reason = why_not(plan)
+        self.stacked = any(type(step) is KernelStep and step.stack is not None for step in plan.steps)
         self.instances: list = []
         self.native = _bind(plan.rt.cp) if self.reason is None else None
         # (the compiled replay takes this lock without Python: a ViewsLock where it is bound)
@@ -295,28 +339,37 @@ class GraphRunner:
                 else:
                     break
             else:
-                out = self._graphed(cp, bufs, tuple(inputs))
+                sized = None
+                if self.stacked:   # (sized as a run would, from this call's leaves, first)
+                    rt = self.plan.rt
+                    with rt.scope():
+                        rt.queue()   # (a device leaf reduced now: after the work writing it)
+                        sized = self.plan.size_stacks(
+                            bufs, [b if type(b) is np.ndarray else None for b in bufs])
+                out = self._graphed(cp, bufs, tuple(inputs), sized, graph)
                 if out is not None:
                     return out
+                return self.plan.run(bufs, graph, sized=sized)
         return self.plan.run(bufs, graph)
 
-    def _graphed(self, cp, bufs: list, inputs: tuple):
+    def _graphed(self, cp, bufs: list, inputs: tuple, sized, graph):
         if getattr(self._inside, "now", False):
             return None   # (a call from code run while this thread changes the ring: a
                           # finalizer, say; launch by launch)
         self._inside.now = True
         try:
-            return self._graphed_locked(cp, bufs, inputs)
+            return self._graphed_locked(cp, bufs, inputs, sized, graph)
         finally:
             self._inside.now = False
 
-    def _graphed_locked(self, cp, bufs: list, inputs: tuple):
+    def _graphed_locked(self, cp, bufs: list, inputs: tuple, sized, graph):
         rt = self.plan.rt
         runtime = cp.cuda.runtime
+        depths = () if sized is None else tuple(tuple(d for d, _, _ in levels) for levels in sized)
         with self.lock, rt.scope():
             stream = cp.cuda.get_current_stream()
             rt.queue(stream)   # (this stream waits for the qtrace work of the others)
-            k, why = self._choose(inputs, bufs)
+            k, why = self._choose(inputs, bufs, depths)
             if k < 0:
                 # (no reference to a replaced instance or its buffers is left in this frame
                 # when the new one settles: its reference counts must be its own alone)
@@ -331,7 +384,7 @@ class GraphRunner:
                 if config.log_recompiles:
                     log.warning("qt.jit: capturing a CUDA graph of a %d-launch plan because %s",
                                 self.plan.n_launches, why)
-                chosen = self._capture(cp, bufs, inputs, reuse)
+                chosen = self._capture(cp, bufs, inputs, reuse, sized, depths, graph)
                 del reuse
                 if chosen is None:
                     return None
@@ -357,25 +410,31 @@ class GraphRunner:
                        ("tasks_run", chosen.launches)))   # (a GPU kernel is one task)
             return list(chosen.results)
 
-    def _choose(self, inputs: tuple, bufs: list) -> tuple[int, str]:
+    def _choose(self, inputs: tuple, bufs: list, depths: tuple = ()) -> tuple[int, str]:
         """The index of a free instance to replay for ``inputs`` (one whose inputs they are,
-        else one patched to read them: ``cuda_graph_patches``); else ``-i - 1`` for free
-        instance ``i`` (to capture again), or ``-len(instances) - 1`` where none is free,
-        with the reason. Retired instances leave the ring."""
+        else one patched to read them: ``cuda_graph_patches``) whose adstacks are deep
+        enough for ``depths``; else ``-i - 1`` for free instance ``i`` (to capture again),
+        or ``-len(instances) - 1`` where none is free, with the reason. Retired instances
+        leave the ring."""
         instances = self.instances
         for i, inst in enumerate(instances):
             if inst.inputs == inputs:
                 state = inst.state()
                 if state == "free":
-                    return i, ""
+                    if inst.fits(depths):
+                        return i, ""
+                    return -i - 1, (f"this call's adstacks need depths {depths}, deeper than "
+                                    f"the {inst.depths} its graph was captured with")
                 if state == "retired":
-                    return self._retire(i, inputs, bufs)
+                    return self._retire(i, inputs, bufs, depths)
         free = None
         for i, inst in enumerate(instances):
             state = inst.state()
             if state == "retired":
-                return self._retire(i, inputs, bufs)
-            if state == "free":
+                return self._retire(i, inputs, bufs, depths)
+            if state == "free" and not inst.fits(depths):
+                free = i if free is None else free
+            elif state == "free":
                 try:
                     patched = inst.patch(inputs, bufs, self)
                 except cuda_driver.CudaDriverError:
@@ -390,12 +449,12 @@ class GraphRunner:
         return -len(instances) - 1, ("the first call" if not instances else
                                      "every graph's results are still held")
 
-    def _retire(self, i: int, inputs: tuple, bufs: list) -> tuple[int, str]:
+    def _retire(self, i: int, inputs: tuple, bufs: list, depths: tuple) -> tuple[int, str]:
         """Drop retired instance ``i``, then choose again."""
         retired = self.instances.pop(i)
         self._publish()   # (before its release, which may raise)
         retired.release()
-        return self._choose(inputs, bufs)
+        return self._choose(inputs, bufs, depths)
 
     def _publish(self) -> None:
         """Rewrite the list of published instances (under the lock), in the ring's order:
@@ -412,11 +471,16 @@ class GraphRunner:
             except Exception:  # noqa: BLE001 - (interpreter shutdown: nothing to protect)
                 pass
 
-    def _capture(self, cp, bufs: list, inputs: tuple, reuse):
+    def _capture(self, cp, bufs: list, inputs: tuple, reuse, sized, depths: tuple, nodes):
         """A new instance for ``inputs``, its buffers those of ``reuse`` where they fit (None,
         and graphs off for this signature, where the capture fails: the call then runs as
-        usual)."""
+        usual); its adstacks as ``sized`` (:meth:`Plan.size_stacks`: ``depths``); a failed
+        check names the lines that recorded ``nodes`` (the call's outputs), as :meth:`Plan.run`'s."""
         rt = self.plan.rt
+        plan = self.plan
+        status = None   # (zeroed on the current stream, where the graph is launched; never
+        if plan.checks:  # one a replaced instance had: a failure in it may be unread)
+            status = cp.zeros(2 * len(plan.checks), np.int64)
         if self._side is None:
             self._side = cp.cuda.Stream(non_blocking=True)
         mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", None)
@@ -431,7 +495,7 @@ class GraphRunner:
         block = np.frombuffer(pinned, np.uint8, size) if hosts else None
         staged, leaves = [], list(bufs)
         try:
-            with rt.capturing(reuse) as (owned, made), side:
+            with rt.capturing(reuse) as (owned, made, fills), side:
                 for i, at in zip(hosts, offsets):   # (before the capture: no allocation in it)
                     host = bufs[i]
                     view = block[at:at + host.nbytes].view(host.dtype).reshape(host.shape)
@@ -447,7 +511,7 @@ class GraphRunner:
                         if view.nbytes:
                             cp.cuda.runtime.memcpyAsync(leaves[i].data.ptr, view.ctypes.data,
                                                         view.nbytes, 1, side.ptr)   # (host to device)
-                    results = tuple(self.plan.run(leaves, None, queue=False))
+                    results = tuple(plan.run(leaves, None, queue=False, status=status, sized=sized))
                 finally:
                     graph = (cuda_driver.Graph(side.ptr, [(p, b.nbytes) if p >= 0 else None
                                                           for p, b in zip(inputs, bufs)],
@@ -457,8 +521,11 @@ class GraphRunner:
             self.reason = f"the capture failed ({type(exc).__name__}: {exc})"
             self.fast.clear()   # (no replays from the compiled path either)
             return None
+        for fill in fills:   # (on the current stream, before the graph's first launch there)
+            cuda.write_headers(*fill)
         done = cp.cuda.Event(disable_timing=True)
         # (the kernels a replay launches: a jitted call's inside the plan's included)
         launches = graph.kernel_count() if hasattr(graph, "kernel_count") else self.plan.n_launches
         return _Instance(inputs, graph, results, owned, made, launches, staged,
-                         pinned, done, [(p, b.nbytes) for p, b in zip(inputs, bufs) if p >= 0])
+                         pinned, done, [(p, b.nbytes) for p, b in zip(inputs, bufs) if p >= 0],
+                         status, functools.partial(plan.check, graph=nodes), depths)

@@ -250,14 +250,36 @@ class Plan:
                 allocs.append((s, shape, dtype, math.prod(shape) * dtype.itemsize < cpu.SMALL))
         return allocs
 
-    def run(self, leaf_buffers, graph: tuple | None = None, queue: bool = True) -> list:
+    def stacks_sized_from_leaves(self) -> bool:
+        """Whether every adstack of this plan is sized from its leaves alone (constants,
+        scalars, counts bounded from the leaves' extremes, counts that are leaves): what
+        :meth:`size_stacks` can size before a run (not a ``while_loop``'s recorded counts
+        or counts a task of the plan computes)."""
+        return all(source.from_leaves for step in self.steps
+                   if type(step) is KernelStep and step.stack is not None
+                   for source, _, _ in step.stack.sources)
+
+    def size_stacks(self, leaf_buffers, host: list | None = None) -> list:
+        """The adstack levels (:class:`adstack.Levels`) of each reverse-mode loop step of a
+        run on ``leaf_buffers``, in order, sized before the run (only where
+        :meth:`stacks_sized_from_leaves`); ``host``: as for :meth:`adstack.Stack.levels`.
+        Each sizing is counted in ``qt.stats()`` as a run's own."""
+        bufs = [*leaf_buffers, *[None] * (len(self.slot_meta) - self.n_leaves)]
+        return [step.stack.levels(bufs, host) for step in self.steps
+                if type(step) is KernelStep and step.stack is not None]
+
+    def run(self, leaf_buffers, graph: tuple | None = None, queue: bool = True, *,
+            status=None, sized: list | None = None) -> list:
         """Run the plan on ``leaf_buffers`` (one per leaf); returns the output buffers.
 
         ``graph``: the output nodes this run computes (a plan is shared by every graph of
         its structure): a failed check names the source lines that recorded them.
         ``queue=False`` (a CUDA graph's capture, :mod:`qtrace.devices.cuda_graphs`): the
         buffers are all on the device and the current stream needs no ordering (the
-        capture's stream has none to wait for)."""
+        capture's stream has none to wait for). A capture also passes ``status``: the
+        zeroed status rows its checks write (read by the caller, not by this run), and
+        ``sized``: the adstack levels from :meth:`size_stacks` (sized before the capture:
+        nothing may be read back from the device during one)."""
         fast = self.fast
         if fast is not None:
             fn, extent, pack, slots, allocs, outs, extra = fast
@@ -281,10 +303,11 @@ class Plan:
         bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
         spare: dict = {}
         shared: set = set()   # slots whose buffer another slot holds too
-        status = None
-        if self.checks:
+        own_status = status is None
+        if self.checks and own_status:
             status = rt.empty((2 * len(self.checks),), np.dtype(np.int64))
             status[...] = 0
+        sized = iter(sized) if sized is not None else None
         status_ptr = rt.pointer(status) if status is not None else 0
         pointer = rt.pointer
         for step in self.steps:
@@ -315,7 +338,8 @@ class Plan:
                     seq.runner(seq.table_address, seq.n_tasks,
                                seq.pack(*[pointer(bufs[s]) for s in step.slots]), status_ptr or None)
                 else:
-                    levels = None if step.stack is None else step.stack.levels(bufs, host)
+                    levels = (None if step.stack is None else next(sized) if sized is not None
+                              else step.stack.levels(bufs, host))
                     rt.launch(step.kernel, step.extent, [pointer(bufs[s]) for s in step.slots],
                               status_ptr + 16 * step.row if step.row >= 0 else 0, levels,
                               step.parallel, step.scratch, step.phases, step.zeroed)
@@ -326,7 +350,7 @@ class Plan:
                     spare.setdefault((buf.shape, buf.dtype), []).append(buf)
         if self.n_launches:
             bump_many((("kernel_launches", self.n_launches), ("tasks_run", self.n_tasks)))
-        if status is not None:
+        if status is not None and own_status:
             if rt.kind == "cpu":
                 self.check(status, graph)
             else:  # read when the host next waits for the device anyway (no sync per run)

@@ -3,8 +3,9 @@
 Every test compares graph replays with the same calls run launch by launch (graphs off),
 bit for bit, or with NumPy in float64: a 2,000-step simulation fed its own results, results
 the caller keeps (never overwritten by a later replay), inputs changed in place behind
-qtrace's back, threads and streams sharing one jitted function, a gradient step, and the
-plans a graph does not take. Fusion on and off (``fusion`` fixture). Without a GPU they skip
+qtrace's back, threads and streams sharing one jitted function, a gradient step, gradients
+through per-element loops (adstacks sized per call), index and overflow checks read after
+replays, and the plans a graph does not take. Fusion on and off (``fusion`` fixture). Without a GPU they skip
 (the last test runs on the CPU).
 """
 
@@ -448,16 +449,125 @@ def test_host_arguments_are_staged_into_each_replay(fusion, rng):
     assert qt.stats()["cuda_graph_replays"] == 0
 
 
+def _loop_loss(x, n, k):
+    """A per-element loop whose trip counts are ``n + k`` (a device array and a Python int)."""
+    return qt.sum(qt.fori_loop(0, n + k, lambda i, y: qt.sin(y) * 1.1 + 0.1, x) ** 2)
+
+
+def _loop_grad_reference(x, counts):
+    """d/dx of ``_loop_loss`` in float64, element by element."""
+    out = np.empty_like(x)
+    for j, (y, c) in enumerate(zip(x.astype(np.float64), counts)):
+        d = 1.0
+        for _ in range(c):
+            d *= 1.1 * np.cos(y)
+            y = np.sin(y) * 1.1 + 0.1
+        out[j] = 2 * y * d
+    return out
+
+
 @gpu
-def test_calls_a_graph_does_not_take_run_as_usual_and_say_why(rng):
-    """A gather's index checks keep its plan off graphs, said by ``graph_paths``."""
+def test_a_loop_gradient_replays_with_stacks_sized_per_call(fusion, rng):
+    """``jit(grad)`` through a per-element loop (adstacks) replays graphs: each call sizes its
+    stacks from its own leaves first (a device count array reduced once per version, a
+    Python scalar read on the host), replays an instance deep enough (patched for new
+    inputs), and captures again only for a deeper call. Same bits as launch by launch, and
+    the float64 gradient computed element by element."""
+    size = 3000
+    calls = [(rng.uniform(-1, 1, size), rng.integers(0, 6, size), 1),   # depth 6: captured
+             None,                                                     # the same inputs again
+             (rng.uniform(-1, 1, size), rng.integers(0, 4, size), 0),   # depth 3: patched
+             (rng.uniform(-1, 1, size), rng.integers(0, 9, size), 2),   # depth 10: captured
+             (rng.uniform(-1, 1, size), rng.integers(0, 6, size), 4)]   # depth 9: patched
+    calls[1] = calls[0]
+    got, stats = {}, {}
+    for graphs in (False, True):
+        g = qt.jit(qt.grad(_loop_loss), cuda_graph=graphs)
+        held = {}   # (the device arrays of each distinct call, so the repeat is the same inputs)
+        qt.reset_stats()
+        got[graphs] = []
+        for x, n, k in calls:
+            xd, nd = held.setdefault(id(x), (qt.asarray(x, device="cuda"),
+                                              qt.asarray(n.astype(np.int32), device="cuda")))
+            got[graphs].append(g(xd, nd, k).numpy())
+        stats[graphs] = qt.stats()
+        if graphs:
+            assert g.graph_paths() == [None]
+    st = stats[True]
+    assert (st["cuda_graph_captures"], st["cuda_graph_replays"], st["cuda_graph_patches"]) == (2, 5, 2), st
+    assert stats[False]["cuda_graph_replays"] == 0
+    # sizing as launch by launch: the count arrays reduced once per distinct array
+    for name in ("adstack_reducer_dispatches", "adstack_reducer_hits"):
+        assert st[name] == stats[False][name], (name, st[name], stats[False][name])
+    for (x, n, k), a, b in zip(calls, got[True], got[False]):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, _loop_grad_reference(x, n + k), rtol=1e-10, atol=1e-12)
+
+
+@gpu
+def test_an_adstack_overflow_in_a_replay_is_raised(rng):
+    """``qt.config.adstack_max_depth`` below the trip counts: the captured graph's overflow
+    check is read at the next read of a value and raised, as launch by launch."""
+    qt.config.adstack_max_depth = 2
+    g = qt.jit(qt.grad(_loop_loss), cuda_graph=True)
+    x = qt.asarray(rng.uniform(-1, 1, 300), device="cuda")
+    n = qt.asarray(rng.integers(3, 6, 300).astype(np.int32), device="cuda")
+    with pytest.raises(qt.AdstackOverflowError, match="adstack overflow"):
+        g(x, n, 0).numpy()
+    assert g.graph_paths() == [None] and qt.stats()["cuda_graph_captures"] >= 1
+
+
+@gpu
+def test_an_out_of_bounds_index_in_a_replay_is_raised_at_the_next_read(fusion, rng):
+    """A gather's index checks in a graph: valid calls replay; a replay given a bad index
+    reports it at the next value read (after further replays), naming the index and the
+    line that recorded the gather; the failed instance is retired, and later calls are
+    right again."""
     xs = rng.standard_normal(100)
     g = qt.jit(lambda x, i: x[i] * 2.0, cuda_graph=True)
-    idx = qt.asarray(np.array([3, 1, 4, 1, 5]), device="cuda")
     xd = qt.asarray(xs, device="cuda")
-    np.testing.assert_allclose(g(xd, idx).numpy(), xs[[3, 1, 4, 1, 5]] * 2.0, rtol=1e-15)
+    good = [rng.integers(0, 100, 7) for _ in range(3)]
+    qt.reset_stats()
+    for i in good:
+        np.testing.assert_array_equal(g(xd, qt.asarray(i, device="cuda")).numpy(), xs[i] * 2.0)
+    assert g.graph_paths() == [None]
+    st = qt.stats()
+    assert st["cuda_graph_replays"] == 3 and st["cuda_graph_captures"] == 1, st
+    bad = good[0].copy()
+    bad[4] = 100
+    g(xd, qt.asarray(bad, device="cuda"))   # a replay that fails (not read yet)
+    later = g(xd, qt.asarray(good[1], device="cuda"))   # (another replay after it)
+    with pytest.raises(IndexError, match=r"index 100 is out of bounds for axis 0 with size 100"
+                                         r"(.|\n)*test_cuda_graphs.py"):
+        later.numpy()
+    np.testing.assert_array_equal(g(xd, qt.asarray(good[2], device="cuda")).numpy(), xs[good[2]] * 2.0)
+    st = qt.stats()
+    assert st["cuda_graph_replays"] == 6 and st["cuda_graph_captures"] >= 2, st
+
+
+@gpu
+def test_calls_a_graph_does_not_take_run_as_usual_and_say_why(fusion, rng):
+    """The gradient of a ``while_loop`` (its stacks sized from the trip counts its forward
+    loop records, read between the plan's launches) runs launch by launch, said by
+    ``graph_paths``, with the same bits as graphs off."""
+    def loss(x, c):
+        return qt.sum(qt.while_loop(lambda y: y < c, lambda y: y * 1.5 + 0.1, x))
+    x, c = rng.uniform(0.1, 1.0, 500), rng.uniform(1.0, 20.0, 500)
+    outs = []
+    for graphs in (False, True):
+        g = qt.jit(qt.grad(loss), cuda_graph=graphs)
+        qt.reset_stats()
+        outs.append(g(qt.asarray(x, device="cuda"), qt.asarray(c, device="cuda")).numpy())
+        assert qt.stats()["cuda_graph_replays"] == 0
+    np.testing.assert_array_equal(outs[0], outs[1])
     assert g.graph_paths() == [cuda_graphs.why_not(next(iter(g._cache.values())).plan)]
-    assert "checks" in g.graph_paths()[0]
+    assert "recorded trip counts" in g.graph_paths()[0]
+    counts = np.zeros(500, int)   # d/dx: 1.5 per trip
+    y = x.copy()
+    while (y < c).any():
+        counts += y < c
+        y = np.where(y < c, y * 1.5 + 0.1, y)
+    np.testing.assert_allclose(outs[1], 1.5 ** counts, rtol=1e-12)
 
 
 def test_cuda_graph_on_a_cpu_step_runs_as_usual(rng):
