@@ -24,7 +24,7 @@ from ..graph import buffers
 from ..graph.device import Device
 from ..stats import bump, bump_many
 from . import adstack
-from .registry import ONE_LAUNCH, DeviceRuntime
+from .registry import ONE_LAUNCH, DeviceRuntime, launch_parameters
 
 THREAD_CAP = 65536   # at most this many threads of a launch own an adstack each
 _CURRENT = contextlib.nullcontext()
@@ -485,15 +485,18 @@ class CudaRuntime(DeviceRuntime):
         if self.cp.cuda.runtime.getDevice() != self.index:
             with self.device:
                 return self.run_kernel(one, leaves, n_slots, queue)
-        kernel, extent, slots, allocs, outs, scratch, zeroed = one
+        kernel, extent, slots, allocs, outs, scratch, zeroed, by_value, kept = one
         stream = self.cp.cuda.get_current_stream()
         if queue:   # host data (NumPy arguments, Python scalars) goes to the device
-            self.queue(stream)
-            leaves = [self.from_host(b) if isinstance(b, np.ndarray) else b for b in leaves]
+            self.queue(stream)   # (but scalars the kernel takes by value: Plan.host_leaves)
+            leaves = [self.from_host(b) if isinstance(b, np.ndarray) and i not in kept else b
+                      for i, b in enumerate(leaves)]
         bufs = [*leaves, *[None] * (n_slots - len(leaves))]
         for s, shape, dtype, _small in allocs:
             bufs[s] = self._allocate(shape, dtype)
-        kernel.launch(extent, [bufs[s].data.ptr for s in slots], 0,
+        params = (launch_parameters(bufs, slots, by_value, self.pointer) if by_value
+                  else [bufs[s].data.ptr for s in slots])
+        kernel.launch(extent, params, 0,
                       self._split_scratch(scratch, zeroed, stream) if scratch else 0, 0, stream=stream)
         bump_many(ONE_LAUNCH)
         return [bufs[s] for s in outs]

@@ -16,9 +16,24 @@ Example:
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..graph.device import per_device
 
 ONE_LAUNCH = (("kernel_launches", 1), ("tasks_run", 1))   # the stats of a one-kernel run
+
+
+def launch_parameters(bufs: list, slots: list, by_value: tuple, pointer) -> list:
+    """The parameters of a launch of a kernel that takes values
+    (:func:`qtrace.kernels.lowering.by_value_args`, at positions ``by_value`` of ``slots``):
+    each slot's address (``pointer``; 0 for a host array, passed by value), then each
+    by-value argument's bytes as an integer (a host array's; 0 for device memory, which
+    the kernel reads)."""
+    params = [0 if type(bufs[s]) is np.ndarray else pointer(bufs[s]) for s in slots]
+    for i in by_value:
+        buf = bufs[slots[i]]
+        params.append(int.from_bytes(buf.tobytes(), "little") if type(buf) is np.ndarray else 0)
+    return params
 
 
 class DeviceRuntime:

@@ -29,11 +29,17 @@ from ..graph import origins
 from ..graph.node import graph_key, graph_struct
 from ..graph.plan import PlanSpec, build_plan
 from ..kernels import tiering  # noqa: F401  (now: its exit handler must come before the user's)
-from ..kernels.lowering import interleaves_stacks, split_phases, split_scratch, task_segments
+from ..kernels.lowering import (
+    by_value_args,
+    interleaves_stacks,
+    split_phases,
+    split_scratch,
+    task_segments,
+)
 from ..kernels.target import target_for
 from ..stats import bump, bump_many
 from . import adstack, cpu, library
-from .registry import ONE_LAUNCH, runtime_for
+from .registry import ONE_LAUNCH, launch_parameters, runtime_for
 
 _lock = threading.RLock()
 _plans: dict = {}
@@ -53,6 +59,7 @@ class KernelStep(NamedTuple):
     parallel: bool        # long enough to split over CPU workers
     phases: int = 1       # [0, extent) runs as this many equal ranges in order (a split scan)
     zeroed: int = 0       # leading bytes of scratch that must be zero at launch (split_scratch)
+    by_value: tuple = ()  # positions in slots of arguments the kernel also takes by value
 
 
 class LibraryCall(NamedTuple):
@@ -174,9 +181,12 @@ class Plan:
             extent = math.prod(t.domain) if lowering.flat or segments > 1 else t.domain[0]
             scratch, zeroed = split_scratch(t, segments, lowering)
             phases = split_phases(t, segments)
+            by_value = tuple(i for i, _ in by_value_args(t, lowering))
             self.steps.append(KernelStep(kernels[t.symbol], extent * segments * phases, row, stack,
-                                         scratch, step.slots, step.frees, parallel, phases, zeroed))
+                                         scratch, step.slots, step.frees, parallel, phases, zeroed,
+                                         by_value))
         self.n_tasks = sum(1 for s in self.steps if type(s) is KernelStep)
+        self.host_leaves = self._host_leaves()
         self.unsequenced = self.steps   # one step per kernel (what a native FFI handler runs)
         if self.rt.sequences:
             self.steps = _sequences(self.steps)
@@ -189,11 +199,28 @@ class Plan:
         # the one-launch case as the compiled recorder's eager evaluation runs it, or None
         self.native = self._native_record() if self.rt.kind == "cpu" and cpu.FAST_POINTER else None
 
+    def _host_leaves(self) -> frozenset:
+        """The leaf slots a run on a device leaves where the caller's host arrays are (not
+        uploaded): 0-d values that every kernel reading them takes by value
+        (:func:`qtrace.kernels.lowering.by_value_args`), used by nothing else (no library
+        call, view or output; an adstack sized from one reads it on the host anyway)."""
+        by_value, other = set(), set()
+        for step in self.steps:
+            if type(step) is KernelStep:
+                for i, s in enumerate(step.slots):
+                    (by_value if i in step.by_value else other).add(s)
+            elif type(step) is ViewStep:
+                other.update((step.src, step.dst))
+            else:
+                other.update(step.slots)
+        other.update(v for kind, v in self.outputs if kind == "slot")
+        return frozenset(s for s in by_value - other if s < self.n_leaves)
+
     def _one_kernel(self):
         """The common small case, one kernel and nothing else to do, as ``(kernel, extent,
-        slots, allocations, output slots, scratch bytes, zeroed bytes)``, or None: run's
-        short path (on a CPU, only for a kernel short enough to run on the calling thread,
-        with no scratch; on a GPU, a split reduction too)."""
+        slots, allocations, output slots, scratch bytes, zeroed bytes, by-value positions,
+        host leaves)``, or None: run's short path (on a CPU, only for a kernel short enough
+        to run on the calling thread, with no scratch; on a GPU, a split reduction too)."""
         if len(self.steps) != 1 or self.checks or any(k != "slot" for k, _ in self.outputs):
             return None
         step = self.steps[0]
@@ -205,7 +232,7 @@ class Plan:
         if any(v not in slots for _, v in self.outputs):  # an output no kernel writes (empty)
             return None
         return (step.kernel, step.extent, slots, self._allocations(slots), [v for _, v in self.outputs],
-                step.scratch, step.zeroed)
+                step.scratch, step.zeroed, step.by_value, self.host_leaves)
 
     def _fast_path(self):
         """:meth:`_one_kernel` on the CPU as ``(kernel, extent, pack, slots, allocations,
@@ -213,7 +240,7 @@ class Plan:
         one = self._one_kernel()
         if one is None:
             return None
-        kernel, extent, slots, allocs, outs, _, _ = one
+        kernel, extent, slots, allocs, outs, *_ = one
         extra = (None,) * (len(self.slot_meta) - self.n_leaves)
         return (kernel, extent, cpu.packer(len(slots)), slots, allocs, outs, extra)
 
@@ -298,7 +325,9 @@ class Plan:
         if rt.kind != "cpu" and queue:  # host data (NumPy arguments, Python scalars) goes to the device
             rt.queue()
             host = [b if isinstance(b, np.ndarray) else None for b in leaf_buffers]
-            leaf_buffers = [rt.from_host(b) if h is not None else b for b, h in zip(leaf_buffers, host)]
+            kept = self.host_leaves   # (passed by value: left on the host)
+            leaf_buffers = [rt.from_host(b) if h is not None and i not in kept else b
+                            for i, (b, h) in enumerate(zip(leaf_buffers, host))]
         bufs = list(leaf_buffers)
         bufs.extend([None] * (len(self.slot_meta) - self.n_leaves))
         spare: dict = {}
@@ -340,7 +369,9 @@ class Plan:
                 else:
                     levels = (None if step.stack is None else next(sized) if sized is not None
                               else step.stack.levels(bufs, host))
-                    rt.launch(step.kernel, step.extent, [pointer(bufs[s]) for s in step.slots],
+                    rt.launch(step.kernel, step.extent,
+                              launch_parameters(bufs, step.slots, step.by_value, pointer)
+                              if step.by_value else [pointer(bufs[s]) for s in step.slots],
                               status_ptr + 16 * step.row if step.row >= 0 else 0, levels,
                               step.parallel, step.scratch, step.phases, step.zeroed)
             for s in step.frees:

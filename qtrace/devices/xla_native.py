@@ -276,7 +276,7 @@ def _program(entries: list, n_args: int, n_rets: int, gpu: bool) -> tuple:
             address = column([ctypes.cast(kn, ctypes.c_void_p).value for kn in kernels])
         launches.append(Launch(address, step.extent, tuple(step.slots), step.row, scratch, step.scratch,
                                levels, words, grid, threads, step.parallel and not gpu, step.phases,
-                               step.stack is not None and step.stack.interleaved))
+                               step.stack is not None and step.stack.interleaved, len(step.by_value)))
     if gpu and any(s.levels for s in launches):
         helpers = [_gpu_helpers(e.plan.device.index) for e in entries]
         keep.append(helpers)

@@ -74,7 +74,8 @@ class Task:
     def finalize(self) -> None:
         self.key = content_hash((self.kind, self.domain, self.inner, self.instrs, self.stores,
                                  self.reduce, self.rmw, tuple(sorted(self.writes)),
-                                 [(n.dtype.str,) for n in self.arg_nodes], self.checks, self.in_place))
+                                 [(n.dtype.str, n.shape == ()) for n in self.arg_nodes], self.checks,
+                                 self.in_place))
 
     @property
     def in_place(self) -> bool:

@@ -94,6 +94,8 @@ class Launch(NamedTuple):
     parallel: bool        # CPU: split over XLA's thread pool (qtrace.kernels.ffi_parallel)
     phases: int           # CPU: [0, extent) runs as this many equal ranges in order
     interleaved: bool     # GPU: the threads' adstacks interleaved (qtrace.kernels.codegen)
+    by_value: int = 0     # GPU: value parameters after the pointers (0 each: XLA's buffers
+                          # are device memory, read through the pointers)
 
 
 class Copy(NamedTuple):
@@ -519,6 +521,7 @@ class _Emitter:
         kernel = self.entry(step.kernel)
         if self.gpu:
             params = [b.ptrtoint(self.ptrs[s], I64) for s in step.slots]
+            params += [ir.Constant(I64, 0)] * step.by_value
             params += [b.ptrtoint(status, I64), b.ptrtoint(scratch, I64), stride,
                        ir.Constant(I64, step.extent)]
             self.cuda_launch(kernel, step.grid, CUDA_BLOCK, params)

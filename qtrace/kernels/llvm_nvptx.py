@@ -8,15 +8,19 @@ grid-strided loop over the task's flat extent that calls the body one element at
 (a plain task's thread takes chunks of :data:`VECTOR` consecutive elements instead, read and
 written by vector accesses, when its pointers are aligned: :func:`grid_entry`)::
 
-    kernel(ptr a0, ..., ptr a{n-1}, ptr status, ptr scratch, i64 stride, i64 extent)
+    kernel(ptr a0, ..., ptr a{n-1}, i64 v0, ..., ptr status, ptr scratch, i64 stride, i64 extent)
 
 Arguments are kernel parameters (no argument block in device memory to upload per
 launch); the entry gathers them into an on-stack array that LLVM's scalar replacement
-removes once the body is inlined. Thread ``t`` of the grid owns ``scratch + t*stride``
-(its adstack). Math calls go to libdevice (``__nv_sinf`` for float32, ``__nv_sin`` for
-float64), whose bitcode ships with the CUDA toolkit: it is found through CuPy's CUDA path
-lookup (or ``CUDA_PATH``/``CUDA_HOME``), linked into each module, internalized, and
-whatever a kernel does not call is removed by LLVM's optimiser.
+removes once the body is inlined. The 0-d arguments a task only reads
+(:func:`qtrace.kernels.lowering.by_value_args`) have an 8-byte value parameter each after
+the pointers: where the pointer is null the value is the parameter (a Python scalar of a
+jitted call, never uploaded), else it is loaded once per thread; either way the body reads
+it from a local copy that scalar replacement turns into a register. Thread ``t`` of the
+grid owns ``scratch + t*stride`` (its adstack). Math calls go to libdevice (``__nv_sinf``
+for float32, ``__nv_sin`` for float64), whose bitcode ships with the CUDA toolkit: it is
+found through CuPy's CUDA path lookup (or ``CUDA_PATH``/``CUDA_HOME``), linked into each
+module, internalized, and whatever a kernel does not call is removed by LLVM's optimiser.
 """
 
 from __future__ import annotations
@@ -121,7 +125,7 @@ SM_THREADS = 2048   # resident threads per multiprocessor (sm_50 and later)
 
 def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
                lockstep: ir.Function | None = None, aligned: bool = False,
-               full_occupancy: bool = False) -> ir.Function:
+               full_occupancy: bool = False, by_value: tuple = ()) -> ir.Function:
     """The kernel ``symbol``: a grid-strided loop calling ``body`` per flat element.
 
     ``lockstep``: the task's :data:`VECTOR` elements from ``start`` in lockstep
@@ -138,34 +142,49 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
 
     ``full_occupancy``: launch bounds asking ptxas for a whole multiprocessor of resident
     threads (at most 32 registers each), for split reductions: their grid is sized to fill
-    the GPU once, and a block that does not fit would run in a second wave, alone."""
+    the GPU once, and a block that does not fit would run in a second wave, alone.
+
+    ``by_value``: ``(argument index, bytes)`` of each argument that also has a value
+    parameter (see the module docstring)."""
     for inner in (body, lockstep) if lockstep is not None else (body,):
         inner.linkage = "internal"
         inner.attributes.add("alwaysinline")
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * (n_args + 2) + [I64, I64]),
-                     name=symbol)
+    k = len(by_value)
+    fn = ir.Function(module, ir.FunctionType(
+        ir.VoidType(), [PTR] * n_args + [I64] * k + [PTR, PTR, I64, I64]), name=symbol)
     fn.calling_convention = "ptx_kernel"
-    *ptrs, status, scratch, stride, extent = fn.args
+    ptrs = list(fn.args[:n_args])
+    status, scratch, stride, extent = fn.args[n_args + k:]
     entry = fn.append_basic_block("entry")
     loop = fn.append_basic_block("loop")
     done = fn.append_basic_block("done")
     b = ir.IRBuilder(entry)
-    args = _argument_array(b, ptrs)
+    # (allocas first, in the entry block: where scalar replacement looks for them)
+    array = b.alloca(ir.ArrayType(PTR, max(n_args, 1)))
+    copies = [_scalar_copy(b, size) for _, size in by_value]
+    values = [_given_or_loaded(b, fn, ptrs[i], v, size)
+              for (i, size), v in zip(by_value, fn.args[n_args:n_args + k])]
+    held = dict(zip((i for i, _ in by_value), copies))
+    for copy, value, (_, size) in zip(copies, values, by_value):
+        b.store(b.trunc(value, ir.IntType(8 * size)) if size < 8 else value, copy)
+    args = _argument_array(b, [held.get(i, p) for i, p in enumerate(ptrs)], array)
     tid, step = gpu_thread(b)
     mine = b.gep(scratch, [b.mul(tid, stride)], source_etype=ir.IntType(8))
-    first, came_from = tid, entry
+    first, came_from = tid, b.block
     if lockstep is not None or aligned:
         width = VECTOR if lockstep is not None else 1
         vectored = fn.append_basic_block("vectored")
         strided = fn.append_basic_block("strided")
         bits = ir.Constant(I64, 0)
-        for p in ptrs:
-            bits = b.or_(bits, b.ptrtoint(p, I64))
+        for i, p in enumerate(ptrs):
+            if i not in held:
+                bits = b.or_(bits, b.ptrtoint(p, I64))
         b.cbranch(b.icmp_unsigned("==", b.and_(bits, ir.Constant(I64, 15)), ir.Constant(I64, 0)),
                   vectored, strided)
         b.position_at_end(vectored)
-        b.call(_aligned_loop(module, lockstep or body, symbol, n_args, width),
-               [b.addrspacecast(p, GLOBAL) for p in ptrs] + [status, mine, tid, step, extent])
+        b.call(_aligned_loop(module, lockstep or body, symbol, n_args, width, by_value),
+               [b.addrspacecast(p, GLOBAL) for i, p in enumerate(ptrs) if i not in held]
+               + values + [status, mine, tid, step, extent])
         tail = b.add(b.and_(extent, ir.Constant(I64, -width)), tid)   # (width 1: none)
         b.cbranch(b.icmp_signed("<", tail, extent), loop, done)
         b.position_at_end(strided)
@@ -189,41 +208,82 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
     return fn
 
 
-def _argument_array(b: ir.IRBuilder, ptrs: list) -> ir.Value:
+def _scalar_copy(b: ir.IRBuilder, size: int) -> ir.Value:
+    """A local ``size``-byte slot for a by-value argument (an alloca of the function's
+    entry block, where scalar replacement finds it)."""
+    slot = b.alloca(ir.IntType(8 * size))
+    slot.align = size
+    return slot
+
+
+def _given_or_loaded(b: ir.IRBuilder, fn: ir.Function, ptr: ir.Value, value: ir.Value,
+                     size: int) -> ir.Value:
+    """A by-value argument's bits as an i64: ``value`` where ``ptr`` is null, else the
+    ``size`` bytes at ``ptr`` (a global load, zero-extended); the builder ends in the join."""
+    start = b.block
+    load = fn.append_basic_block("load_arg")
+    join = fn.append_basic_block("arg")
+    b.cbranch(b.icmp_unsigned("==", b.ptrtoint(ptr, I64), ir.Constant(I64, 0)), join, load)
+    b.position_at_end(load)
+    loaded = b.load(b.addrspacecast(ptr, GLOBAL), typ=ir.IntType(8 * size))
+    loaded.align = size
+    loaded = b.zext(loaded, I64) if size < 8 else loaded
+    b.branch(join)
+    b.position_at_end(join)
+    phi = b.phi(I64)
+    phi.add_incoming(value, start)
+    phi.add_incoming(loaded, load)
+    return phi
+
+
+def _argument_array(b: ir.IRBuilder, ptrs: list, block: ir.Value | None = None) -> ir.Value:
     """The body's argument array: ``ptrs`` in an on-stack array (removed by LLVM's scalar
-    replacement once the body is inlined)."""
-    block = b.alloca(ir.ArrayType(PTR, max(len(ptrs), 1)))
+    replacement once the body is inlined), ``block`` if given (an alloca made in the entry
+    block earlier), else one allocated here."""
+    if block is None:
+        block = b.alloca(ir.ArrayType(PTR, max(len(ptrs), 1)))
     for i, p in enumerate(ptrs):
         b.store(p, b.gep(block, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
     return b.bitcast(block, PTR)
 
 
 def _aligned_loop(module: ir.Module, callee: ir.Function, symbol: str, n_args: int,
-                  width: int) -> ir.Function:
-    """``void loop(ptr addrspace(1) align 16 a0, ..., ptr status, ptr mine, i64 tid, i64
-    step, i64 extent)``: thread ``tid`` calls ``callee`` on the units ``tid, tid + step,
-    ...`` of ``width`` consecutive elements (``callee(u * width, (u + 1) * width, ...)``)
-    below ``extent``.
+                  width: int, by_value: tuple = ()) -> ir.Function:
+    """``void loop(ptr addrspace(1) align 16 a0, ..., i64 v0, ..., ptr status, ptr mine,
+    i64 tid, i64 step, i64 extent)``: thread ``tid`` calls ``callee`` on the units ``tid,
+    tid + step, ...`` of ``width`` consecutive elements (``callee(u * width, (u + 1) *
+    width, ...)``) below ``extent``. The pointers are those of the arguments not in
+    ``by_value``, whose values (``v0, ...``) follow them, held in local copies.
 
     A function of its own (not inlined), so that the alignment its caller tested is a fact
     about its parameters; they are global pointers, so that the accesses stay ``ld.global``
     after the callee's generic pointers are inferred back to them, and each carries an
     assumption of its alignment that LLVM's load/store vectorizer sees through the
     address-space cast."""
+    k = len(by_value)
     fn = ir.Function(module, ir.FunctionType(
-        ir.VoidType(), [GLOBAL] * n_args + [PTR, PTR, I64, I64, I64]), name=symbol + "_aligned")
+        ir.VoidType(), [GLOBAL] * (n_args - k) + [I64] * k + [PTR, PTR, I64, I64, I64]),
+        name=symbol + "_aligned")
     fn.linkage = "internal"
     fn.attributes.add("noinline")
     fn.attributes.add("convergent")   # (a split reduction's warp shuffles are in it)
-    *ptrs, status, mine, tid, step, extent = fn.args
-    for p in ptrs:
-        p.attributes.align = 16
+    ptrs = iter(fn.args[:n_args - k])
+    values = dict(zip((i for i, _ in by_value), zip(fn.args[n_args - k:n_args], (s for _, s in by_value))))
+    status, mine, tid, step, extent = fn.args[n_args:]
     entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
     b = ir.IRBuilder(entry)
     assume = declare(module, "llvm.assume", ir.VoidType(), [ir.IntType(1)])
     generic = []
-    for p in ptrs:   # (the caller tested the alignment; an assumption LLVM can see through)
-        q = b.addrspacecast(p, PTR)
+    for i in range(n_args):
+        if i in values:
+            value, size = values[i]
+            copy = _scalar_copy(b, size)
+            b.store(b.trunc(value, ir.IntType(8 * size)) if size < 8 else value, copy)
+            generic.append(copy)
+            continue
+        p = next(ptrs)
+        p.attributes.align = 16
+        q = b.addrspacecast(p, PTR)   # (the caller tested the alignment; an assumption LLVM can see through)
         b.call(assume, [b.icmp_unsigned("==", b.and_(b.ptrtoint(q, I64), ir.Constant(I64, 15)),
                                          ir.Constant(I64, 0))])
         generic.append(q)

@@ -71,6 +71,9 @@ class Lowering:
     fit this many 32-bit registers of loaded values
     (:func:`qtrace.kernels.split_reduce.chunks_in_flight`; a split reduction runs with at
     most 32 registers per thread, so that a whole multiprocessor of threads is resident).
+    ``scalars_by_value``: the 0-d arguments a kernel only reads are passed by value too
+    (:func:`by_value_args`: a jitted call's Python scalar goes in the launch's parameters,
+    nothing is uploaded).
     """
 
     math: str = "ir"
@@ -88,6 +91,7 @@ class Lowering:
     region_bytes: int = REGION_BYTES
     split_registers: int = 16
     warp_combine: bool = False
+    scalars_by_value: bool = False
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""
@@ -97,7 +101,7 @@ class Lowering:
 CPU = Lowering(split_reductions="contiguous", vector_hints=True, outline_math=True)
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
                  split_reductions="interleaved", interleaved_stacks=True, region_bytes=8 << 20,
-                 warp_combine=True)
+                 warp_combine=True, scalars_by_value=True)
 
 STREAM_BYTES = 1 << 24     # outputs from which a CPU kernel streams its stores (at least;
                            # the CPU target raises it to its last-level cache)
@@ -238,3 +242,15 @@ def interleaves_stacks(task, lowering: Lowering) -> bool:
     :func:`qtrace.graph.instrs.word_stacks`); the kernel and the runtime laying out its
     stack block both ask this."""
     return lowering.interleaved_stacks and word_stacks(task.instrs)
+
+
+def by_value_args(task, lowering: Lowering) -> tuple:
+    """The arguments of ``task`` whose value a launch may pass instead of their address,
+    under ``lowering`` (its ``scalars_by_value``): every 0-d one the task only reads, of a
+    bool, integer or float dtype, as ``(argument index, bytes)``. Such a kernel takes one
+    8-byte parameter per such argument after its pointers: a launch passes a null pointer
+    and the value's bytes (a host scalar, not uploaded), or the device address and 0."""
+    if not lowering.scalars_by_value:
+        return ()
+    return tuple((i, n.dtype.itemsize) for i, n in enumerate(task.arg_nodes)
+                 if n.shape == () and i not in task.writes and n.dtype.kind in "biuf")

@@ -168,7 +168,8 @@ class CudaTarget(Target):
                     if codegen.runs_in_lockstep(task) else None)
         split = _lowering.reduce_segments(task, self.lowering) > 1
         llvm_nvptx.grid_entry(module, body, symbol, len(task.args), lockstep, aligned=split,
-                              full_occupancy=split)
+                              full_occupancy=split,
+                              by_value=_lowering.by_value_args(task, self.lowering))
 
     def compile(self, module, symbols: list, tasks: list = (), ready=None) -> tuple[dict, bytes]:
         from . import llvm_nvptx

@@ -851,7 +851,7 @@ def test_uploads_are_asynchronous_and_never_overwrite_data_in_flight(rng, monkey
     qt.reset_stats()
     outs = [step(a, b, s) for a, b, s in args]
     st = qt.stats()
-    assert st["bytes_host_to_device"] >= 400 * (2 * n * 8 + 8), st
+    assert st["bytes_host_to_device"] >= 400 * 2 * n * 8, st   # (the scalar: by value)
     for (a, b, s), out in zip(args, outs):
         np.testing.assert_allclose(out.numpy(), np.sin(a) * s + b, rtol=1e-13, atol=1e-15)
     monkeypatch.undo()   # a new stream's ring, the usual size (64 KiB): 50 calls fit in it
@@ -864,6 +864,54 @@ def test_uploads_are_asynchronous_and_never_overwrite_data_in_flight(rng, monkey
         np.testing.assert_allclose(out.numpy(), np.sin(a) * s + b, rtol=1e-13, atol=1e-15)
     big = rng.standard_normal(300_000)   # above LARGEST: copied synchronously
     np.testing.assert_array_equal(qt.asarray(big, device="cuda").numpy(), big)
+
+
+@gpu
+@pytest.mark.parametrize("kernels", [1, 2])
+def test_python_scalars_are_kernel_parameters_not_uploads(kernels, fusion, rng):
+    """A jitted step's Python scalars (a float, a negative int, a bool) reach its kernels as
+    launch parameters: 60 calls with new values upload nothing (one kernel: the runtime's
+    short path; two: the general one), every call's values take effect (NumPy in float64),
+    and the same values as 0-d device tensors (read through the kernels' pointers) give
+    the same bits. A scalar that is also a result is uploaded (results are device memory)."""
+    def step(x, v, dt, k, flip):
+        v = v - dt * x * k
+        x = qt.where(flip, -x, x) + dt * v
+        return (x, v) if kernels == 1 else (x, v / qt.max(qt.abs(v)))
+
+    def reference(x, v, dt, k, flip):
+        v = v - dt * x * k
+        x = np.where(flip, -x, x) + dt * v
+        return (x, v) if kernels == 1 else (x, v / np.max(np.abs(v)))
+
+    f = qt.jit(step)
+    n = 5000
+    x0, v0 = rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)
+    calls = [(float(rng.uniform(0.001, 0.1)), int(rng.integers(-5, 5)), bool(rng.integers(0, 2)))
+             for _ in range(60)]
+    x, v = qt.asarray(x0, device="cuda"), qt.asarray(v0, device="cuda")
+    f(x, v, *calls[0])   # (traced and compiled)
+    qt.sync()
+    qt.reset_stats()
+    got = [f(x, v, *c) for c in calls]
+    st = qt.stats()
+    assert st["bytes_host_to_device"] == 0 and st["device_syncs"] == 0, st
+    g = qt.jit(step)
+    for c, (gx, gv) in zip(calls, got):
+        want = reference(x0, v0, *c)
+        np.testing.assert_allclose(gx.numpy(), want[0], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(gv.numpy(), want[1], rtol=1e-13, atol=1e-15)
+        dt, k, flip = (qt.asarray(np.asarray(a), device="cuda") for a in c)
+        px, pv = g(x, v, dt, k, flip)
+        np.testing.assert_array_equal(px.numpy(), gx.numpy())
+        np.testing.assert_array_equal(pv.numpy(), gv.numpy())
+    h = qt.jit(lambda x, s: (x * s, s))
+    qt.reset_stats()
+    for s in (2.5, -1.25):
+        y, back = h(x, s)
+        np.testing.assert_array_equal(y.numpy(), x0 * s)
+        assert back.numpy() == s
+    assert qt.stats()["bytes_host_to_device"] >= 16
 
 
 @gpu
