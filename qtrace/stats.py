@@ -43,6 +43,7 @@ COUNTERS = (
     "cuda_graph_captures",  # CUDA graphs captured for jitted calls (qtrace.devices.cuda_graphs)
     "cuda_graph_replays",   # jitted calls run as one graph launch
     "cuda_graph_patches",   # ... of which replays of a graph patched to read new inputs
+    "cuda_graph_value_patches",  # ... and replays with new by-value scalars patched in
     "ffi_python_calls",     # XLA custom calls (qt.to_jax) run by the Python FFI handler
     "ffi_native_calls",     # ... and by a native handler (counted by the handler itself)
     "evaluations",          # pending graphs evaluated (eager code)

@@ -6,6 +6,9 @@ the graph's nodes are gone; patching a kernel's arguments in an instantiated gra
 :class:`Graph` keeps both, and :meth:`Graph.patch` rewrites the arguments of every kernel
 that reads memory which moved: a jitted step called with new input arrays replays its
 graph with their addresses instead of being captured again (qtrace.devices.cuda_graphs).
+A scalar a kernel takes by value (``qtrace.kernels.lowering.by_value_args``) is captured
+as a distinct mark (:func:`mark`), found among the kernels' parameters, and patched with
+each call's value the same way: no copy in the graph, no wait for an earlier replay.
 
 Handles are the runtime's (CuPy's streams, events and kernels): the runtime API is built
 on the driver's, whose handles they are. A driver without these functions (older than
@@ -89,25 +92,47 @@ def begin_capture(stream_ptr: int) -> None:
     driver().call("cuStreamBeginCapture", ctypes.c_void_p(stream_ptr), CAPTURE_RELAXED)
 
 
+MARK_BASE = 0xA5C3_0000_0000_0000   # far above any device address (48-bit) or extent
+
+
+def mark(i: int) -> int:
+    """The parameter value a capture gives by-value input ``i`` (found again by :class:`Graph`)."""
+    return MARK_BASE | i
+
+
 class _Kernel:
     """One kernel node: its parameters' values, where each came from (``(input, offset)``
-    or None for a value no input contains), and the structure to set them with."""
+    or None for a value no input contains), and the structure to set them with: its
+    parameters in an array of their own, which :meth:`set` rewrites (the driver copies
+    them at each call)."""
 
-    __slots__ = ("node", "values", "sources", "params")
+    __slots__ = ("node", "values", "sources", "params", "block", "addresses")
 
     def __init__(self, node, values: list, sources: list, params: _KernelParams):
-        self.node, self.values, self.sources, self.params = node, values, sources, params
+        self.node, self.values, self.sources = node, values, sources
+        self.block = (ctypes.c_uint64 * len(values))(*values)
+        base = ctypes.addressof(self.block)
+        self.addresses = (ctypes.c_void_p * len(values))(*[base + 8 * i for i in range(len(values))])
+        self.params = _KernelParams.from_buffer_copy(params)
+        self.params.kernelParams = ctypes.cast(self.addresses, ctypes.POINTER(ctypes.c_void_p))
+
+    def set(self, d, graph_exec, new: list) -> None:
+        """Make later replays of ``graph_exec`` launch this kernel with parameters ``new``."""
+        self.block[:] = new
+        d.call("cuGraphExecKernelNodeSetParams", graph_exec, self.node, ctypes.byref(self.params))
+        self.values = new
 
 
 class Graph:
     """A captured graph, its instantiation, and its kernel nodes' arguments (see the
     module docstring). ``graphExec``: the instantiated graph's handle (as CuPy's Graph)."""
 
-    def __init__(self, stream_ptr: int, spans: list, copies: int = 0):
+    def __init__(self, stream_ptr: int, spans: list, copies: int = 0, marked: tuple = ()):
         """The graph captured on ``stream_ptr`` since :func:`begin_capture` (ends it), whose
         inputs were the byte ranges ``spans`` (``(address, bytes)``, None for one that
         :meth:`patch` never moves), and whose only copies are ``copies`` uploads of staged
-        host arguments (a copy beyond those might read an input: never patched)."""
+        host arguments (a copy beyond those might read an input: never patched); the inputs
+        ``marked`` were passed by value, as their :func:`mark`."""
         d = self._d = driver()
         graph, exec_ = ctypes.c_void_p(), ctypes.c_void_p()
         d.call("cuStreamEndCapture", ctypes.c_void_p(stream_ptr), ctypes.byref(graph))
@@ -121,6 +146,7 @@ class Graph:
         self._exec = exec_
         self.graphExec = exec_.value
         self._spans, self._copies = spans, copies
+        self._marks = {mark(i): i for i in marked}
         self._kernels = None   # (read at the first patch)
 
     def kernel_count(self) -> int:
@@ -145,9 +171,12 @@ class Graph:
         self._d.call("cuGraphLaunch", self._exec, ctypes.c_void_p(stream.ptr))
 
     def _source(self, v: int):
-        """``(input, offset)`` of an argument ``v`` inside one input's range at the capture;
-        None inside none; False inside several (the same memory passed twice: which input
-        an argument stands for cannot be told)."""
+        """``(input, offset)`` of an argument ``v`` inside one input's range at the capture
+        (``(input, -1)``: the value of a marked input); None inside none; False inside
+        several (the same memory passed twice: which input an argument stands for cannot
+        be told)."""
+        if v in self._marks:
+            return self._marks[v], -1
         found = [(i, v - a) for i, span in enumerate(self._spans) if span is not None
                  for a, n in (span,) if a <= v < a + n]
         return found[0] if len(found) == 1 else (None if not found else False)
@@ -181,32 +210,27 @@ class Graph:
             kernels.append(_Kernel(ctypes.c_void_p(node), values, sources, params))
         return kernels
 
-    def patch(self, addresses: list) -> int | None:
-        """Make later replays read input ``i`` at ``addresses[i]`` (None: where it was at
-        the capture): every kernel argument that pointed into input ``i``'s range at the
-        capture, ``address + k``, becomes ``addresses[i] + k``. Replays already queued are
+    def patch(self, addresses: list, values: dict | None = None) -> int | None:
+        """Make later replays read input ``i`` at ``addresses[i]`` (None: where they read it
+        now): every kernel argument that pointed into input ``i``'s range at the capture,
+        ``address + k``, becomes ``addresses[i] + k``; and a marked input ``i`` in
+        ``values`` becomes that value (its bytes as an integer). Replays already queued are
         not affected (the driver's rule). The number of kernels rewritten; None where this
         graph cannot be patched (nothing changed then)."""
         if self._kernels is None:
             self._kernels = self._read_kernels() or False
         if self._kernels is False:
             return None
+        values = values or {}
         changed = []
         for k in self._kernels:
-            new = [v if src is None else (self._spans[src[0]][0] if addresses[src[0]] is None
-                                          else addresses[src[0]]) + src[1]
+            new = [v if src is None else values.get(src[0], v) if src[1] < 0 else
+                   v if addresses[src[0]] is None else addresses[src[0]] + src[1]
                    for v, src in zip(k.values, k.sources)]
             if new != k.values:
                 changed.append((k, new))
         for k, new in changed:
-            values = (ctypes.c_uint64 * len(new))(*new)
-            base = ctypes.addressof(values)
-            addresses_of = (ctypes.c_void_p * len(new))(*[base + 8 * i for i in range(len(new))])
-            params = _KernelParams.from_buffer_copy(k.params)
-            params.kernelParams = ctypes.cast(addresses_of, ctypes.POINTER(ctypes.c_void_p))
-            # (the driver copies the values: the arrays may go when the call returns)
-            self._d.call("cuGraphExecKernelNodeSetParams", self._exec, k.node, ctypes.byref(params))
-            k.values = new
+            k.set(self._d, self._exec, new)
         return len(changed)
 
     def __del__(self):

@@ -52,12 +52,16 @@ How a call is served (each case tested in ``tests/gpu/test_cuda_graphs.py``):
   and leaves every other case (a capture, staging, another stream with qtrace work, a
   busy or retired instance, another device current) to this module, unchanged.
 
-Host arguments (Python scalars such as a step's ``dt``, small NumPy arrays): each instance
-has a pinned host block and device buffers for them, and its graph begins with the copies
-from one to the other; a call writes its values into the block, then replays. The block is
-written only once the instance's previous replay is done with it (an event per instance;
-waiting for it counts as a ``device_sync``, rare: a step fed its own results alternates
-between two instances). Larger host arrays (above :data:`HOST_MAX` bytes) run as usual.
+Python scalars that the plan's kernels take by value (``Plan.host_leaves``: a step's
+``dt``) are captured as marks in the kernels' parameters (``cuda_driver.mark``) and
+patched with each call's values where they changed (``cuda_graph_value_patches``): no
+copy in the graph, no wait. Other host arguments (small NumPy arrays, a scalar also read
+otherwise): each instance has a pinned host block and device buffers for them, and its
+graph begins with the copies from one to the other; a call writes its values into the
+block, then replays. The block is written only once the instance's previous replay is
+done with it (an event per instance; waiting for it counts as a ``device_sync``, rare: a
+step fed its own results alternates between two instances). Larger host arrays (above
+:data:`HOST_MAX` bytes) run as usual.
 
 Index and overflow checks (gathers, scatters, adstacks): an instance has its own status
 rows, zeroed once before its capture and never by a replay, so a failure stays until it is
@@ -99,6 +103,7 @@ from ..config import config
 from ..graph import buffers
 from ..stats import bump, bump_many
 from . import cuda, cuda_driver
+from .registry import value_bits
 
 log = logging.getLogger("qtrace")
 
@@ -173,11 +178,11 @@ def _meets(spans, others) -> bool:
 class _Instance:
     __slots__ = ("inputs", "graph", "results", "owned", "made", "watched", "alone", "launches",
                  "staged", "pinned", "done", "owners", "records", "fast", "spans", "passes",
-                 "status", "armed", "failed", "raise_failed", "depths")
+                 "status", "armed", "failed", "raise_failed", "depths", "values")
 
     def __init__(self, inputs: tuple, graph, results: tuple, owned: list, made: list,
                  launches: int, staged: list, pinned, done, input_spans: list,
-                 status=None, raise_failed=None, depths: tuple = ()):
+                 status=None, raise_failed=None, depths: tuple = (), values: dict | None = None):
         self.inputs, self.graph, self.results = inputs, graph, results
         # index and overflow checks: the status rows every replay writes (never zeroed by
         # one: a failure stays until read), deferred for reading once per run of replays
@@ -185,6 +190,7 @@ class _Instance:
         # its stacks were sized for, per reverse-mode loop step and level
         self.status, self.raise_failed, self.depths = status, raise_failed, depths
         self.armed, self.failed = [False], False
+        self.values = values or {}   # by-value input -> the bits its kernels hold now
         self.owned, self.made, self.launches = owned, made, launches
         # the memory its replays write (and the kept blocks they use): a new input there
         # would be read and written by one replay
@@ -253,7 +259,7 @@ class _Instance:
         inputs include staged host arguments, or its replays need checks deferred or
         adstacks sized (Python's replay does both)."""
         handle = getattr(self.graph, "graphExec", 0)
-        if self.staged or not handle or self.status is not None or self.depths:
+        if self.staged or self.values or not handle or self.status is not None or self.depths:
             return
         expect = tuple(a - _OVERHEAD for a in self.alone)
         self.fast = (self.inputs, handle, self.done.ptr, self.watched, expect, self.records,
@@ -261,8 +267,9 @@ class _Instance:
 
     def patch(self, inputs: tuple, bufs: list, runner) -> int | None:
         """Make this instance's graph read ``inputs`` (device addresses of ``bufs``, -1 for
-        a staged host argument) instead of its own: each kernel argument pointing into a
-        moved input is rewritten (``cuda_driver.Graph.patch``). The number of kernels
+        a staged host argument, -2 for a scalar passed by value) instead of its own: each
+        kernel argument pointing into a moved input is rewritten, and each by-value scalar
+        that changed (``cuda_driver.Graph.patch``). The number of kernels
         rewritten; None where it cannot be patched (nothing changed then): no patchable
         graph, staged arguments at other positions, inputs that overlapped one another at
         the capture (which one an argument stands for cannot be told), a result that is an
@@ -272,7 +279,7 @@ class _Instance:
         if (self.inputs is None or self.passes or not hasattr(self.graph, "patch")
                 or len(inputs) != len(self.inputs)):
             return None
-        if any((old < 0) != (new < 0) for old, new in zip(self.inputs, inputs)):
+        if any((old < 0 or new < 0) and old != new for old, new in zip(self.inputs, inputs)):
             return None
         if _meets([(new, buf.nbytes) for new, buf in zip(inputs, bufs) if new >= 0], self.spans):
             return None
@@ -281,14 +288,32 @@ class _Instance:
         old_inputs, old_fast = self.inputs, self.fast
         self.inputs = self.fast = None
         runner._publish()
-        n = self.graph.patch([new if new >= 0 else None for new in inputs])
+        values = {i: value_bits(bufs[i]) for i in self.values}   # (the call's scalars too)
+        n = self.graph.patch([new if new >= 0 else None for new in inputs], values)
         if n is None:   # (not patchable: nothing changed)
             self.inputs, self.fast = old_inputs, old_fast
         else:
-            self.inputs = inputs
+            if values != self.values:
+                bump("cuda_graph_value_patches")
+            self.inputs, self.values = inputs, values
             self.fast = None if old_fast is None else (inputs,) + old_fast[1:]
         runner._publish()
         return n
+
+    def patch_values(self, bufs: list) -> None:
+        """Patch the call's by-value scalars into the kernels' parameters where they differ
+        from those the graph holds (``cuda_graph_value_patches``). A driver error or an
+        interrupt midway leaves the instance matching no inputs (never replayed again)."""
+        now = {i: value_bits(bufs[i]) for i in self.values}
+        if now == self.values:
+            return
+        try:
+            self.graph.patch([None] * len(bufs), now)
+        except BaseException:
+            self.inputs = self.fast = None
+            raise
+        self.values = now
+        bump("cuda_graph_value_patches")
 
     def release(self) -> list:
         """Forget every buffer (this instance is being replaced or dropped, once its last
@@ -312,6 +337,9 @@ class GraphRunner:
         from .runtime import KernelStep
         self.reason = why_not(plan)
         self.stacked = any(type(step) is KernelStep and step.stack is not None for step in plan.steps)
+        # host scalars the kernels take by value: patched in, where the driver can patch
+        self.by_value = (plan.host_leaves if self.reason is None and cuda_driver.driver() is not None
+                         else frozenset())
         self.instances: list = []
         self.native = _bind(plan.rt.cp) if self.reason is None else None
         # (the compiled replay takes this lock without Python: a ViewsLock where it is bound)
@@ -330,10 +358,13 @@ class GraphRunner:
         if self.reason is None:
             cp = self.plan.rt.cp
             device = cp.ndarray
-            inputs = []   # each input's device address, -1 for a host array to stage
-            for b in bufs:
+            inputs = []   # each input's device address, -1 for a host array to stage, -2 for
+            by_value = self.by_value   # a scalar passed by value
+            for i, b in enumerate(bufs):
                 if type(b) is device:
                     inputs.append(b.data.ptr)
+                elif type(b) is np.ndarray and i in by_value:
+                    inputs.append(-2)
                 elif type(b) is np.ndarray and b.nbytes <= HOST_MAX:
                     inputs.append(-1)
                 else:
@@ -398,6 +429,8 @@ class GraphRunner:
                 bump_many((("cuda_graph_captures", 1), ("cuda_graph_replays", 1)))
                 return list(chosen.results)
             chosen = self.instances[k]
+            if chosen.values:
+                chosen.patch_values(bufs)
             if chosen.staged:
                 if not chosen.done.done:   # its last replay may still read the block
                     chosen.done.synchronize()
@@ -486,7 +519,8 @@ class GraphRunner:
         mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", None)
         drv = cuda_driver.driver()
         side = self._side
-        hosts = [i for i, b in enumerate(bufs) if type(b) is np.ndarray]
+        hosts = [i for i, p in enumerate(inputs) if p == -1]
+        marked = tuple(i for i, p in enumerate(inputs) if p == -2)
         offsets, size = [], 0
         for i in hosts:
             offsets.append(size)
@@ -494,6 +528,8 @@ class GraphRunner:
         pinned = cp.cuda.alloc_pinned_memory(size) if hosts else None
         block = np.frombuffer(pinned, np.uint8, size) if hosts else None
         staged, leaves = [], list(bufs)
+        for i in marked:   # (an 8-byte mark in each by-value parameter, found in the graph)
+            leaves[i] = np.array(cuda_driver.mark(i), np.uint64)
         try:
             with rt.capturing(reuse) as (owned, made, fills), side:
                 for i, at in zip(hosts, offsets):   # (before the capture: no allocation in it)
@@ -515,8 +551,11 @@ class GraphRunner:
                 finally:
                     graph = (cuda_driver.Graph(side.ptr, [(p, b.nbytes) if p >= 0 else None
                                                           for p, b in zip(inputs, bufs)],
-                                               sum(1 for _, view in staged if view.nbytes))
+                                               sum(1 for _, view in staged if view.nbytes), marked)
                              if drv is not None else side.end_capture())
+            values = {i: value_bits(bufs[i]) for i in marked}   # (the marks replaced by them)
+            if marked and graph.patch([None] * len(bufs), values) is None:
+                raise RuntimeError("by-value scalars in a graph that cannot be patched")
         except Exception as exc:  # noqa: BLE001 - a capture the driver refuses: no graphs here
             self.reason = f"the capture failed ({type(exc).__name__}: {exc})"
             self.fast.clear()   # (no replays from the compiled path either)
@@ -528,4 +567,4 @@ class GraphRunner:
         launches = graph.kernel_count() if hasattr(graph, "kernel_count") else self.plan.n_launches
         return _Instance(inputs, graph, results, owned, made, launches, staged,
                          pinned, done, [(p, b.nbytes) for p, b in zip(inputs, bufs) if p >= 0],
-                         status, functools.partial(plan.check, graph=nodes), depths)
+                         status, functools.partial(plan.check, graph=nodes), depths, values)

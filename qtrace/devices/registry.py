@@ -32,8 +32,13 @@ def launch_parameters(bufs: list, slots: list, by_value: tuple, pointer) -> list
     params = [0 if type(bufs[s]) is np.ndarray else pointer(bufs[s]) for s in slots]
     for i in by_value:
         buf = bufs[slots[i]]
-        params.append(int.from_bytes(buf.tobytes(), "little") if type(buf) is np.ndarray else 0)
+        params.append(value_bits(buf) if type(buf) is np.ndarray else 0)
     return params
+
+
+def value_bits(buf: np.ndarray) -> int:
+    """A host scalar's bytes as the integer a by-value kernel parameter carries."""
+    return int.from_bytes(buf.tobytes(), "little")
 
 
 class DeviceRuntime:

@@ -420,8 +420,9 @@ def test_jitted_steps_inside_a_jitted_gradient_are_captured_with_it(fusion, rng)
 @gpu
 def test_host_arguments_are_staged_into_each_replay(fusion, rng):
     """A step taking its time step as a Python scalar and a small NumPy array: the values of
-    each call reach its replay (through the instance's pinned block), bit for bit as
-    launch by launch; a large NumPy argument runs the call as usual."""
+    each call reach its replay (the scalar patched into the kernels' parameters, the array
+    through the instance's pinned block), bit for bit as launch by launch, with no wait for
+    an earlier replay; a large NumPy argument runs the call as usual."""
     qt.config.device = "cuda"   # (where NumPy arguments of a jitted call go; restored after)
 
     def step(x, v, dt, gain):
@@ -437,10 +438,14 @@ def test_host_arguments_are_staged_into_each_replay(fusion, rng):
         qt.reset_stats()
         for dt, gain in zip(dts, gains):
             x, v = f(x, v, float(dt), gain)
-        finals[graphs] = (x.numpy(), v.numpy(), qt.stats()["cuda_graph_replays"])
+        st = qt.stats()
+        finals[graphs] = (x.numpy(), v.numpy(), st["cuda_graph_replays"],
+                          st["cuda_graph_value_patches"], st["device_syncs"])
     np.testing.assert_array_equal(finals[True][0], finals[False][0])
     np.testing.assert_array_equal(finals[True][1], finals[False][1])
     assert finals[True][2] == 300 and finals[False][2] == 0
+    # every replay but the captures' own patched the new dt in
+    assert finals[True][3] >= 295, finals[True][2:]
     big = qt.jit(lambda x, w: x * w, cuda_graph=True)
     w = rng.standard_normal(cuda_graphs.HOST_MAX // 8 + 1)
     xb = qt.asarray(np.ones_like(w), device="cuda")
@@ -543,6 +548,50 @@ def test_an_out_of_bounds_index_in_a_replay_is_raised_at_the_next_read(fusion, r
     np.testing.assert_array_equal(g(xd, qt.asarray(good[2], device="cuda")).numpy(), xs[good[2]] * 2.0)
     st = qt.stats()
     assert st["cuda_graph_replays"] == 6 and st["cuda_graph_captures"] >= 2, st
+
+
+@gpu
+def test_python_scalars_are_patched_into_replays_only_when_they_change(fusion, rng):
+    """Python scalars a step's kernels take by value (a float, a negative int, a bool): a
+    replay with the values its graph holds patches nothing; new values are patched in
+    (one ``cuda_graph_value_patches`` per replay that changed them), never uploaded, and
+    every call matches launch by launch bit for bit; queued replays keep their own values
+    (nothing is read back until the end)."""
+    def step(x, dt, k, flip):
+        y = x * dt + k
+        return qt.where(flip, -y, y)
+    n = 4096
+    x0 = rng.uniform(-1, 1, n)
+    calls = [(0.5, -3, False), (0.5, -3, False), (0.25, -3, False), (0.25, 7, True),
+             (0.25, 7, True), *[(float(rng.uniform(-2, 2)), int(rng.integers(-9, 9)),
+                                 bool(rng.integers(0, 2))) for _ in range(40)]]
+    changes = sum(1 for a, b in zip(calls, calls[1:]) if a != b)
+    got = {}
+    for graphs in (False, True):
+        f = qt.jit(step, cuda_graph=graphs)
+        x = qt.asarray(x0, device="cuda")
+        qt.sync()
+        qt.reset_stats()
+        outs, moved = [], {"bytes_host_to_device": 0, "device_syncs": 0}
+        for c in calls:
+            before = qt.stats()
+            out = f(x, *c)
+            after = qt.stats()
+            for name in moved:
+                moved[name] += after[name] - before[name]
+            outs.append(out * 1.0)   # (a copy, computed now: the graph's result is free again,
+            qt.eval(outs[-1])         # and every result is read only after all are queued)
+            del out
+        st = qt.stats()
+        got[graphs] = [o.numpy() for o in outs]
+        if graphs:
+            assert st["cuda_graph_replays"] == len(calls) and st["cuda_graph_captures"] == 1, st
+            assert st["cuda_graph_value_patches"] == changes, (st["cuda_graph_value_patches"], changes)
+        assert moved == {"bytes_host_to_device": 0, "device_syncs": 0}, moved
+    for c, a, b in zip(calls, got[True], got[False]):
+        np.testing.assert_array_equal(a, b)
+        y = x0 * c[0] + c[1]
+        np.testing.assert_allclose(a, -y if c[2] else y, rtol=1e-15)
 
 
 @gpu
