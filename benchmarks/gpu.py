@@ -320,11 +320,13 @@ def _b6b_rows(qt, sync, reps: int, n: int) -> list:
 
 
 def _b3_rows(qt, cp, sync, reps: int, n: int) -> list:
-    """B3 forward and forward+backward on the GPU: qtrace and JAX, time, memory, error; then
-    qtrace's forward+backward where only a fraction of the elements loop (the others' counts
-    0): time and memory against the active fraction."""
+    """B3 forward and forward+backward on the GPU: qtrace (launch by launch, and replayed
+    from CUDA graphs) and JAX, time, memory, error; then qtrace's forward+backward where only
+    a fraction of the elements loop (the others' counts 0): time and memory against the
+    active fraction."""
     p = b3_loop_grad._Problem(n, 0)
     rows = _b3_qtrace(qt, cp, reps, p, _b3_check(p))
+    rows += _b3_qtrace(qt, cp, reps, p, _b3_check(p), ", cuda_graph", graphs=True)
     try:
         rows += _b3_jax(sync, reps, p, _b3_check(p))
     except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a row saying why
@@ -349,7 +351,7 @@ def _b3_check(p):
     return check
 
 
-def _b3_qtrace(qt, cp, reps: int, p, check, label: str = "") -> list:
+def _b3_qtrace(qt, cp, reps: int, p, check, label: str = "", graphs: bool = False) -> list:
     pool = cp.get_default_memory_pool()
     base, peak = pool.used_bytes(), [0]
 
@@ -359,16 +361,17 @@ def _b3_qtrace(qt, cp, reps: int, p, check, label: str = "") -> list:
         return mem
     cp.cuda.set_allocator(malloc)
     try:
-        return _b3_qtrace_rows(qt, reps, p, check, lambda: (peak[0] - base) / 2**20, label)
+        return _b3_qtrace_rows(qt, reps, p, check, lambda: (peak[0] - base) / 2**20, label, graphs)
     finally:
         cp.cuda.set_allocator(pool.malloc)
 
 
-def _b3_qtrace_rows(qt, reps: int, p, check, peak_mb, label: str) -> list:
+def _b3_qtrace_rows(qt, reps: int, p, check, peak_mb, label: str, graphs: bool) -> list:
     def forward(x, c, k):
         return qt.fori_loop(0, k, lambda i, v: b3_loop_grad.step(qt, v, c), x)
-    fwd = qt.jit(forward)
-    grad = qt.jit(qt.value_and_grad(lambda x, c, k: qt.sum(forward(x, c, k)), argnums=(0, 1)))
+    fwd = qt.jit(forward, cuda_graph=graphs)
+    grad = qt.jit(qt.value_and_grad(lambda x, c, k: qt.sum(forward(x, c, k)), argnums=(0, 1)),
+                  cuda_graph=graphs)
     x, c, k = (qt.asarray(a, device="cuda") for a in (p.x, p.c, p.trips))
     box = {}
 
