@@ -166,7 +166,7 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
               for (i, size), v in zip(by_value, fn.args[n_args:n_args + k])]
     held = dict(zip((i for i, _ in by_value), copies))
     for copy, value, (_, size) in zip(copies, values, by_value):
-        b.store(b.trunc(value, ir.IntType(8 * size)) if size < 8 else value, copy)
+        _hold(b, copy, value, size)
     args = _argument_array(b, [held.get(i, p) for i, p in enumerate(ptrs)], array)
     tid, step = gpu_thread(b)
     mine = b.gep(scratch, [b.mul(tid, stride)], source_etype=ir.IntType(8))
@@ -214,6 +214,11 @@ def _scalar_copy(b: ir.IRBuilder, size: int) -> ir.Value:
     slot = b.alloca(ir.IntType(8 * size))
     slot.align = size
     return slot
+
+
+def _hold(b: ir.IRBuilder, copy: ir.Value, value: ir.Value, size: int) -> None:
+    """Store a by-value argument's bits (an i64) in its ``size``-byte local copy."""
+    b.store(b.trunc(value, ir.IntType(8 * size)) if size < 8 else value, copy)
 
 
 def _given_or_loaded(b: ir.IRBuilder, fn: ir.Function, ptr: ir.Value, value: ir.Value,
@@ -278,7 +283,7 @@ def _aligned_loop(module: ir.Module, callee: ir.Function, symbol: str, n_args: i
         if i in values:
             value, size = values[i]
             copy = _scalar_copy(b, size)
-            b.store(b.trunc(value, ir.IntType(8 * size)) if size < 8 else value, copy)
+            _hold(b, copy, value, size)
             generic.append(copy)
             continue
         p = next(ptrs)
