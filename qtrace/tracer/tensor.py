@@ -109,19 +109,24 @@ class Tensor:
         """The value as a read-only NumPy array (computed now if pending), no copy for a
         CPU tensor; a GPU tensor's value is copied to the host.
 
-        Its base is a read-only memoryview of the tensor's memory, so NumPy refuses both
-        writes and ``arr.flags.writeable = True``: this is not an export the caller could
-        write behind qtrace's back (``qtrace.graph.buffers``). Copy it to modify it.
+        For a CPU tensor its base is a read-only memoryview of the tensor's memory, so NumPy
+        refuses both writes and ``arr.flags.writeable = True``: this is not an export the
+        caller could write behind qtrace's back (``qtrace.graph.buffers``). Copy it to modify
+        it. A GPU tensor's host copy is the caller's own, marked read-only all the same.
 
         Example:
             >>> import qtrace as qt
             >>> (qt.ones(2, dtype=qt.int32) * 3).numpy()
             array([3, 3], dtype=int32)
         """
-        arr = _evaluate.to_host(self._materialize())   # a GPU tensor's value is copied here
-        if arr.flags.writeable:
-            arr = np.asarray(memoryview(arr).toreadonly())
-        return arr
+        buf = self._materialize()
+        if not isinstance(buf, np.ndarray):   # a GPU tensor's value, copied here
+            arr = _evaluate.to_host(buf)
+            arr.flags.writeable = False
+            return arr
+        if buf.flags.writeable:
+            buf = np.asarray(memoryview(buf).toreadonly())
+        return buf
 
     def __array__(self, dtype=None, copy=None):
         arr = self.numpy()

@@ -218,3 +218,38 @@ def test_library_scan_matches_numpy(n, monkeypatch, fusion, rng):
     g2 = qt.grad(lambda v: qt.sum(qt.sin(qt.cumsum(v * 2.0)) * qt.asarray(w)))(qt.asarray(x)).numpy()
     want2 = 2.0 * np.cumsum((np.cos(np.cumsum(2.0 * x)) * w)[::-1])[::-1]
     np.testing.assert_allclose(g2, want2, rtol=1e-8, atol=1e-10 * np.max(np.abs(want2)))
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+def test_gpu_split_reductions_stream_their_loads_past_l1(fused, rng):
+    """In the PTX built here (no GPU needed): a split reduction's segment loop reads its
+    vector loads with ``.L1::no_allocate`` (each byte is read once), nothing else of its
+    kernel does, an elementwise kernel keeps plain loads, and GPUs before sm_70 (no such
+    qualifier) would get plain loads."""
+    from qtrace.graph.plan import build_plan
+    from qtrace.kernels import llvm_nvptx
+    from qtrace.kernels.target import CudaTarget
+
+    class Offline(CudaTarget):   # (the NVPTX target without a device)
+        def __init__(self, arch):
+            self.arch = arch
+
+    x = qt.asarray(rng.standard_normal(1 << 16).astype(np.float32))
+
+    def ptx(program, kind):
+        task = next(t for t in build_plan((program._node,), fused).tasks if t.kind == kind)
+        target = Offline("sm_90")
+        module = target.new_module("probe")
+        target.lower(task, module, "k", True)
+        return llvm_nvptx.compile_module(module, ["k"], "sm_90").decode()
+
+    text = ptx(qt.sum(x * 2.0), "reduce")
+    head = ".func k" + llvm_nvptx.SEGMENTS_SUFFIX + "("
+    segments, entry = text[text.index(head):], text[text.index(".visible .entry k("):text.index(head)]
+    assert segments.count("ld.global.L1::no_allocate.v4.b32") >= 1
+    assert "ld.global.v4" not in segments and "no_allocate" not in entry
+    plain = text.replace(".L1::no_allocate", "")
+    assert llvm_nvptx.streaming_loads(plain, "sm_61") == plain
+    assert llvm_nvptx.streaming_loads(plain, "sm_90") == text
+    elementwise = ptx(x * 2.0 + 1.0, "map")
+    assert "ld.global.v4.b32" in elementwise and "no_allocate" not in elementwise
