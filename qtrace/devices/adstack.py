@@ -31,7 +31,11 @@ Stacks belong to workers, not elements: ``workers x depth x entry bytes``, float
 integers in separate stacks, carved from memory kept per calling thread and grown by
 doubling — on the CPU (:class:`Scratch`), and on a GPU per thread and stream, where the
 workers are the at most 65,536 threads of a launch and the headers are written by the
-device (nothing is uploaded). On a GPU, leaves that came from the host (Python scalars,
+device (nothing is uploaded). A GPU's interleaved float stacks are a heap instead: a
+thread claims a row when its first element loops, and the heap has a row per element
+that loops, at most one per thread (:func:`heap_rows`; counted with the depth where the
+counts, or an elementwise expression of them, are reduced: :func:`_count_active`), so
+memory follows the active elements. On a GPU, leaves that came from the host (Python scalars,
 loop bounds, NumPy arguments) are read where they came from, never copied back.
 ``QTRACE_DEBUG_ADSTACK=1`` prints, per launch of a loop task, each level's sizing path
 and depth and the bytes bound. Loops nested in a differentiated loop's body push above
