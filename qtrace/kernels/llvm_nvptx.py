@@ -370,8 +370,12 @@ def streaming_loads(ptx: str, arch: str) -> str:
     once, so the L1 need not keep it (sm_70 and later; PTX ISA 7.4). A 1e8 float32 sum's
     kernel on an H200: 108.6 -> 102.4 µs (CUB's 94); ``.nc`` alone changed nothing, and
     ``.L2::256B`` prefetching made it slower (113). LLVM's ``!nontemporal`` does not reach
-    NVPTX loads, hence the rewrite of the text."""
-    if int(arch.removeprefix("sm_").rstrip("a")) < 70:
+    NVPTX loads, hence the rewrite of the text. Only where the PTX declares ISA 7.4 or later
+    (LLVM's default for ``arch``: sm_89 and sm_90 get it, sm_80 and older do not; a driver
+    refuses a qualifier newer than the file's ``.version``)."""
+    version = re.search(r"^\.version\s+(\d+)\.(\d+)", ptx, re.M)
+    if (int(arch.removeprefix("sm_").rstrip("a")) < 70 or version is None
+            or (int(version[1]), int(version[2])) < (7, 4)):
         return ptx
     return _SEGMENTS.sub(lambda m: m[0].replace("ld.global.v", "ld.global.L1::no_allocate.v"), ptx)
 

@@ -9,6 +9,7 @@ domains), with workers racing on the counters, compared with NumPy in float64.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -225,7 +226,8 @@ def test_gpu_split_reductions_stream_their_loads_past_l1(fused, rng):
     """In the PTX built here (no GPU needed): a split reduction's segment loop reads its
     vector loads with ``.L1::no_allocate`` (each byte is read once), nothing else of its
     kernel does, an elementwise kernel keeps plain loads, and GPUs before sm_70 (no such
-    qualifier) would get plain loads."""
+    qualifier) or PTX files declaring an ISA before 7.4 (which a driver would refuse with
+    it) would get plain loads."""
     from qtrace.graph.plan import build_plan
     from qtrace.kernels import llvm_nvptx
     from qtrace.kernels.target import CudaTarget
@@ -251,5 +253,7 @@ def test_gpu_split_reductions_stream_their_loads_past_l1(fused, rng):
     plain = text.replace(".L1::no_allocate", "")
     assert llvm_nvptx.streaming_loads(plain, "sm_61") == plain
     assert llvm_nvptx.streaming_loads(plain, "sm_90") == text
+    older = re.sub(r"^\.version \d+\.\d+", ".version 7.0", plain, flags=re.M)   # (sm_80's default ISA)
+    assert older != plain and llvm_nvptx.streaming_loads(older, "sm_80") == older
     elementwise = ptx(x * 2.0 + 1.0, "map")
     assert "ld.global.v4.b32" in elementwise and "no_allocate" not in elementwise
