@@ -60,11 +60,16 @@ def _init() -> dict:
 
 
 def machine(arch: str):
-    """The NVPTX target machine for ``arch`` (``"sm_90"``), one per architecture."""
+    """The NVPTX target machine for ``arch`` (``"sm_90"``), one per architecture. Before
+    sm_70 it emits PTX ISA 6.0 at least (LLVM's default there, 5.0 or older, has no
+    ``shfl.sync``, which split reductions combine warps with: LLVM refused to select it, and
+    its error aborts the process)."""
     s = _init()
     tm = s["machines"].get(arch)
     if tm is None:
-        tm = s["machines"][arch] = s["target"].create_target_machine(cpu=arch, opt=3)
+        older = int(arch.removeprefix("sm_").rstrip("a")) < 70
+        tm = s["machines"][arch] = s["target"].create_target_machine(
+            cpu=arch, features="+ptx60" if older else "", opt=3)
     return tm
 
 

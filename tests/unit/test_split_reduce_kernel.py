@@ -257,3 +257,27 @@ def test_gpu_split_reductions_stream_their_loads_past_l1(fused, rng):
     assert older != plain and llvm_nvptx.streaming_loads(older, "sm_80") == older
     elementwise = ptx(x * 2.0 + 1.0, "map")
     assert "ld.global.v4.b32" in elementwise and "no_allocate" not in elementwise
+
+
+@pytest.mark.parametrize("arch", ["sm_52", "sm_61", "sm_70", "sm_80", "sm_90"])
+def test_gpu_split_reductions_compile_for_every_architecture(arch, rng):
+    """A split reduction's warp shuffles (``shfl.sync``) compile for GPUs before sm_70 too:
+    their PTX declares ISA 6.0 (LLVM's default for them, 5.0, has no ``shfl.sync``, and
+    selecting it there aborted the process); no GPU needed."""
+    from qtrace.graph.plan import build_plan
+    from qtrace.kernels import llvm_nvptx
+    from qtrace.kernels.target import CudaTarget
+
+    class Offline(CudaTarget):   # (the NVPTX target without a device)
+        def __init__(self, arch):
+            self.arch = arch
+
+    x = qt.asarray(rng.standard_normal(1 << 16).astype(np.float32))
+    task = next(t for t in build_plan((qt.sum(x)._node,), True).tasks if t.kind == "reduce")
+    target = Offline(arch)
+    module = target.new_module("probe")
+    target.lower(task, module, "k", True)
+    ptx = llvm_nvptx.compile_module(module, ["k"], arch).decode()
+    version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
+    assert (int(version[1]), int(version[2])) >= (6, 0) and "shfl.sync.down" in ptx
+    assert f".target {arch}" in ptx
