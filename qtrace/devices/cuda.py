@@ -184,6 +184,8 @@ def check_deferred() -> None:
             read = True
             check(host)
         except BaseException:   # (a failure raised, or the read interrupted: kept)
+            if not read and armed is not None:
+                armed[0] = True   # (still deferred: a replay must not defer it a second time)
             with _deferred_lock:
                 _deferred[:0] = pending[i + read:]
             raise

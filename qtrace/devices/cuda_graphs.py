@@ -249,7 +249,8 @@ class _Instance:
         result's memory (caches of what it held, keyed by version, see it rewritten)."""
         runtime.eventRecord(self.done.ptr, stream.ptr)
         buffers.advance(self.records)
-        if self.status is not None and not self.armed[0]:   # (after the launch: see defer_check)
+        # (after the launch: see defer_check; a retired instance's failure was raised already)
+        if self.status is not None and not self.armed[0] and not self.failed:
             self.armed[0] = True
             cuda.defer_check(self.status, self.check, self.armed)
 
