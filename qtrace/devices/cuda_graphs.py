@@ -431,7 +431,10 @@ class GraphRunner:
                 return list(chosen.results)
             chosen = self.instances[k]
             if chosen.values:
-                chosen.patch_values(bufs)
+                try:
+                    chosen.patch_values(bufs)
+                except cuda_driver.CudaDriverError:   # (the instance matches nothing now:
+                    return None                       # this call runs launch by launch)
             if chosen.staged:
                 if not chosen.done.done:   # its last replay may still read the block
                     chosen.done.synchronize()
