@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from typing import NamedTuple
 
 KERNEL_NODE, COPY_NODE = 0, 1   # CU_GRAPH_NODE_TYPE_KERNEL, _MEMCPY
 # nodes that read no input memory: memset (split reductions' scratch), empty, event wait
@@ -123,6 +124,11 @@ class _Kernel:
         self.values = new
 
 
+class _Overlap(NamedTuple):
+    """A kernel argument inside the ranges of several inputs at a capture (their indices)."""
+    inputs: tuple
+
+
 class Graph:
     """A captured graph, its instantiation, and its kernel nodes' arguments (see the
     module docstring). ``graphExec``: the instantiated graph's handle (as CuPy's Graph)."""
@@ -172,19 +178,21 @@ class Graph:
 
     def _source(self, v: int):
         """``(input, offset)`` of an argument ``v`` inside one input's range at the capture
-        (``(input, -1)``: the value of a marked input); None inside none; False inside
-        several (the same memory passed twice: which input an argument stands for cannot
-        be told)."""
+        (``(input, -1)``: the value of a marked input); None inside none; an
+        :class:`_Overlap` of the inputs inside several (the same memory passed twice: which
+        one an argument stands for cannot be told, so it is kept while none of them moves)."""
         if v in self._marks:
             return self._marks[v], -1
         found = [(i, v - a) for i, span in enumerate(self._spans) if span is not None
                  for a, n in (span,) if a <= v < a + n]
-        return found[0] if len(found) == 1 else (None if not found else False)
+        if len(found) > 1:
+            return _Overlap(tuple(i for i, _ in found))
+        return found[0] if found else None
 
     def _read_kernels(self) -> list | None:
         """The kernel nodes with their parameter values and sources (None: a kernel whose
-        parameter count is unknown, an ambiguous source, or a node that may read an input
-        otherwise than through a kernel's arguments: never patched)."""
+        parameter count is unknown, or a node that may read an input otherwise than through
+        a kernel's arguments: never patched)."""
         from ..kernels.llvm_nvptx import PARAM_COUNTS  # (every kernel's: 8-byte parameters)
         d = self._d
         kernels, copies = [], 0
@@ -205,8 +213,6 @@ class Graph:
                 return None
             values = [ctypes.c_uint64.from_address(params.kernelParams[i]).value for i in range(count)]
             sources = [self._source(v) for v in values]
-            if False in sources:
-                return None
             kernels.append(_Kernel(ctypes.c_void_p(node), values, sources, params))
         return kernels
 
@@ -216,15 +222,20 @@ class Graph:
         ``address + k``, becomes ``addresses[i] + k``; and a marked input ``i`` in
         ``values`` becomes that value (its bytes as an integer). Replays already queued are
         not affected (the driver's rule). The number of kernels rewritten; None where this
-        graph cannot be patched (nothing changed then)."""
+        graph cannot be patched (nothing changed then), or where an input to move overlapped
+        another at the capture (an argument into both cannot be told to follow either;
+        by-value scalars are still patched while no input moves)."""
         if self._kernels is None:
             self._kernels = self._read_kernels() or False
         if self._kernels is False:
             return None
+        if any(type(src) is _Overlap and any(addresses[i] is not None for i in src.inputs)
+               for k in self._kernels for src in k.sources):
+            return None
         values = values or {}
         changed = []
         for k in self._kernels:
-            new = [v if src is None else values.get(src[0], v) if src[1] < 0 else
+            new = [v if src is None or type(src) is _Overlap else values.get(src[0], v) if src[1] < 0 else
                    v if addresses[src[0]] is None else addresses[src[0]] + src[1]
                    for v, src in zip(k.values, k.sources)]
             if new != k.values:

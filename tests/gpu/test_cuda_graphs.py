@@ -595,6 +595,26 @@ def test_python_scalars_are_patched_into_replays_only_when_they_change(fusion, r
 
 
 @gpu
+def test_scalars_are_patched_where_one_array_is_passed_twice(fusion, rng):
+    """``step(x, x, s)``: the two array arguments overlap at the capture (which one a
+    kernel argument stands for cannot be told), yet the by-value scalar is still patched
+    in: one capture for the signature, each call right; a new array there captures again
+    (not patched: the overlap), never a wrong read."""
+    f = qt.jit(lambda a, b, s: a * s + b, cuda_graph=True)
+    x0, y0 = rng.uniform(-1, 1, 5000), rng.uniform(-1, 1, 5000)
+    x, y = qt.asarray(x0, device="cuda"), qt.asarray(y0, device="cuda")
+    qt.reset_stats()
+    for s in (0.5, 0.25, 0.25, -2.0):
+        np.testing.assert_allclose(f(x, x, s).numpy(), x0 * s + x0, rtol=1e-15)
+    st = qt.stats()
+    assert f.graph_paths() == [None], f.graph_paths()
+    assert st["cuda_graph_captures"] == 1 and st["cuda_graph_replays"] == 4, st
+    assert st["cuda_graph_value_patches"] == 2, st
+    np.testing.assert_allclose(f(y, y, 3.0).numpy(), y0 * 4.0, rtol=1e-15)
+    np.testing.assert_allclose(f(x, x, 3.0).numpy(), x0 * 4.0, rtol=1e-15)
+
+
+@gpu
 def test_calls_a_graph_does_not_take_run_as_usual_and_say_why(fusion, rng):
     """The gradient of a ``while_loop`` (its stacks sized from the trip counts its forward
     loop records, read between the plan's launches) runs launch by launch, said by
