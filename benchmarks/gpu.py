@@ -23,7 +23,7 @@
   the high-water mark of CuPy's pool in use during B3 above what was in use before it,
   inputs included, one call's result alive at a time; JAX: its process's
   ``peak_bytes_in_use``, B1's arrays included); relative error of the gradient vs float64
-  (≤ 1e-4); then qtrace's forward+backward where 0%, 5% or 50% of the elements loop (the
+  (≤ 1e-4); then qtrace's forward+backward where 0%, 0.1%, 5% or 50% of the elements loop (the
   other counts 0): time and memory against the active fraction.
 
 Every timing is a median over repeats, each synchronised (``qt.sync``,
@@ -333,10 +333,10 @@ def _b3_rows(qt, cp, sync, reps: int, n: int) -> list:
         rows.append(("B3", "JAX jit", None, f"not run: {str(exc)[:60]}", ""))
     gate = np.random.default_rng(1).random(n)
     full = p.trips
-    for fraction in (0.0, 0.05, 0.5):
+    for fraction in (0.0, 0.001, 0.05, 0.5):
         p.trips = np.where(gate < fraction, full, 0).astype(full.dtype)
         p.max_trips = int(p.trips.max(initial=0))
-        rows += _b3_qtrace(qt, cp, reps, p, _b3_check(p), f", {fraction:.0%} active")[1:]
+        rows += _b3_qtrace(qt, cp, reps, p, _b3_check(p), f", {fraction:.1%} active")[1:]
     return rows
 
 

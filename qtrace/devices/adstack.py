@@ -31,7 +31,11 @@ Stacks belong to workers, not elements: ``workers x depth x entry bytes``, float
 integers in separate stacks, carved from memory kept per calling thread and grown by
 doubling — on the CPU (:class:`Scratch`), and on a GPU per thread and stream, where the
 workers are the at most 65,536 threads of a launch and the headers are written by the
-device (nothing is uploaded). On a GPU, leaves that came from the host (Python scalars,
+device (nothing is uploaded). A GPU's interleaved float stacks are a heap instead: a
+thread claims a row when its first element loops, and the heap has a row per element
+that loops, at most one per thread (:func:`heap_rows`; counted with the depth where the
+counts, or an elementwise expression of them, are reduced: :func:`_count_active`), so
+memory follows the active elements. On a GPU, leaves that came from the host (Python scalars,
 loop bounds, NumPy arguments) are read where they came from, never copied back.
 ``QTRACE_DEBUG_ADSTACK=1`` prints, per launch of a loop task, each level's sizing path
 and depth and the bytes bound. Loops nested in a differentiated loop's body push above
@@ -43,6 +47,7 @@ overflow diagnostic).
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import weakref
@@ -87,11 +92,13 @@ class Stack:
         out = Levels()
         out.interleaved = self.interleaved
         paths = []
-        for source, fb, ib in self.sources:
-            d, path = source.depth(bufs, host)
+        for level, (source, fb, ib) in enumerate(self.sources):
+            d, path, active = source.depth(bufs, host, count=self.interleaved and level == 0)
             bump_many(PATHS[path])
             out.append((d, fb, ib))
             paths.append(path)
+            if level == 0:
+                out.active = active
         if config.debug_adstack:
             out.report = (self.label, paths)
         return out
@@ -99,23 +106,27 @@ class Stack:
 
 class Levels(list):
     """``(depth, float row bytes, int row bytes)`` per level of one launch, ``interleaved``
-    (a GPU interleaves the threads' stacks: :func:`qtrace.graph.instrs.word_stacks`) and
-    (under ``QTRACE_DEBUG_ADSTACK``) ``report``: the task's name and each level's sizing path."""
+    (a GPU interleaves the threads' stacks: :func:`qtrace.graph.instrs.word_stacks`),
+    ``active``: ``(elements whose loop runs, elements counted)`` where the outermost loop's
+    counts were reduced (None otherwise: see :func:`heap_rows`), and (under
+    ``QTRACE_DEBUG_ADSTACK``) ``report``: the task's name and each level's sizing path."""
 
-    __slots__ = ("report", "interleaved")
+    __slots__ = ("report", "interleaved", "active")
 
     def __init__(self):
         super().__init__()
         self.report = None
         self.interleaved = False
+        self.active = None
 
 
-def _say(levels: list, caps: list, workers: int, nbytes: int) -> None:
+def _say(levels: list, caps: list, workers: int, nbytes: int, rows: int) -> None:
     """The ``QTRACE_DEBUG_ADSTACK`` line of one launch (stderr)."""
     label, paths = levels.report
     sized = ", ".join(f"level {i} depth {d} ({_SAID[p]})" + (f" capped at {c}" if c != d else "")
                       for i, ((d, _, _), c, p) in enumerate(zip(levels, caps, paths)))
-    print(f"[qtrace adstack] {label}: {sized}; {workers} stacks, bound {nbytes} bytes",
+    heap = f" ({rows} float heap rows for {levels.active[0]} looping elements)" if rows else ""
+    print(f"[qtrace adstack] {label}: {sized}; {workers} stacks{heap}, bound {nbytes} bytes",
           file=sys.stderr, flush=True)
 
 
@@ -169,13 +180,15 @@ class DepthSource:
         self.from_leaves = (self.const is not None or self.bounded is not None or (
             not self.recorded and self.slot is not None and self.slot in leaf_slots.values()))
 
-    def depth(self, bufs: list, host: list | None = None) -> tuple:
-        """``(depth, path)`` for this launch: read on the host (``"host"``), found in the
-        cache (``"hit"``), reduced now (``"dispatch"``; device buffers are reduced on the
-        device and 8 bytes read back), or reduced from counts a forward loop recorded
-        (``"recorded"``). Counted in ``qt.stats()`` (``PATHS``). Leaves that came from the
-        host (``host``: Python scalars and NumPy arguments of a device plan) are read
-        there: sizing from them never copies from the device."""
+    def depth(self, bufs: list, host: list | None = None, count: bool = False) -> tuple:
+        """``(depth, path, active)`` for this launch: read on the host (``"host"``), found in
+        the cache (``"hit"``), reduced now (``"dispatch"``; device buffers are reduced on the
+        device and 16 bytes read back), or reduced from counts a forward loop recorded
+        (``"recorded"``). ``active``: ``(counts above 0, counts)`` where ``count`` asks for it
+        and a buffer of counts was reduced (or its reduction cached), else None. Counted in
+        ``qt.stats()`` (``PATHS``). Leaves that came from the host (``host``: Python scalars
+        and NumPy arguments of a device plan) are read there: sizing from them never copies
+        from the device."""
         def read(slot: int):
             if host is not None and slot < len(host) and host[slot] is not None:
                 return host[slot]
@@ -186,21 +199,35 @@ class DepthSource:
                     return kept
             return buf
         if self.const is not None:
-            return self.const, "host"
+            return self.const, "host", None
         if self.bounded is not None:
             paths: set = set()
 
             def extreme(leaf: Node, upper: bool) -> int:
                 return _extreme(read(self.slot_of_leaf[id(leaf)]), upper, paths)
             d = max(bound(self.bounded, extreme), 0)
-            return d, "dispatch" if "dispatch" in paths else "hit" if "hit" in paths else "host"
+            active = None
+            if count and d > 0:
+                def leaf_value(leaf: Node):
+                    return read(self.slot_of_leaf[id(leaf)])
+                key, by_identity = self._key(bufs) if self.cacheable else (None, ())
+                active, path = _cached(None if key is None else ("active", key),
+                                       tuple(bufs[s] for s in by_identity),
+                                       lambda: _count_active(self.bounded, leaf_value))
+                paths.add(path)
+            return d, "dispatch" if "dispatch" in paths else "hit" if "hit" in paths else "host", active
         buf = read(self.slot)
         if self.scalar:
-            return (max(int(_scalar(buf)) if buf.size else 0, 0)), "host"
+            return (max(int(_scalar(buf)) if buf.size else 0, 0)), "host", None
         if self.recorded:
-            return _max(buf), "recorded"
+            d, active = _max_active(buf, count)
+            return d, "recorded", active
         key, by_identity = self._key(bufs) if self.cacheable else (None, ())
-        return _cached(key, tuple(bufs[s] for s in by_identity), lambda: _max(buf))
+        if key is not None:
+            key = (key, count)
+        (d, active), path = _cached(key, tuple(bufs[s] for s in by_identity),
+                                    lambda: _max_active(buf, count))
+        return d, path, active
 
     def _key(self, bufs: list) -> tuple:
         """``(cache key, slots keyed by identity)`` of this launch's leaves, or ``(None, ())``
@@ -269,9 +296,102 @@ def _scalar(value) -> int:
     return int(value.reshape(-1)[0]) if value.ndim else int(value)
 
 
-def _max(buf) -> int:
-    """The reducer: the largest count, at least 0."""
-    return max(_scalar(buf.max()), 0) if buf.size else 0
+def _max_active(buf, count: bool) -> tuple:
+    """The reducer: ``(the largest count (at least 0), active)``; ``active``: ``(how many
+    counts are positive, how many there are)`` where ``count`` asks for it (a GPU's
+    interleaved stacks), read back with the largest (16 bytes, one wait), else None."""
+    if not buf.size:
+        return 0, (0, 0) if count else None
+    if not count:
+        return max(_scalar(buf.max()), 0), None
+    if isinstance(buf, np.ndarray):
+        return max(int(buf.max()), 0), (int(np.count_nonzero(buf > 0)), buf.size)
+    import cupy
+    both = cupy.stack([buf.max().astype(np.int64), cupy.count_nonzero(buf > 0).astype(np.int64)])
+    bump_many((("bytes_device_to_host", both.nbytes), ("device_syncs", 1)))
+    both = both.get()
+    return max(int(both[0]), 0), (int(both[1]), buf.size)
+
+
+_COUNTED = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+            "equal": operator.eq, "not_equal": operator.ne, "less": operator.lt,
+            "less_equal": operator.le, "greater": operator.gt, "greater_equal": operator.ge,
+            "logical_and": operator.and_, "logical_or": operator.or_}
+
+
+def _count_active(root: Node, leaf_value) -> tuple | None:
+    """``(elements of trip-count expression root above 0, elements)``, evaluated element by
+    element where every input is a whole buffer of the result's shape or a single number
+    and every operation elementwise (``n``, ``hi - lo``, ``maximum(n - k, 0)``,
+    ``where(mask, n, 0)``, comparisons): CuPy's kernels on a GPU buffer, 8 bytes read back.
+    None otherwise (a slice, a transpose, a float function in a condition: unknown, so a
+    heap row per thread)."""
+    memo: dict = {}
+
+    def ev(n: Node):
+        got = memo.get(id(n), memo)
+        if got is not memo:
+            return got
+        p, ins = n.prim, n.inputs
+        if p == "input":
+            v = leaf_value(n)
+            v = (int(v.reshape(-1)[0]) if v.size == 1 and isinstance(v, np.ndarray)
+                 else v if v.shape == root.shape else None)
+        elif p == "const":
+            v = int(n.params[0])
+        elif p in ("broadcast", "reshape", "positive", "convert"):
+            v = ev(ins[0])
+            if (p in ("broadcast", "reshape") and ins[0].size != 1 and ins[0].shape != n.shape) or (
+                    p == "convert" and n.dtype.itemsize < ins[0].dtype.itemsize):
+                v = None   # (a change of layout, or a narrowing that may wrap)
+            elif p in ("broadcast", "reshape") and ins[0].size == 1 and not isinstance(v, int):
+                v = None
+        elif p == "negative":
+            v = ev(ins[0])
+            v = None if v is None else -v
+        elif p == "select":
+            c, a, b = (ev(i) for i in ins)
+            v = None if c is None or a is None or b is None else _array_module(c, a, b).where(c, a, b)
+        elif p in _COUNTED or p in ("maximum", "minimum"):
+            a, b = ev(ins[0]), ev(ins[1])
+            if a is None or b is None:
+                v = None
+            elif p in _COUNTED:
+                v = _COUNTED[p](a, b)
+            else:
+                xp = _array_module(a, b)
+                v = (xp.maximum if p == "maximum" else xp.minimum)(a, b)
+        else:
+            v = None
+        memo[id(n)] = v
+        return v
+    v = ev(root)
+    if v is None or isinstance(v, int) or v.shape != root.shape:
+        return None
+    active = _array_module(v).count_nonzero(v > 0)
+    if not isinstance(v, np.ndarray):
+        bump_many((("bytes_device_to_host", 8), ("device_syncs", 1)))
+    return int(active), v.size
+
+
+def _array_module(*values):
+    """NumPy, or CuPy where one of ``values`` is a CuPy array."""
+    for v in values:
+        if not isinstance(v, (int, np.ndarray)):
+            import cupy
+            return cupy
+    return np
+
+
+def heap_rows(levels, threads: int, extent: int) -> int:
+    """Float heap rows for a launch of ``threads`` threads over ``extent`` elements (see
+    ``qtrace.kernels.codegen``'s ``_stack_words``): the elements whose outermost loop runs,
+    at least 1 and at most ``threads``, where the launch's counts were reduced, one per
+    element (``levels.active``); else 0, a row per thread."""
+    active = getattr(levels, "active", None)
+    if not levels.interleaved or active is None or active[1] != extent:
+        return 0
+    return max(1, min(active[0], threads))
 
 
 class Scratch(threading.local):
@@ -296,21 +416,27 @@ class Scratch(threading.local):
         return block
 
 
-def layout(workers: int, levels: list) -> tuple:
-    """``(header, stride)`` of ``workers`` stack blocks for ``levels``: ``(depth, float row
-    bytes, int row bytes)`` per level — the loop's own rows, then (for loops nested in its
-    body) the rows above them. A block is a header ``[level-0 depth, float bytes, int
-    bytes]`` (64 bytes), the float stack, the int stack; ``stride`` bytes apart. Counts
-    ``adstack_bytes`` (and says so under ``QTRACE_DEBUG_ADSTACK``)."""
+def layout(workers: int, levels: list, rows: int = 0) -> tuple:
+    """``(header, stride, total)`` of ``workers`` stack blocks for ``levels``: ``(depth,
+    float row bytes, int row bytes)`` per level — the loop's own rows, then (for loops
+    nested in its body) the rows above them. A block is a header ``[level-0 depth, float
+    bytes, int bytes, heap rows, 0, 0]`` (64 bytes), the float stack, the int stack;
+    ``stride`` bytes apart, ``total`` bytes in all. ``rows``: interleaved stacks whose float
+    stacks are a heap of that many rows (:func:`heap_rows`; 0: one per worker): ``total``
+    is then the headers, the heap and the int stacks. Counts ``adstack_bytes`` (and says so
+    under ``QTRACE_DEBUG_ADSTACK``)."""
     caps = [d if config.adstack_max_depth is None else min(d, int(config.adstack_max_depth))
             for d, _, _ in levels]
     fbytes = sum(c * fb for c, (_, fb, _) in zip(caps, levels))
     ibytes = sum(c * ib for c, (_, _, ib) in zip(caps, levels))
-    stride = HEADER + (fbytes + 63) // 64 * 64 + (ibytes + 63) // 64 * 64
-    bump("adstack_bytes", workers * (fbytes + ibytes))
+    fround, iround = (fbytes + 63) // 64 * 64, (ibytes + 63) // 64 * 64
+    stride = HEADER + fround + iround
+    total = workers * stride if not rows else workers * (HEADER + iround) + rows * fround
+    nbytes = (rows or workers) * fbytes + workers * ibytes
+    bump("adstack_bytes", nbytes)
     if getattr(levels, "report", None) is not None:
-        _say(levels, caps, workers, workers * (fbytes + ibytes))
-    return (caps[0], fbytes, ibytes), stride
+        _say(levels, caps, workers, nbytes, rows)
+    return (caps[0], fbytes, ibytes, rows, 0, 0), stride, total
 
 
 def scratch(workers: int, levels: list, keep: Scratch | None = None):
@@ -319,10 +445,10 @@ def scratch(workers: int, levels: list, keep: Scratch | None = None):
     ``keep``: memory kept between launches (the array is then a prefix of its block);
     without it, a fresh array.
     """
-    header, stride = layout(workers, levels)
+    header, stride, _ = layout(workers, levels)
     if keep is not None:
         block = keep.take(workers * stride)[:workers * stride]
     else:
         block = cpu.aligned_empty((workers * stride,), np.dtype(np.uint8))
-    block.reshape(workers, stride)[:, :24].view(np.int64)[:] = header
+    block.reshape(workers, stride)[:, :8 * len(header)].view(np.int64)[:] = header
     return block, stride

@@ -296,8 +296,13 @@ def write_headers(block, header: tuple, threads: int, stride: int) -> None:
     apart in ``block``, on the device (CuPy fills on the current stream: nothing is
     uploaded)."""
     heads = block[:threads * stride].view(np.int64).reshape(threads, stride // 8)
-    for k, v in enumerate(header):
+    zeros = len(header)   # (the trailing zeros in one fill)
+    while zeros and header[zeros - 1] == 0:
+        zeros -= 1
+    for k, v in enumerate(header[:zeros]):
         heads[:, k] = v
+    if zeros < len(header):
+        heads[:, zeros:len(header)] = 0
 
 
 class _Kept(threading.local):
@@ -469,16 +474,20 @@ class CudaRuntime(DeviceRuntime):
             elif levels is not None:
                 # interleaved (``Levels.interleaved``): the threads' headers, then their
                 # stacks word by word, each thread's header HEADER bytes from the previous
-                # one's; else a block of ``size`` bytes per thread
+                # one's, the float stacks a heap of a row per looping element (at most one
+                # per thread: ``adstack.heap_rows``); else a block of ``size`` bytes per
+                # thread. A CUDA graph's replays find the heap's counter where the last one
+                # left it (its headers are written outside the graph): a row per thread
                 threads = min(-(-extent // kernel.BLOCK) * kernel.BLOCK, THREAD_CAP)
-                header, size = adstack.layout(threads, levels)
-                stride = adstack.HEADER if levels.interleaved else size
                 fills = self._kept.fills
+                rows = adstack.heap_rows(levels, threads, extent) if fills is None else 0
+                header, size, total = adstack.layout(threads, levels, rows)
+                stride = adstack.HEADER if levels.interleaved else size
                 if fills is not None:   # (qtrace's capture: see capturing)
-                    block = self._allocate((threads * size,), np.uint8)
+                    block = self._allocate((total,), np.uint8)
                     fills.append((block, header, threads, stride))
                 else:
-                    block = self._kept_block("stacks", threads * size)
+                    block = self._kept_block("stacks", total)
                     write_headers(block, header, threads, stride)
                 scratch = block.data.ptr
             kernel.launch(extent, pointers, status, scratch, stride, threads)

@@ -408,10 +408,12 @@ class Plan:
         task, table = self.checks[row]
         kind, what, axis, size = table[check]
         if kind == "adstack":
+            needed = ("more elements looped than the float heap rows sized for them" if value < 0
+                      else f"an element needed more than the {value} stack entries sized for it")
             raise AdstackOverflowError(
-                f"qtrace adstack overflow in kernel {task.symbol}, {what}: an element needed more "
-                f"than the {value} stack entries sized for it (data changed behind qtrace's back, "
-                "qt.config.adstack_max_depth, or a bug); nothing was written out of bounds")
+                f"qtrace adstack overflow in kernel {task.symbol}, {what}: {needed} (data changed "
+                "behind qtrace's back, qt.config.adstack_max_depth, or a bug); nothing was written "
+                "out of bounds")
         prims = ("scatter",) if what.startswith("scatter") else ("gather", "loop", "loop_vjp")
         if graph is None:
             graph = tuple(n for n in (r() for r in self._built_for) if n is not None)

@@ -110,7 +110,9 @@ class LoopVjp(NamedTuple):
 
 LOOPS = ("loop", "loop_vjp")
 STACK_WORD = 4     # bytes: every pushed value takes whole words of the adstack
-STACK_HEADER = 64  # bytes of a stack's header: [level-0 depth, float bytes, int bytes], padded
+STACK_HEADER = 64  # bytes of a stack's header: [level-0 depth, float bytes, int bytes, heap
+                   # rows, heap row held + 1, (thread 0's) heap rows claimed], padded
+HEAP_ROWS, HEAP_HELD, HEAP_COUNTER = 24, 32, 40   # byte offsets of those last three
 
 
 def stack_rows(dts: tuple, pushed: tuple, reverse: Prog) -> tuple[dict, int, int]:

@@ -15,6 +15,9 @@ from llvmlite import ir
 
 from ..graph import index as ix_
 from ..graph.instrs import (
+    HEAP_COUNTER,
+    HEAP_HELD,
+    HEAP_ROWS,
     LOOPS,
     STACK_HEADER,
     STACK_WORD,
@@ -475,7 +478,8 @@ class KernelEmitter:
         offsets, fb, ib = stack_rows(dts, pushed, rprog)
         fcap = b.load(b.gep(self.scratch, [ir.Constant(I64, 8)], source_etype=I8), typ=I64)
         icap = b.load(b.gep(self.scratch, [ir.Constant(I64, 16)], source_etype=I8), typ=I64)
-        word_at = self._stack_words(b.and_(b.add(fcap, ir.Constant(I64, 63)), ir.Constant(I64, -64)))
+        word_at, heap = self._stack_words(b.and_(b.add(fcap, ir.Constant(I64, 63)), ir.Constant(I64, -64)))
+        row = heap.row if heap is not None else None   # (this thread's heap row, -1: none yet)
 
         def slot(depth, k):
             """Logical byte offset of state ``k`` in row ``depth`` of its stack, and the stack."""
@@ -483,13 +487,13 @@ class KernelEmitter:
             start, size = (fbase, fb) if where == "f" else (ibase, ib)
             return where, b.add(b.add(start, b.mul(depth, ir.Constant(I64, size))), ir.Constant(I64, off))
 
-        def store(v, depth, k):
+        def store(v, depth, k, row):
             where, pos = slot(depth, k)
-            self._stack_store(v, sdt[k], where, pos, word_at)
+            self._stack_store(v, sdt[k], where, pos, word_at, row)
 
-        def pop(depth, k, ty):
+        def pop(depth, k, ty, row):
             where, pos = slot(depth, k)
-            return self._stack_load(ty, sdt[k], where, pos, word_at)
+            return self._stack_load(ty, sdt[k], where, pos, word_at, row)
 
         def room_for(depth):
             """Whether row ``depth`` fits in both stacks."""
@@ -512,6 +516,8 @@ class KernelEmitter:
         b.position_at_end(head)
         state = self._phis(types, init, pre)
         depth = self._phis([I64], [ir.Constant(I64, 0)], pre)[0]
+        if heap is not None:
+            row = self._phis([I64], [row], pre)[0]
         env = {"state": state, "inv": inv}
         if kind == "fori":
             counter = b.add(lo, depth)
@@ -522,25 +528,39 @@ class KernelEmitter:
         b.cbranch(go, room, fdone)
         head_exit = b.block
         b.position_at_end(room)
-        b.cbranch(room_for(depth), push, overflow)
+        fits = room_for(depth)
+        held = row
+        if heap is not None:   # the first row pushed: claim a heap row (see _stack_words)
+            held = heap.claim(row)
+            fits = b.and_(fits, b.icmp_signed("<", held, heap.rows))
+        b.cbranch(fits, push, overflow)
         b.position_at_end(overflow)
         if self.status is not None:
             b.store(ir.Constant(I64, check + 1), self.status)
-            b.store(depth, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
+            reported = depth if heap is None else b.select(   # (-1: no heap row left)
+                b.icmp_signed(">=", held, heap.rows), ir.Constant(I64, -1), depth)
+            b.store(reported, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
         b.branch(fdone)
         b.position_at_end(push)
         for k in pushed:
-            store(state[k], depth, k)
+            store(state[k], depth, k, held)
         bv = self.run(bprog.instrs, env)
         latch = b.block
         for p, o in zip(state, bprog.outputs):
             p.add_incoming(bv[o], latch)
         depth.add_incoming(b.add(depth, ir.Constant(I64, 1)), latch)
+        if heap is not None:
+            row.add_incoming(held, latch)
         b.branch(head)
         b.position_at_end(fdone)
         total = b.phi(I64)
         total.add_incoming(depth, head_exit)
         total.add_incoming(depth, overflow)
+        if heap is not None:   # (the row popped from: none claimed when nothing was pushed)
+            last = b.phi(I64)
+            last.add_incoming(row, head_exit)
+            last.add_incoming(held, overflow)
+            held = last
         # reverse: pop and run the reverse body, accumulating captured cotangents
         rpre = b.block
         rhead = self.fn.append_basic_block("reverse_head")
@@ -556,7 +576,7 @@ class KernelEmitter:
         popped = []
         for k, ty in enumerate(types):
             if k in offsets:
-                popped.append(pop(j1, k, ty))
+                popped.append(pop(j1, k, ty, held))
             else:
                 popped.append(ir.Constant(ty, ir.Undefined))
         renv = {"state": popped, "ct": cts, "counter": b.add(lo, j1) if kind == "fori" else j1, "inv": inv,
@@ -578,34 +598,70 @@ class KernelEmitter:
         return known
 
     def _stack_words(self, fbytes: ir.Value):
-        """``word_at(where, pos)``: the address of logical byte ``pos`` (whole words) of this
-        thread's float (``"f"``) or int stack, whose float stack holds ``fbytes``.
+        """``(word_at, heap)``. ``word_at(where, pos, row)``: the address of logical byte
+        ``pos`` (whole words) of this thread's float (``"f"``) or int stack, whose float
+        stack holds ``fbytes``; ``row``: this thread's float heap row (interleaved stacks).
 
         Per-worker blocks (the CPU; a GPU task pushing values wider than a word):
         ``scratch`` is the worker's block — header, float stack, int stack, each
-        contiguous. Interleaved (``lowering.interleaved_stacks``, a GPU, every pushed value
-        one word: :func:`qtrace.graph.instrs.word_stacks`): the launch's ``T`` threads'
-        headers come first (``scratch`` is this thread's, :data:`STACK_HEADER` bytes
-        apart), then the float stacks, word ``w`` of thread ``t`` at word ``w*T + t``, then
-        the int stacks alike: the threads of a warp pushing or popping the same row touch
-        neighbouring words (coalesced), where per-thread blocks put each a block apart."""
+        contiguous; ``heap`` is None. Interleaved (``lowering.interleaved_stacks``, a GPU,
+        every pushed value one word: :func:`qtrace.graph.instrs.word_stacks`): the launch's
+        ``T`` threads' headers come first (``scratch`` is this thread's,
+        :data:`STACK_HEADER` bytes apart), then the float heap of ``R`` rows, word ``w`` of
+        row ``r`` at word ``w*R + r``, then the ``T`` int stacks alike (word ``w*T + t``):
+        the threads of a warp pushing or popping the same depth touch neighbouring words.
+        A thread owns no float row until it first pushes: it then claims the next one (an
+        atomic counter in thread 0's header), and keeps it for every element it runs after,
+        so the heap needs a row per thread that loops at all — ``R`` = the elements whose
+        loop runs, at most ``T`` (``qtrace.devices.adstack``) — and memory follows the
+        active elements. A header's ``R`` of 0 means one row per thread (a CUDA graph's
+        replays, sizes found without a count): row ``t``, claimed from the start. ``heap``
+        holds ``rows`` (``R``), ``row`` (the row this thread holds, -1: none) and
+        ``claim(row)`` (``row``, or a new one where it is -1)."""
         b = self.b
         if not self._interleaved():
             fstack = b.gep(self.scratch, [ir.Constant(I64, STACK_HEADER)], source_etype=I8)
             istack = b.gep(fstack, [fbytes], source_etype=I8)
-            return lambda where, pos: b.gep(fstack if where == "f" else istack, [pos], source_etype=I8)
+            return (lambda where, pos, row=None:
+                    b.gep(fstack if where == "f" else istack, [pos], source_etype=I8)), None
         t, threads = intrinsics.gpu_thread(b)
-        fstack = b.gep(self.scratch, [b.mul(b.sub(threads, t), ir.Constant(I64, STACK_HEADER))],
-                       source_etype=I8)
-        istack = b.gep(fstack, [b.mul(threads, fbytes)], source_etype=I8)
+        base = b.gep(self.scratch, [b.mul(b.sub(ir.Constant(I64, 0), t), ir.Constant(I64, STACK_HEADER))],
+                     source_etype=I8)   # (thread 0's header)
+        fstack = b.gep(base, [b.mul(threads, ir.Constant(I64, STACK_HEADER))], source_etype=I8)
+        given = b.load(b.gep(self.scratch, [ir.Constant(I64, HEAP_ROWS)], source_etype=I8), typ=I64)
+        per_thread = b.icmp_signed("==", given, ir.Constant(I64, 0))
+        rows = b.select(per_thread, threads, given)
+        held_at = b.gep(self.scratch, [ir.Constant(I64, HEAP_HELD)], source_etype=I8)
+        mine = b.sub(b.load(held_at, typ=I64), ir.Constant(I64, 1))   # (0 in the header: none)
+        heap = _Heap(rows, b.select(per_thread, t, mine))
+        istack = b.gep(fstack, [b.mul(rows, fbytes)], source_etype=I8)
         word = ir.Constant(I64, STACK_WORD)
 
-        def word_at(where, pos):
-            at = b.mul(b.add(b.mul(b.udiv(pos, word), threads), t), word)
-            return b.gep(fstack if where == "f" else istack, [at], source_etype=I8)
-        return word_at
+        def claim(row):
+            before = b.block
+            take = self.fn.append_basic_block("heap_claim")
+            taken = self.fn.append_basic_block("heap_claimed")
+            b.cbranch(b.icmp_signed("<", row, ir.Constant(I64, 0)), take, taken)
+            b.position_at_end(take)
+            counter = b.gep(base, [ir.Constant(I64, HEAP_COUNTER)], source_etype=I8)
+            new = b.atomic_rmw("add", counter, ir.Constant(I64, 1), "monotonic")
+            b.store(b.add(new, ir.Constant(I64, 1)), held_at)
+            b.branch(taken)
+            b.position_at_end(taken)
+            merged = b.phi(I64)
+            merged.add_incoming(row, before)
+            merged.add_incoming(new, take)
+            return merged
+        heap.claim = claim
 
-    def _stack_store(self, v: ir.Value, dt: np.dtype, where: str, pos: ir.Value, word_at) -> None:
+        def word_at(where, pos, row=None):
+            stride, who = (rows, row) if where == "f" else (threads, t)
+            at = b.mul(b.add(b.mul(b.udiv(pos, word), stride), who), word)
+            return b.gep(fstack if where == "f" else istack, [at], source_etype=I8)
+        return word_at, heap
+
+    def _stack_store(self, v: ir.Value, dt: np.dtype, where: str, pos: ir.Value, word_at,
+                     row=None) -> None:
         """Push ``v`` (of ``dt``) at logical byte ``pos`` of a stack (see :meth:`_stack_words`;
         interleaved, a value narrower than a word is widened to one)."""
         b = self.b
@@ -613,16 +669,17 @@ class KernelEmitter:
             v = b.zext(v, I8)
         if self._interleaved() and dt.itemsize < STACK_WORD:
             v = b.zext(v, I32)
-        b.store(v, word_at(where, pos))
+        b.store(v, word_at(where, pos, row))
 
-    def _stack_load(self, ty: ir.Type, dt: np.dtype, where: str, pos: ir.Value, word_at) -> ir.Value:
+    def _stack_load(self, ty: ir.Type, dt: np.dtype, where: str, pos: ir.Value, word_at,
+                    row=None) -> ir.Value:
         """Pop a value of ``dt`` (register type ``ty``) from logical byte ``pos`` of a stack."""
         b = self.b
         mem = I8 if dt.kind == "b" else ty
         if self._interleaved() and dt.itemsize < STACK_WORD:
-            v = b.trunc(b.load(word_at(where, pos), typ=I32), mem)
+            v = b.trunc(b.load(word_at(where, pos, row), typ=I32), mem)
         else:
-            v = b.load(word_at(where, pos), typ=mem)
+            v = b.load(word_at(where, pos, row), typ=mem)
         return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if dt.kind == "b" else v
 
     def _finish_reverse(self, rhead, rpre, rlatch, rdone, cts, new_cts, j, j1, cap_vals) -> tuple:
@@ -917,6 +974,15 @@ class KernelEmitter:
                 self.store(arg, ix, scalar.convert(b, total, acc_dt, self.dt[arg]), values)
             self.nest(t.inner, inner)
         self.nest(t.domain, outer, (self.start, self.end))
+
+
+class _Heap:
+    """A task's float adstack heap, as a thread sees it (:meth:`KernelEmitter._stack_words`):
+    its ``rows``, the ``row`` the thread holds at the loop's start (-1: none), and
+    ``claim(row)``, emitted where the first row is pushed."""
+
+    def __init__(self, rows: ir.Value, row: ir.Value):
+        self.rows, self.row, self.claim = rows, row, None
 
 
 class _Cell:

@@ -600,7 +600,8 @@ def gpu_helpers(arch: str) -> bytes:
     ``qt_ffi_max(counts, n, itemsize, out)`` (the largest of ``n`` counts of 4 or 8
     bytes, by atomic max into the zeroed word ``out``) and
     ``qt_ffi_headers(base, stride, workers, depth, float bytes, int bytes)`` (writes each
-    worker's stack header). Parameters are 64-bit integers."""
+    worker's stack header, with no float heap: ``qtrace.graph.instrs.HEAP_ROWS``).
+    Parameters are 64-bit integers."""
     from . import llvm_nvptx
     module = llvm_nvptx.new_module("qt_ffi_helpers", arch)
 
@@ -620,7 +621,8 @@ def gpu_helpers(arch: str) -> bytes:
     base, stride, workers, *header = fn.args
     with b.if_then(b.icmp_signed("<", tid, workers)):
         at = b.gep(b.inttoptr(base, PTR), [b.mul(tid, stride)], source_etype=I8)
-        for k, v in enumerate(header):
+        # (then no float heap: a row per thread, none claimed; qtrace.kernels.codegen)
+        for k, v in enumerate([*header, *[ir.Constant(I64, 0)] * 3]):
             b.store(v, b.gep(at, [ir.Constant(I64, k)], source_etype=I64))
     b.ret_void()
     return llvm_nvptx.compile_module(module, [MAX_KERNEL, HEADER_KERNEL], arch)

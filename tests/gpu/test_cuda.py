@@ -1000,3 +1000,46 @@ def test_split_reductions_at_every_chunk_remainder_and_alignment(fused, rng, mon
                                               x_np.argmin(axis=1), err_msg=where)
                 np.testing.assert_allclose(float(qt.sum(x * 2).numpy()), 2 * x_np.astype(np.float64).sum(),
                                            rtol=1e-5 if dtype == "float32" else 1e-12, err_msg=where)
+
+
+@gpu
+@pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
+def test_the_float_heap_follows_the_elements_that_loop(fusion, rng, monkeypatch):
+    """Interleaved adstacks (float32 states: one word each): a thread claims a float heap
+    row when its first element loops, and the heap holds as many rows as elements loop (at
+    most one per thread, at least one): with 0%, 5%, 50% and 100% of 100,003 elements
+    looping (a size no block divides, more elements than the 65,536 threads), the gradient
+    matches float64 on the CPU (relative error <= 1e-5) and ``adstack_bytes`` is the heap's
+    rows x depth x 4 bytes — 0 when nothing loops."""
+    from qtrace.devices import cuda as cuda_runtime
+    monkeypatch.setattr(qt.config, "fusion", fusion)
+    size = 100_003
+    x, c = rng.uniform(-2, 2, size).astype(np.float32), rng.uniform(0.5, 1.5, size).astype(np.float32)
+    gx, gc = qt.asarray(x, device="cuda"), qt.asarray(c, device="cuda")
+    full, gate = rng.integers(1, 17, size), rng.random(size)
+    seen = []
+    for fraction in (0.0, 0.05, 0.5, 1.0):
+        n = np.where(gate < fraction, full, 0)
+        got, _ = _b3_gradient(gx, gc, qt.asarray(n, device="cuda"))
+        active, depth = int(np.count_nonzero(n)), int(n.max())
+        rows = min(max(active, 1), cuda_runtime.THREAD_CAP)
+        assert qt.stats()["adstack_bytes"] == rows * depth * 4, (fraction, qt.stats()["adstack_bytes"])
+        seen.append(qt.stats()["adstack_bytes"])
+        for g, w in zip(got, _b3_reference(x.astype(np.float64), c.astype(np.float64), n)):
+            assert np.abs(g - w).max() <= 1e-5 * max(np.abs(w).max(), 1.0), fraction
+    assert seen[0] == 0 and seen[0] < seen[1] < seen[2] <= seen[3], seen
+
+
+@gpu
+def test_a_heap_with_too_few_rows_is_an_overflow_not_a_wild_write(rng, monkeypatch):
+    """Should the heap's rows fall short of the elements that loop (counts changed behind
+    qtrace's back), the launch raises ``AdstackOverflowError`` saying so and writes nothing
+    past the heap."""
+    from qtrace.devices import adstack
+    sized = adstack.heap_rows
+    monkeypatch.setattr(adstack, "heap_rows",
+                        lambda levels, threads, extent: min(sized(levels, threads, extent), 1))
+    n = qt.asarray(rng.integers(1, 5, 5000), device="cuda")
+    x = qt.asarray(rng.random(5000).astype(np.float32), device="cuda")
+    with pytest.raises(qt.AdstackOverflowError, match="heap rows"):
+        qt.grad(lambda x: qt.sum(qt.fori_loop(0, n, lambda i, v: qt.sin(v) * 1.1, x)))(x).numpy()

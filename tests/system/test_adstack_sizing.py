@@ -470,3 +470,43 @@ def test_launch_buffers_die_with_their_last_reference(kind, fusion, rng):
         if enabled:
             gc.enable()
     assert not alive, f"the results of calls {alive} are still held after their last reference went"
+
+
+@pytest.mark.parametrize("kind", ["n", "n - lo", "n + k", "maximum", "where"])
+def test_looping_elements_are_counted_for_the_gpu_heap(kind, fusion, rng, monkeypatch):
+    """What sizes a GPU's float heap (``adstack.heap_rows``), computed here on the CPU as a
+    GPU launch would ask for it (``count=True``): how many elements' outermost loop runs,
+    from the trip counts or an elementwise expression of them (``hi - lo``, ``n + k``,
+    ``maximum``, ``where`` of a mask), exact, and the heap then holds that many rows (at
+    most the threads, at least one); a launch over more elements than were counted gets
+    a row per thread."""
+    from qtrace.devices import adstack
+    depth = adstack.DepthSource.depth
+    seen = []
+
+    def counting(self, bufs, host=None, count=False):
+        got = depth(self, bufs, host, True)
+        seen.append(got)
+        return got
+    monkeypatch.setattr(adstack.DepthSource, "depth", counting)
+    nn, mask = rng.integers(-3, 9, 700), rng.random(700) < 0.3
+    n, gate = qt.asarray(nn), qt.asarray(mask)
+    lo, hi, trips = {"n": (0, n, nn), "n - lo": (2, n, nn - 2), "n + k": (0, n + 3, nn + 3),
+                     "maximum": (1, qt.maximum(n, 4), np.maximum(nn, 4) - 1),
+                     "where": (0, qt.where(gate, n, 0), np.where(mask, nn, 0))}[kind]
+    x = qt.asarray(rng.uniform(-1, 1, 700))
+    for _ in range(2):
+        seen.clear()
+        g = qt.grad(lambda x: qt.sum(qt.fori_loop(lo, hi, lambda i, v: qt.sin(v) * 0.9, x)))(x)
+        qt.eval(g)
+        (d, _, active), = seen
+        want = (int(np.count_nonzero(trips > 0)), 700)
+        assert active == want, (kind, active, want)
+    levels = adstack.Levels()
+    levels.interleaved, levels.active = True, active
+    rows = adstack.heap_rows(levels, 512, 700)
+    assert rows == max(1, min(active[0], 512)) and adstack.heap_rows(levels, 512, 1400) == 0
+    levels.append((d, 4, 0))
+    header, stride, total = adstack.layout(512, levels, rows)
+    assert header == (d, 4 * d, 0, rows, 0, 0) and stride == adstack.HEADER + (4 * d + 63) // 64 * 64
+    assert total == (512 * stride if not rows else 512 * adstack.HEADER + rows * ((4 * d + 63) // 64 * 64))
