@@ -386,12 +386,15 @@ def _array_module(*values):
 def heap_rows(levels, threads: int, extent: int) -> int:
     """Float heap rows for a launch of ``threads`` threads over ``extent`` elements (see
     ``qtrace.kernels.codegen``'s ``_stack_words``): the elements whose outermost loop runs,
-    at least 1 and at most ``threads``, where the launch's counts were reduced, one per
-    element (``levels.active``); else 0, a row per thread."""
+    at least 1 and fewer than ``threads``, where the launch's counts were reduced, one per
+    element (``levels.active``); else 0, a row per thread — also where as many elements
+    loop as there are threads: the heap would hold a row per thread anyway, and rows
+    claimed by the lanes that loop need not start at a 32-byte sector (B3's adjoint kernel,
+    every element looping, read 25% more L2 bytes with claimed rows: 4.42 vs 4.08 ms)."""
     active = getattr(levels, "active", None)
-    if not levels.interleaved or active is None or active[1] != extent:
+    if not levels.interleaved or active is None or active[1] != extent or active[0] >= threads:
         return 0
-    return max(1, min(active[0], threads))
+    return max(1, active[0])
 
 
 class Scratch(threading.local):

@@ -639,16 +639,19 @@ class KernelEmitter:
             # order (one atomic add by the lowest of them, its result shuffled to the
             # others): a warp whose lanes all loop pushes to 32 neighbouring words, as with
             # a row per thread (rows claimed lane by lane scattered them: 2.2x slower).
-            need = b.and_(runs, b.icmp_signed("<", row, ir.Constant(I64, 0)))
-            mask = b.call(declare(b.module, "llvm.nvvm.activemask", I32, []), [])
-            ballot = b.call(declare(b.module, "llvm.nvvm.vote.ballot.sync", I32, [I32, I1]),
-                            [mask, need])
+            # A thread holding a row (every thread, with a row per thread) skips the vote.
             before = b.block
+            vote = self.fn.append_basic_block("heap_vote")
             take = self.fn.append_basic_block("heap_claim")
             lead = self.fn.append_basic_block("heap_claim_lead")
             led = self.fn.append_basic_block("heap_claim_led")
             taken = self.fn.append_basic_block("heap_claimed")
-            b.cbranch(need, take, taken)
+            b.cbranch(b.icmp_signed("<", row, ir.Constant(I64, 0)), vote, taken)
+            b.position_at_end(vote)
+            mask = b.call(declare(b.module, "llvm.nvvm.activemask", I32, []), [])
+            ballot = b.call(declare(b.module, "llvm.nvvm.vote.ballot.sync", I32, [I32, I1]),
+                            [mask, runs])
+            b.cbranch(runs, take, taken)
             b.position_at_end(take)
             lane = b.call(declare(b.module, "llvm.nvvm.read.ptx.sreg.laneid", I32, []), [])
             first = intrinsic(b, "cttz", [ballot, ir.Constant(I1, 1)])
@@ -671,6 +674,7 @@ class KernelEmitter:
             b.position_at_end(taken)
             merged = b.phi(I64)
             merged.add_incoming(row, before)
+            merged.add_incoming(row, vote)
             merged.add_incoming(new, led)
             return merged
         heap.claim = claim

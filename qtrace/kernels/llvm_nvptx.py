@@ -61,15 +61,16 @@ def _init() -> dict:
 
 def machine(arch: str):
     """The NVPTX target machine for ``arch`` (``"sm_90"``), one per architecture. Before
-    sm_70 it emits PTX ISA 6.0 at least (LLVM's default there, 5.0 or older, has no
-    ``shfl.sync``, which split reductions combine warps with: LLVM refused to select it, and
-    its error aborts the process)."""
+    sm_75 it emits PTX ISA 6.3 at least (LLVM's default there, 6.0 or older, lacks
+    ``shfl.sync`` before sm_70 — split reductions combine warps with it — and
+    ``activemask`` — a GPU adstack's heap rows are claimed per warp with it: LLVM refused
+    to select them, and its error aborts the process)."""
     s = _init()
     tm = s["machines"].get(arch)
     if tm is None:
-        older = int(arch.removeprefix("sm_").rstrip("a")) < 70
+        older = int(arch.removeprefix("sm_").rstrip("a")) < 75
         tm = s["machines"][arch] = s["target"].create_target_machine(
-            cpu=arch, features="+ptx60" if older else "", opt=3)
+            cpu=arch, features="+ptx63" if older else "", opt=3)
     return tm
 
 

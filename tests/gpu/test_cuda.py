@@ -1007,7 +1007,8 @@ def test_split_reductions_at_every_chunk_remainder_and_alignment(fused, rng, mon
 def test_the_float_heap_follows_the_elements_that_loop(fusion, rng, monkeypatch):
     """Interleaved adstacks (float32 states: one word each): a thread claims a float heap
     row when its first element loops, and the heap holds as many rows as elements loop (at
-    most one per thread, at least one): with 0%, 5%, 50% and 100% of 100,003 elements
+    most one per thread — a row per thread where as many loop —, at least one): with 0%, 5%,
+    50% and 100% of 100,003 elements
     looping (a size no block divides, more elements than the 65,536 threads), the gradient
     matches float64 on the CPU (relative error <= 1e-5) and ``adstack_bytes`` is the heap's
     rows x depth x 4 bytes — 0 when nothing loops."""
@@ -1036,9 +1037,7 @@ def test_a_heap_with_too_few_rows_is_an_overflow_not_a_wild_write(rng, monkeypat
     qtrace's back), the launch raises ``AdstackOverflowError`` saying so and writes nothing
     past the heap."""
     from qtrace.devices import adstack
-    sized = adstack.heap_rows
-    monkeypatch.setattr(adstack, "heap_rows",
-                        lambda levels, threads, extent: min(sized(levels, threads, extent), 1))
+    monkeypatch.setattr(adstack, "heap_rows", lambda levels, threads, extent: int(levels.interleaved))
     n = qt.asarray(rng.integers(1, 5, 5000), device="cuda")
     x = qt.asarray(rng.random(5000).astype(np.float32), device="cuda")
     with pytest.raises(qt.AdstackOverflowError, match="heap rows"):

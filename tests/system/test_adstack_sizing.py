@@ -478,8 +478,8 @@ def test_looping_elements_are_counted_for_the_gpu_heap(kind, fusion, rng, monkey
     GPU launch would ask for it (``count=True``): how many elements' outermost loop runs,
     from the trip counts or an elementwise expression of them (``hi - lo``, ``n + k``,
     ``maximum``, ``where`` of a mask), exact, and the heap then holds that many rows (at
-    most the threads, at least one); a launch over more elements than were counted gets
-    a row per thread."""
+    least one; fewer than the threads, else a row per thread: 0); a launch over more
+    elements than were counted gets a row per thread."""
     from qtrace.devices import adstack
     depth = adstack.DepthSource.depth
     seen = []
@@ -505,7 +505,7 @@ def test_looping_elements_are_counted_for_the_gpu_heap(kind, fusion, rng, monkey
     levels = adstack.Levels()
     levels.interleaved, levels.active = True, active
     rows = adstack.heap_rows(levels, 512, 700)
-    assert rows == max(1, min(active[0], 512)) and adstack.heap_rows(levels, 512, 1400) == 0
+    assert rows == (0 if active[0] >= 512 else max(1, active[0])) and adstack.heap_rows(levels, 512, 1400) == 0
     levels.append((d, 4, 0))
     header, stride, total = adstack.layout(512, levels, rows)
     assert header == (d, 4 * d, 0, rows, 0, 0) and stride == adstack.HEADER + (4 * d + 63) // 64 * 64
