@@ -635,46 +635,40 @@ class KernelEmitter:
         word = ir.Constant(I64, STACK_WORD)
 
         def claim(row, runs):
-            # The lanes of a warp that need a row at once take consecutive rows, in lane
-            # order (one atomic add by the lowest of them, its result shuffled to the
-            # others): a warp whose lanes all loop pushes to 32 neighbouring words, as with
-            # a row per thread (rows claimed lane by lane scattered them: 2.2x slower).
-            # A thread holding a row (every thread, with a row per thread) skips the vote.
+            # The lanes of a warp that need a row at once (``activemask`` where they branched
+            # in) take consecutive rows, in lane order (one atomic add by the lowest of them,
+            # its result shuffled to the others): a warp whose lanes all loop pushes to 32
+            # neighbouring words, as with a row per thread (rows claimed lane by lane
+            # scattered them: 2.2x slower). Lanes holding a row, or not looping, pass by.
             before = b.block
-            vote = self.fn.append_basic_block("heap_vote")
             take = self.fn.append_basic_block("heap_claim")
             lead = self.fn.append_basic_block("heap_claim_lead")
             led = self.fn.append_basic_block("heap_claim_led")
             taken = self.fn.append_basic_block("heap_claimed")
-            b.cbranch(b.icmp_signed("<", row, ir.Constant(I64, 0)), vote, taken)
-            b.position_at_end(vote)
-            mask = b.call(declare(b.module, "llvm.nvvm.activemask", I32, []), [])
-            ballot = b.call(declare(b.module, "llvm.nvvm.vote.ballot.sync", I32, [I32, I1]),
-                            [mask, runs])
-            b.cbranch(runs, take, taken)
+            b.cbranch(b.and_(runs, b.icmp_signed("<", row, ir.Constant(I64, 0))), take, taken)
             b.position_at_end(take)
+            mask = b.call(declare(b.module, "llvm.nvvm.activemask", I32, []), [])
             lane = b.call(declare(b.module, "llvm.nvvm.read.ptx.sreg.laneid", I32, []), [])
-            first = intrinsic(b, "cttz", [ballot, ir.Constant(I1, 1)])
-            below = b.and_(ballot, b.sub(b.shl(ir.Constant(I32, 1), lane), ir.Constant(I32, 1)))
+            first = intrinsic(b, "cttz", [mask, ir.Constant(I1, 1)])
+            below = b.and_(mask, b.sub(b.shl(ir.Constant(I32, 1), lane), ir.Constant(I32, 1)))
             rank = b.zext(intrinsic(b, "ctpop", [below]), I64)
             b.cbranch(b.icmp_unsigned("==", lane, first), lead, led)
             b.position_at_end(lead)
             counter = b.gep(base, [ir.Constant(I64, HEAP_COUNTER)], source_etype=I8)
-            got = b.atomic_rmw("add", counter, b.zext(intrinsic(b, "ctpop", [ballot]), I64), "monotonic")
+            got = b.atomic_rmw("add", counter, b.zext(intrinsic(b, "ctpop", [mask]), I64), "monotonic")
             b.branch(led)
             b.position_at_end(led)
             leads = b.phi(I64)
             leads.add_incoming(got, lead)
             leads.add_incoming(ir.Constant(I64, 0), take)
             shfl = declare(b.module, "llvm.nvvm.shfl.sync.idx.i32", I32, [I32] * 4)
-            start = b.call(shfl, [ballot, b.trunc(leads, I32), first, ir.Constant(I32, 31)])
+            start = b.call(shfl, [mask, b.trunc(leads, I32), first, ir.Constant(I32, 31)])
             new = b.add(b.zext(start, I64), rank)   # (rows never reach 2**31: at most one per thread)
             b.store(b.add(new, ir.Constant(I64, 1)), held_at)
             b.branch(taken)
             b.position_at_end(taken)
             merged = b.phi(I64)
             merged.add_incoming(row, before)
-            merged.add_incoming(row, vote)
             merged.add_incoming(new, led)
             return merged
         heap.claim = claim

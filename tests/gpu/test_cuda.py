@@ -547,7 +547,8 @@ def test_jitted_steps_do_not_synchronise_until_a_value_is_read(rng):
         x = step(x, idx)
         ref = np.sin(ref[[3, 1, 2, 0]]) * 0.5 + ref
     assert qt.stats()["device_syncs"] == 0
-    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-6)   # (100 steps of libdevice's sin)
+    # (100 steps of libdevice's sin; a value that passes near 0 is held to the others' scale)
+    np.testing.assert_allclose(x.numpy(), ref, rtol=1e-6, atol=1e-9)
     assert qt.stats()["device_syncs"] >= 1
     bad = qt.asarray(np.array([3, 1, 9, 0]), device="cuda")
     y = x
@@ -555,7 +556,7 @@ def test_jitted_steps_do_not_synchronise_until_a_value_is_read(rng):
         y = step(y, bad if k == 50 else idx)
     with pytest.raises(IndexError, match="index 9 is out of bounds"):
         y.numpy()
-    np.testing.assert_allclose(step(x, idx).numpy(), np.sin(ref[[3, 1, 2, 0]]) * 0.5 + ref, rtol=1e-6)
+    np.testing.assert_allclose(step(x, idx).numpy(), np.sin(ref[[3, 1, 2, 0]]) * 0.5 + ref, rtol=1e-6, atol=1e-9)
 
 
 @gpu

@@ -103,7 +103,8 @@ def test_scalar_trip_counts_are_read_where_they_came_from_and_stacks_are_kept(fu
     """A jitted gradient whose trip count is a Python scalar argument: each call is sized on
     the host from the scalar itself — on a GPU, nothing is read back from the device (no
     copy, no wait) before the result is — and the stack memory is kept between calls (on a
-    GPU too: grown by doubling, never uploaded), so a run of calls allocates at most once."""
+    GPU too: grown by doubling, never uploaded), so a run of calls allocates only while its
+    depths grow, and a second run of them not at all."""
     x, c = rng.uniform(-2, 2, SIZE), rng.uniform(0.5, 1.5, SIZE)
     step = qt.jit(qt.grad(lambda x, c, s: b3_qt(s)(x, c), argnums=(0, 1)))
     xs, cs = qt.asarray(x), qt.asarray(c)
@@ -114,8 +115,14 @@ def test_scalar_trip_counts_are_read_where_they_came_from_and_stacks_are_kept(fu
     st = qt.stats()
     assert st["bytes_device_to_host"] == 0 and st["device_syncs"] == 0, st
     assert {key: st[key] for key in COUNTERS} == sized(host=len(counts)), st
-    assert st["adstack_scratch_allocs"] <= 1, st   # (depth 9 may outgrow the first block)
-    for s, (gx, gc) in zip(counts, outs):
+    # (growing from depth 3 to 9 doubles the block once or twice, with the worker count)
+    assert st["adstack_scratch_allocs"] <= 2, st
+    qt.reset_stats()
+    again = [step(xs, cs, s) for s in counts]
+    assert qt.stats()["adstack_scratch_allocs"] == 0, qt.stats()   # (kept: none now)
+    for s, (gx, gc), (ax, ac) in zip(counts, outs, again):
+        np.testing.assert_array_equal(ax.numpy(), gx.numpy())
+        np.testing.assert_array_equal(ac.numpy(), gc.numpy())
         check_b3([gx.numpy(), gc.numpy()], x, c, np.full(SIZE, s), f"trip count {s}")
 
 
