@@ -556,7 +556,8 @@ def test_jitted_steps_do_not_synchronise_until_a_value_is_read(rng):
         y = step(y, bad if k == 50 else idx)
     with pytest.raises(IndexError, match="index 9 is out of bounds"):
         y.numpy()
-    np.testing.assert_allclose(step(x, idx).numpy(), np.sin(ref[[3, 1, 2, 0]]) * 0.5 + ref, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(step(x, idx).numpy(), np.sin(ref[[3, 1, 2, 0]]) * 0.5 + ref,
+                               rtol=1e-6, atol=1e-9)
 
 
 @gpu

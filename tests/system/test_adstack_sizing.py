@@ -512,7 +512,8 @@ def test_looping_elements_are_counted_for_the_gpu_heap(kind, fusion, rng, monkey
     levels = adstack.Levels()
     levels.interleaved, levels.active = True, active
     rows = adstack.heap_rows(levels, 512, 700)
-    assert rows == (0 if active[0] >= 512 else max(1, active[0])) and adstack.heap_rows(levels, 512, 1400) == 0
+    assert rows == (0 if active[0] >= 512 else max(1, active[0]))
+    assert adstack.heap_rows(levels, 512, 1400) == 0
     levels.append((d, 4, 0))
     header, stride, total = adstack.layout(512, levels, rows)
     assert header == (d, 4 * d, 0, rows, 0, 0) and stride == adstack.HEADER + (4 * d + 63) // 64 * 64

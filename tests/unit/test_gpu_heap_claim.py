@@ -41,7 +41,8 @@ def _loops(body: str) -> list[tuple[int, int]]:
     for i, line in enumerate(lines):
         m = re.match(r"^(\$L__BB\d+_\d+):", line)
         if m:
-            back = [j for j in range(i, len(lines)) if re.search(rf"bra(\.uni)?\s+{re.escape(m[1])};", lines[j])]
+            branch = re.compile(rf"bra(\.uni)?\s+{re.escape(m[1])};")
+            back = [j for j in range(i, len(lines)) if branch.search(lines[j])]
             if back:
                 spans.append((i, back[-1]))
     return spans
