@@ -28,8 +28,17 @@ def launch_parameters(bufs: list, slots: list, by_value: tuple, pointer) -> list
     (:func:`qtrace.kernels.lowering.by_value_args`, at positions ``by_value`` of ``slots``):
     each slot's address (``pointer``; 0 for a host array, passed by value), then each
     by-value argument's bytes as an integer (a host array's; 0 for device memory, which
-    the kernel reads)."""
+    the kernel reads). A host array in any other slot is a plan that failed to upload it:
+    an error naming it, never a null pointer handed to the kernel."""
     params = [0 if type(bufs[s]) is np.ndarray else pointer(bufs[s]) for s in slots]
+    if 0 in params:
+        passed = {slots[i] for i in by_value}
+        for s in slots:
+            buf = bufs[s]
+            if type(buf) is np.ndarray and s not in passed:
+                raise RuntimeError(f"qtrace: a device kernel was given host memory for argument "
+                                   f"{slots.index(s)} ({buf.dtype}{list(buf.shape)}): it was "
+                                   "never uploaded (a qtrace bug; please report it)")
     for i in by_value:
         buf = bufs[slots[i]]
         params.append(value_bits(buf) if type(buf) is np.ndarray else 0)

@@ -393,6 +393,8 @@ def _slice_key(step: tuple) -> tuple:
 
 
 def _reshape_view(arr: np.ndarray, shape: tuple) -> np.ndarray:
+    if type(arr) is np.ndarray:   # (the method: np.reshape's dispatch cost 0.5 µs more)
+        return arr.reshape(shape, copy=False)
     return np.reshape(arr, shape, copy=False)
 
 

@@ -68,3 +68,21 @@ def test_read_only_scalars_become_value_parameters_held_in_registers(dtype, kind
     # the scalar is read by value by the tasks reading it (complex: never; unfused, several
     # tasks read it; a written 0-d result is never by value: ``expect``)
     assert (found > 0) == (np.dtype(dtype).kind != "c")
+
+
+def test_launch_parameters_pass_values_and_refuse_a_host_array_elsewhere():
+    """``launch_parameters``: device slots get their address, a by-value host scalar 0 and
+    its bytes after the pointers, device memory in a by-value slot 0 there (the kernel reads
+    it); a host array in a slot not passed by value is an error naming it, never a null
+    pointer handed to a kernel."""
+    from qtrace.devices.registry import launch_parameters
+
+    class Device:   # (stands for a device buffer: anything but a NumPy array)
+        def __init__(self, ptr):
+            self.ptr = ptr
+    dt, dev, big = np.array(0.25), Device(4096), Device(8192)
+    bufs = [dev, dt, big, np.zeros(3, np.float32)]
+    got = launch_parameters(bufs, [0, 1, 2], (1, 2), lambda b: b.ptr)
+    assert got == [4096, 0, 8192, int.from_bytes(dt.tobytes(), "little"), 0]
+    with pytest.raises(RuntimeError, match=r"argument 1 \(float32\[3\]\).*never uploaded"):
+        launch_parameters(bufs, [0, 3], (), lambda b: b.ptr)
