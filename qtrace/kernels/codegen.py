@@ -10,6 +10,8 @@ counted loops over affine addresses, which is what LLVM's loop vectorizer widens
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 from llvmlite import ir
 
@@ -82,6 +84,7 @@ class KernelEmitter:
         self.identity_clamps = frozenset()  # clamps known to be the identity where emitted
         self.trig_bad = None   # optimistic pass: i1 cell, "an argument left the fast range"
         self.invariant_loads: dict = {}   # (arg, constant index) -> value loaded in the entry
+        self.trip_loads: dict = {}   # (arg, index) -> value loaded before the loops being emitted
         self._alias_metadata(module, name)
 
     # -- structure --------------------------------------------------------------------
@@ -282,6 +285,31 @@ class KernelEmitter:
                 v = self.invariant_loads[key] = self._load(self.pointer(arg, ix, []), dt)
         return v
 
+    @contextlib.contextmanager
+    def loads_before_loop(self, programs):
+        """While a per-element loop's ``programs`` are emitted: their loads that read the
+        same element on every trip — an index of the element's coordinates alone (no value
+        of the body), from an input the task does not write — loaded once, here, before the
+        loop. (LLVM would not hoist them past the loop body's math: libdevice's reduction of
+        large trigonometric arguments is inline assembly, which may write memory. B3 read
+        its ``c[i]`` on every trip.) The element's own index is in bounds, so the load is
+        safe where the loop runs no trip."""
+        added = []
+        for prog in programs:
+            for instr in prog.instrs:
+                key = (getattr(instr, "arg", None), getattr(instr, "ix", None))
+                if (instr.kind == "load" and key not in self.trip_loads and not instr.ix.is_const
+                        and instr.arg not in self.t.writes and np.dtype(instr.dt).kind != "c"
+                        and _elementwise(instr.ix)):
+                    self.trip_loads[key] = self._load(self.pointer(instr.arg, instr.ix, []),
+                                                      np.dtype(instr.dt))
+                    added.append(key)
+        try:
+            yield
+        finally:
+            for key in added:
+                del self.trip_loads[key]
+
     def pointer(self, arg: int, ix, values) -> ir.Value:
         return self.b.gep(self.ptrs[arg], [self.index(ix, values)], inbounds=True,
                           source_etype=mem_type(self.dt[arg]))
@@ -360,6 +388,8 @@ class KernelEmitter:
                 v = complexmath.load(b, self.ptrs[instr.arg], self.index(instr.ix, values), dt)
             elif op == "load" and instr.ix.is_const and instr.arg not in self.t.writes:
                 v = self._invariant_load(instr.arg, instr.ix, dt)
+            elif op == "load" and (instr.arg, instr.ix) in self.trip_loads:
+                v = self.trip_loads[instr.arg, instr.ix]
             elif op == "load":
                 v = self._load(self.pointer(instr.arg, instr.ix, values), dt)
             elif op == "op":
@@ -416,43 +446,44 @@ class KernelEmitter:
         b = self.b
         init = [values[i] for i in ins[:m]]
         lo, hi = (values[ins[m]], values[ins[m + 1]]) if kind == "fori" else (None, None)
-        pre = b.block
-        head = self.fn.append_basic_block("loop_head")
-        body = self.fn.append_basic_block("loop_body")
-        done = self.fn.append_basic_block("loop_done")
-        b.branch(head)
-        b.position_at_end(head)
-        state = self._phis(self._state_types(dts), init, pre)
-        depth = nesting(bprog)
-        count, *nested = self._phis([I64] * (1 + depth), [ir.Constant(I64, 0)] * (1 + depth), pre)
-        env = {"state": state, "inv": [values[i] for i in ins[m + (2 if kind == "fori" else 0):]]}
-        if kind == "fori":
-            counter = b.add(lo, count)
-            go = b.icmp_signed("<", counter, hi)
-            env["counter"] = counter
-        else:
-            cv = self.run(cprog.instrs, env)
-            go = cv[cprog.outputs[0]]
-        b.cbranch(go, body, done)
-        b.position_at_end(body)
-        bv = self.run(bprog.instrs, env)
-        new = [bv[o] for o in bprog.outputs]
-        nxt = b.add(count, ir.Constant(I64, 1))
-        most = list(nested)
-        for p, inner in enumerate(bprog.instrs):
-            if inner.kind == "loop":  # its count is at our depth 1, its own depths at ours + 1
-                below = bv[p][inner.n_state:]
-                for level, c in enumerate(below):
-                    most[level] = b.select(b.icmp_signed(">", c, most[level]), c, most[level])
-        latch = b.block
-        for p, v in zip(state, new):
-            p.add_incoming(v, latch)
-        count.add_incoming(nxt, latch)
-        for p, v in zip(nested, most):
-            p.add_incoming(v, latch)
-        b.branch(head)
-        b.position_at_end(done)
-        return tuple(state) + (count, *nested)
+        with self.loads_before_loop((bprog,) if kind == "fori" else (cprog, bprog)):
+            pre = b.block
+            head = self.fn.append_basic_block("loop_head")
+            body = self.fn.append_basic_block("loop_body")
+            done = self.fn.append_basic_block("loop_done")
+            b.branch(head)
+            b.position_at_end(head)
+            state = self._phis(self._state_types(dts), init, pre)
+            depth = nesting(bprog)
+            count, *nested = self._phis([I64] * (1 + depth), [ir.Constant(I64, 0)] * (1 + depth), pre)
+            env = {"state": state, "inv": [values[i] for i in ins[m + (2 if kind == "fori" else 0):]]}
+            if kind == "fori":
+                counter = b.add(lo, count)
+                go = b.icmp_signed("<", counter, hi)
+                env["counter"] = counter
+            else:
+                cv = self.run(cprog.instrs, env)
+                go = cv[cprog.outputs[0]]
+            b.cbranch(go, body, done)
+            b.position_at_end(body)
+            bv = self.run(bprog.instrs, env)
+            new = [bv[o] for o in bprog.outputs]
+            nxt = b.add(count, ir.Constant(I64, 1))
+            most = list(nested)
+            for p, inner in enumerate(bprog.instrs):
+                if inner.kind == "loop":  # its count is at our depth 1, its own depths at ours + 1
+                    below = bv[p][inner.n_state:]
+                    for level, c in enumerate(below):
+                        most[level] = b.select(b.icmp_signed(">", c, most[level]), c, most[level])
+            latch = b.block
+            for p, v in zip(state, new):
+                p.add_incoming(v, latch)
+            count.add_incoming(nxt, latch)
+            for p, v in zip(nested, most):
+                p.add_incoming(v, latch)
+            b.branch(head)
+            b.position_at_end(done)
+            return tuple(state) + (count, *nested)
 
     def emit_loop_vjp(self, instr, values, outer_env) -> tuple:
         """The adjoint of a per-element loop: replay pushing to the adstack, then pop.
@@ -474,117 +505,122 @@ class KernelEmitter:
         lo, hi = (values[ins[m]], values[ins[m + 1]]) if kind == "fori" else (None, None)
         cts_in = [values[i] for i in ins[m + nb: m + nb + m]]
         inv = [values[i] for i in ins[m + nb + m:]]
-        fbase, ibase = outer_env.get("stack", (ir.Constant(I64, 0), ir.Constant(I64, 0)))
-        offsets, fb, ib = stack_rows(dts, pushed, rprog)
-        fcap = b.load(b.gep(self.scratch, [ir.Constant(I64, 8)], source_etype=I8), typ=I64)
-        icap = b.load(b.gep(self.scratch, [ir.Constant(I64, 16)], source_etype=I8), typ=I64)
-        word_at, heap = self._stack_words(b.and_(b.add(fcap, ir.Constant(I64, 63)), ir.Constant(I64, -64)))
-        row = heap.row if heap is not None else None   # (this thread's heap row, -1: none yet)
+        programs = (bprog, rprog) if kind == "fori" else (cprog, bprog, rprog)
+        with self.loads_before_loop(programs):   # (the replay's and the reverse's)
+            fbase, ibase = outer_env.get("stack", (ir.Constant(I64, 0), ir.Constant(I64, 0)))
+            offsets, fb, ib = stack_rows(dts, pushed, rprog)
+            fcap = b.load(b.gep(self.scratch, [ir.Constant(I64, 8)], source_etype=I8), typ=I64)
+            icap = b.load(b.gep(self.scratch, [ir.Constant(I64, 16)], source_etype=I8), typ=I64)
+            word_at, heap = self._stack_words(b.and_(b.add(fcap, ir.Constant(I64, 63)),
+                                                     ir.Constant(I64, -64)))
+            row = heap.row if heap is not None else None   # (this thread's heap row, -1: none yet)
 
-        def slot(depth, k):
-            """Logical byte offset of state ``k`` in row ``depth`` of its stack, and the stack."""
-            where, off = offsets[k]
-            start, size = (fbase, fb) if where == "f" else (ibase, ib)
-            return where, b.add(b.add(start, b.mul(depth, ir.Constant(I64, size))), ir.Constant(I64, off))
+            def slot(depth, k):
+                """Logical byte offset of state ``k`` in row ``depth`` of its stack, and the stack."""
+                where, off = offsets[k]
+                start, size = (fbase, fb) if where == "f" else (ibase, ib)
+                return where, b.add(b.add(start, b.mul(depth, ir.Constant(I64, size))), ir.Constant(I64, off))
 
-        def store(v, depth, k, row):
-            where, pos = slot(depth, k)
-            self._stack_store(v, sdt[k], where, pos, word_at, row)
+            def store(v, depth, k, row):
+                where, pos = slot(depth, k)
+                self._stack_store(v, sdt[k], where, pos, word_at, row)
 
-        def pop(depth, k, ty, row):
-            where, pos = slot(depth, k)
-            return self._stack_load(ty, sdt[k], where, pos, word_at, row)
+            def pop(depth, k, ty, row):
+                where, pos = slot(depth, k)
+                return self._stack_load(ty, sdt[k], where, pos, word_at, row)
 
-        def room_for(depth):
-            """Whether row ``depth`` fits in both stacks."""
-            rows = b.add(depth, ir.Constant(I64, 1))
-            ok = ir.Constant(I1, 1)
-            for start, size, cap in ((fbase, fb, fcap), (ibase, ib, icap)):
-                if size:
-                    end = b.add(start, b.mul(rows, ir.Constant(I64, size)))
-                    ok = b.and_(ok, b.icmp_signed("<=", end, cap))
-            return ok
+            def room_for(depth):
+                """Whether row ``depth`` fits in both stacks."""
+                rows = b.add(depth, ir.Constant(I64, 1))
+                ok = ir.Constant(I1, 1)
+                for start, size, cap in ((fbase, fb, fcap), (ibase, ib, icap)):
+                    if size:
+                        end = b.add(start, b.mul(rows, ir.Constant(I64, size)))
+                        ok = b.and_(ok, b.icmp_signed("<=", end, cap))
+                return ok
 
-        # forward replay, pushing the state each iteration of the reverse will need
-        if heap is not None:   # a heap row claimed before the loop, where it runs at all
+            # forward replay, pushing the state each iteration of the reverse will need
+            if heap is not None:   # a heap row claimed before the loop, where it runs at all
+                if kind == "fori":
+                    runs = b.icmp_signed("<", lo, hi)
+                else:
+                    runs = self.run(cprog.instrs, {"state": init, "inv": inv})[cprog.outputs[0]]
+                row = heap.claim(row, runs)
+            pre = b.block
+            head = self.fn.append_basic_block("replay_head")
+            room = self.fn.append_basic_block("replay_room")
+            push = self.fn.append_basic_block("replay_push")
+            overflow = self.fn.append_basic_block("replay_overflow")
+            fdone = self.fn.append_basic_block("replay_done")
+            b.branch(head)
+            b.position_at_end(head)
+            state = self._phis(types, init, pre)
+            depth = self._phis([I64], [ir.Constant(I64, 0)], pre)[0]
+            env = {"state": state, "inv": inv}
             if kind == "fori":
-                runs = b.icmp_signed("<", lo, hi)
+                counter = b.add(lo, depth)
+                go = b.icmp_signed("<", counter, hi)
+                env["counter"] = counter
             else:
-                runs = self.run(cprog.instrs, {"state": init, "inv": inv})[cprog.outputs[0]]
-            row = heap.claim(row, runs)
-        pre = b.block
-        head = self.fn.append_basic_block("replay_head")
-        room = self.fn.append_basic_block("replay_room")
-        push = self.fn.append_basic_block("replay_push")
-        overflow = self.fn.append_basic_block("replay_overflow")
-        fdone = self.fn.append_basic_block("replay_done")
-        b.branch(head)
-        b.position_at_end(head)
-        state = self._phis(types, init, pre)
-        depth = self._phis([I64], [ir.Constant(I64, 0)], pre)[0]
-        env = {"state": state, "inv": inv}
-        if kind == "fori":
-            counter = b.add(lo, depth)
-            go = b.icmp_signed("<", counter, hi)
-            env["counter"] = counter
-        else:
-            go = self.run(cprog.instrs, env)[cprog.outputs[0]]
-        b.cbranch(go, room, fdone)
-        head_exit = b.block
-        b.position_at_end(room)
-        fits = room_for(depth)
-        held = row
-        if heap is not None:   # (no row left: an overflow)
-            fits = b.and_(fits, b.icmp_signed("<", held, heap.rows))
-        b.cbranch(fits, push, overflow)
-        b.position_at_end(overflow)
-        if self.status is not None:
-            b.store(ir.Constant(I64, check + 1), self.status)
-            reported = depth if heap is None else b.select(   # (-1: no heap row left)
-                b.icmp_signed(">=", held, heap.rows), ir.Constant(I64, -1), depth)
-            b.store(reported, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
-        b.branch(fdone)
-        b.position_at_end(push)
-        for k in pushed:
-            store(state[k], depth, k, held)
-        bv = self.run(bprog.instrs, env)
-        latch = b.block
-        for p, o in zip(state, bprog.outputs):
-            p.add_incoming(bv[o], latch)
-        depth.add_incoming(b.add(depth, ir.Constant(I64, 1)), latch)
-        b.branch(head)
-        b.position_at_end(fdone)
-        total = b.phi(I64)
-        total.add_incoming(depth, head_exit)
-        total.add_incoming(depth, overflow)
-        # reverse: pop and run the reverse body, accumulating captured cotangents
-        rpre = b.block
-        rhead = self.fn.append_basic_block("reverse_head")
-        rbody = self.fn.append_basic_block("reverse_body")
-        rdone = self.fn.append_basic_block("reverse_done")
-        b.branch(rhead)
-        b.position_at_end(rhead)
-        cts = self._phis(types, cts_in, rpre)
-        j = self._phis([I64], [total], rpre)[0]
-        b.cbranch(b.icmp_signed(">", j, ir.Constant(I64, 0)), rbody, rdone)
-        b.position_at_end(rbody)
-        j1 = b.sub(j, ir.Constant(I64, 1))
-        popped = []
-        for k, ty in enumerate(types):
-            if k in offsets:
-                popped.append(pop(j1, k, ty, held))
-            else:
-                popped.append(ir.Constant(ty, ir.Undefined))
-        renv = {"state": popped, "ct": cts, "counter": b.add(lo, j1) if kind == "fori" else j1, "inv": inv,
-                # loops nested in the reverse body push above this element's rows
-                "stack": (b.add(fbase, b.mul(total, ir.Constant(I64, fb))),
-                          b.add(ibase, b.mul(total, ir.Constant(I64, ib))))}
-        rv = self.run(rprog.instrs, renv)
-        outs = [rv[o] for o in rprog.outputs]
-        cap_vals = outs[m:]
-        rlatch = b.block
-        # value: the cotangents, then the final state of the replay (the forward's result)
-        return self._finish_reverse(rhead, rpre, rlatch, rdone, cts, outs[:m], j, j1, cap_vals) + tuple(state)
+                go = self.run(cprog.instrs, env)[cprog.outputs[0]]
+            b.cbranch(go, room, fdone)
+            head_exit = b.block
+            b.position_at_end(room)
+            fits = room_for(depth)
+            held = row
+            if heap is not None:   # (no row left: an overflow)
+                fits = b.and_(fits, b.icmp_signed("<", held, heap.rows))
+            b.cbranch(fits, push, overflow)
+            b.position_at_end(overflow)
+            if self.status is not None:
+                b.store(ir.Constant(I64, check + 1), self.status)
+                reported = depth if heap is None else b.select(   # (-1: no heap row left)
+                    b.icmp_signed(">=", held, heap.rows), ir.Constant(I64, -1), depth)
+                b.store(reported, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
+            b.branch(fdone)
+            b.position_at_end(push)
+            for k in pushed:
+                store(state[k], depth, k, held)
+            bv = self.run(bprog.instrs, env)
+            latch = b.block
+            for p, o in zip(state, bprog.outputs):
+                p.add_incoming(bv[o], latch)
+            depth.add_incoming(b.add(depth, ir.Constant(I64, 1)), latch)
+            b.branch(head)
+            b.position_at_end(fdone)
+            total = b.phi(I64)
+            total.add_incoming(depth, head_exit)
+            total.add_incoming(depth, overflow)
+            # reverse: pop and run the reverse body, accumulating captured cotangents
+            rpre = b.block
+            rhead = self.fn.append_basic_block("reverse_head")
+            rbody = self.fn.append_basic_block("reverse_body")
+            rdone = self.fn.append_basic_block("reverse_done")
+            b.branch(rhead)
+            b.position_at_end(rhead)
+            cts = self._phis(types, cts_in, rpre)
+            j = self._phis([I64], [total], rpre)[0]
+            b.cbranch(b.icmp_signed(">", j, ir.Constant(I64, 0)), rbody, rdone)
+            b.position_at_end(rbody)
+            j1 = b.sub(j, ir.Constant(I64, 1))
+            popped = []
+            for k, ty in enumerate(types):
+                if k in offsets:
+                    popped.append(pop(j1, k, ty, held))
+                else:
+                    popped.append(ir.Constant(ty, ir.Undefined))
+            renv = {"state": popped, "ct": cts, "inv": inv,
+                    "counter": b.add(lo, j1) if kind == "fori" else j1,
+                    # loops nested in the reverse body push above this element's rows
+                    "stack": (b.add(fbase, b.mul(total, ir.Constant(I64, fb))),
+                              b.add(ibase, b.mul(total, ir.Constant(I64, ib))))}
+            rv = self.run(rprog.instrs, renv)
+            outs = [rv[o] for o in rprog.outputs]
+            cap_vals = outs[m:]
+            rlatch = b.block
+            # value: the cotangents, then the final state of the replay (the forward's result)
+            return (self._finish_reverse(rhead, rpre, rlatch, rdone, cts, outs[:m], j, j1, cap_vals)
+                    + tuple(state))
 
     def _interleaved(self) -> bool:
         """Whether this task's adstacks are interleaved across threads (see :meth:`_stack_words`)."""
@@ -1082,6 +1118,12 @@ def _latency_bound(task) -> bool:
 
 
 VECTOR_BYTES = 64   # the widest vector registers (AVX-512): sizes the remainder estimate
+
+
+def _elementwise(ix) -> bool:
+    """Whether index ``ix`` is made of the element's coordinates and constants alone (no
+    value computed in a loop body)."""
+    return all(atom[0] == "v" or (atom[0] != "s" and _elementwise(atom[1])) for atom, _ in ix.terms)
 
 
 def _math_loop_properties(task, extent: int) -> dict:
