@@ -591,29 +591,8 @@ class KernelEmitter:
             total = b.phi(I64)
             total.add_incoming(depth, head_exit)
             total.add_incoming(depth, overflow)
-            # reverse: pop and run the reverse body, accumulating captured cotangents. Each
-            # trip loads the row the next one pops (row 0 again at the last): the load's
-            # latency passes under a trip's work instead of stalling the next trip (a GPU
-            # thread of a capped launch has few neighbours to hide it: B3's reverse waited
-            # on its pops). Loops nested in the reverse body push above this element's rows.
-            kept = [k for k in range(len(types)) if k in offsets]
-
-            def pop_row(depth):
-                return [pop(depth, k, types[k], held) for k in kept]
-            test = b.block
-            first = self.fn.append_basic_block("reverse_first")
-            rpre = self.fn.append_basic_block("reverse_pre")
-            b.cbranch(b.icmp_signed(">", total, ir.Constant(I64, 0)), first, rpre)
-            b.position_at_end(first)
-            top = pop_row(b.sub(total, ir.Constant(I64, 1)))
-            b.branch(rpre)
-            b.position_at_end(rpre)
-            loaded = []
-            for v in top:
-                p = b.phi(v.type)
-                p.add_incoming(v, first)
-                p.add_incoming(ir.Constant(v.type, ir.Undefined), test)
-                loaded.append(p)
+            # reverse: pop and run the reverse body, accumulating captured cotangents
+            rpre = b.block
             rhead = self.fn.append_basic_block("reverse_head")
             rbody = self.fn.append_basic_block("reverse_body")
             rdone = self.fn.append_basic_block("reverse_done")
@@ -621,15 +600,15 @@ class KernelEmitter:
             b.position_at_end(rhead)
             cts = self._phis(types, cts_in, rpre)
             j = self._phis([I64], [total], rpre)[0]
-            current = self._phis([v.type for v in loaded], loaded, rpre)
             b.cbranch(b.icmp_signed(">", j, ir.Constant(I64, 0)), rbody, rdone)
             b.position_at_end(rbody)
             j1 = b.sub(j, ir.Constant(I64, 1))
-            below = b.sub(j1, ir.Constant(I64, 1))
-            ahead = pop_row(b.select(b.icmp_signed(">", j1, ir.Constant(I64, 0)), below, j1))
-            popped = [ir.Constant(ty, ir.Undefined) for ty in types]
-            for k, v in zip(kept, current):
-                popped[k] = v
+            popped = []
+            for k, ty in enumerate(types):
+                if k in offsets:
+                    popped.append(pop(j1, k, ty, held))
+                else:
+                    popped.append(ir.Constant(ty, ir.Undefined))
             renv = {"state": popped, "ct": cts, "inv": inv,
                     "counter": b.add(lo, j1) if kind == "fori" else j1,
                     # loops nested in the reverse body push above this element's rows
@@ -639,8 +618,6 @@ class KernelEmitter:
             outs = [rv[o] for o in rprog.outputs]
             cap_vals = outs[m:]
             rlatch = b.block
-            for p, v in zip(current, ahead):
-                p.add_incoming(v, rlatch)
             # value: the cotangents, then the final state of the replay (the forward's result)
             return (self._finish_reverse(rhead, rpre, rlatch, rdone, cts, outs[:m], j, j1, cap_vals)
                     + tuple(state))
