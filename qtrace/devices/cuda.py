@@ -139,11 +139,16 @@ def _read(buf) -> np.ndarray:
 def sync() -> None:
     """Wait for every GPU's work (on every stream), then report any failed check of it."""
     if _probe and _probe[0][0]:
-        with _streams_lock:
-            _streams.clear()
         for d in _probe[0][0]:
             _cupy().cuda.Device(d.index).synchronize()
         bump("device_syncs")
+        # (only streams found done after the wait are forgotten: another thread may have
+        # queued work since, on a stream it had noted before — cleared before the wait,
+        # that work would no longer be waited for by readers on other streams)
+        with _streams_lock:
+            for key, stream in list(_streams.items()):
+                if stream.done:
+                    del _streams[key]
     check_deferred()
 
 
