@@ -324,8 +324,8 @@ def _count_active(root: Node, leaf_value) -> tuple | None:
     element where every input is a whole buffer of the result's shape or a single number
     and every operation elementwise (``n``, ``hi - lo``, ``maximum(n - k, 0)``,
     ``where(mask, n, 0)``, comparisons): CuPy's kernels on a GPU buffer, 8 bytes read back.
-    None otherwise (a slice, a transpose, a float function in a condition: unknown, so a
-    heap row per thread)."""
+    None otherwise (a slice, a transpose, a float function in a condition, an operation
+    NumPy refuses on these dtypes: unknown, so a heap row per thread)."""
     memo: dict = {}
 
     def ev(n: Node):
@@ -365,7 +365,10 @@ def _count_active(root: Node, leaf_value) -> tuple | None:
             v = None
         memo[id(n)] = v
         return v
-    v = ev(root)
+    try:
+        v = ev(root)
+    except (TypeError, OverflowError, ValueError):   # (NumPy's refusals — a negated bool, a
+        return None                                  # constant out of the dtype's range: unknown)
     if v is None or isinstance(v, int) or v.shape != root.shape:
         return None
     active = _array_module(v).count_nonzero(v > 0)

@@ -333,6 +333,9 @@ class CudaRuntime(DeviceRuntime):
         self.index = index
         self.device = self.cp.cuda.Device(index)
         self._kept = _Kept()
+        # adstack heap rows are claimed per warp (activemask, shfl.sync after a branch):
+        # relied on from Volta's independent thread scheduling on; before it, a row per thread
+        self.heap = int(self.device.compute_capability) >= 70
 
     def scope(self):
         """A context in which this GPU is the current device: nothing to do when it already
@@ -480,12 +483,13 @@ class CudaRuntime(DeviceRuntime):
                 # interleaved (``Levels.interleaved``): the threads' headers, then their
                 # stacks word by word, each thread's header HEADER bytes from the previous
                 # one's, the float stacks a heap of a row per looping element (at most one
-                # per thread: ``adstack.heap_rows``); else a block of ``size`` bytes per
-                # thread. A CUDA graph's replays find the heap's counter where the last one
-                # left it (its headers are written outside the graph): a row per thread
+                # per thread: ``adstack.heap_rows``; a row per thread before sm_70); else a
+                # block of ``size`` bytes per thread. A CUDA graph's replays find the heap's
+                # counter where the last one left it (its headers are written outside the
+                # graph): a row per thread
                 threads = min(-(-extent // kernel.BLOCK) * kernel.BLOCK, THREAD_CAP)
                 fills = self._kept.fills
-                rows = adstack.heap_rows(levels, threads, extent) if fills is None else 0
+                rows = adstack.heap_rows(levels, threads, extent) if fills is None and self.heap else 0
                 header, size, total = adstack.layout(threads, levels, rows)
                 stride = adstack.HEADER if levels.interleaved else size
                 if fills is not None:   # (qtrace's capture: see capturing)

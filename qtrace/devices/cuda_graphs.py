@@ -35,7 +35,10 @@ How a call is served (each case tested in ``tests/gpu/test_cuda_graphs.py``):
   driver without these functions. Where no instance is free a new one is captured (up to
   :data:`RING` per signature): on a private stream, in relaxed capture mode, then
   launched on the current stream. Where none is free and the ring is full the call runs
-  the plan as usual (launch by launch): graphs never change what a call computes. Each
+  the plan as usual (launch by launch): graphs never change what a call computes. A
+  signature whose calls bring new inputs that no graph can be patched to read, call after
+  call (:data:`UNPATCHED_MAX` captures in a row: ``step(a, a)`` with a new ``a`` each
+  time), runs launch by launch from then on, and :meth:`GraphRunner.why_not` says so. Each
   capture says why under ``QTRACE_LOG_RECOMPILES=1``. So ``x = step(x)`` settles on two
   instances whose inputs are each other's results: two captures, one patch.
 * Ordering: before a replay the current stream waits for the qtrace work of every other
@@ -108,6 +111,8 @@ from .registry import value_bits
 log = logging.getLogger("qtrace")
 
 RING = 4   # instances kept per signature
+UNPATCHED_MAX = 8   # captures in a row over a free graph that could not be patched: graphs off
+UNPATCHABLE = "no free graph can be patched to read these inputs"
 HOST_MAX = 1 << 16   # bytes of a host argument a graph stages (larger: the call runs as usual)
 
 
@@ -290,7 +295,10 @@ class _Instance:
         self.inputs = self.fast = None
         runner._publish()
         values = {i: value_bits(bufs[i]) for i in self.values}   # (the call's scalars too)
-        n = self.graph.patch([new if new >= 0 else None for new in inputs], values)
+        # (an input at its old address is not moved: one that overlapped another at the
+        # capture may stay where it was while the others move)
+        n = self.graph.patch([new if new >= 0 and new != old else None
+                              for new, old in zip(inputs, old_inputs)], values)
         if n is None:   # (not patchable: nothing changed)
             self.inputs, self.fast = old_inputs, old_fast
         else:
@@ -348,6 +356,7 @@ class GraphRunner:
         self.fast: list = []   # the published instances, rewritten under the lock
         self._inside = threading.local()   # (this thread is choosing, capturing, launching)
         self._side = None
+        self._unpatched = 0   # captures in a row over a free, unpatchable graph
 
     def why_not(self) -> str | None:
         """Why this signature's calls run launch by launch (None: they replay graphs)."""
@@ -402,6 +411,12 @@ class GraphRunner:
             stream = cp.cuda.get_current_stream()
             rt.queue(stream)   # (this stream waits for the qtrace work of the others)
             k, why = self._choose(inputs, bufs, depths)
+            self._unpatched = self._unpatched + 1 if why == UNPATCHABLE else 0
+            if self._unpatched > UNPATCHED_MAX:   # (a capture per call costs more than it saves)
+                self.reason = (f"{UNPATCHED_MAX} calls in a row whose new inputs no graph could be "
+                               "patched to read (inputs overlapping one another): one capture per call")
+                self.fast.clear()
+                return None
             if k < 0:
                 # (no reference to a replaced instance or its buffers is left in this frame
                 # when the new one settles: its reference counts must be its own alone)
@@ -482,7 +497,7 @@ class GraphRunner:
                 if free is None:
                     free = i
         if free is not None:
-            return -free - 1, "no free graph can be patched to read these inputs"
+            return -free - 1, UNPATCHABLE
         return -len(instances) - 1, ("the first call" if not instances else
                                      "every graph's results are still held")
 

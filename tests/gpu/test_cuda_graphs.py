@@ -599,7 +599,8 @@ def test_scalars_are_patched_where_one_array_is_passed_twice(fusion, rng):
     """``step(x, x, s)``: the two array arguments overlap at the capture (which one a
     kernel argument stands for cannot be told), yet the by-value scalar is still patched
     in: one capture for the signature, each call right; a new array there captures again
-    (not patched: the overlap), never a wrong read."""
+    (not patched: the overlap), never a wrong read; a third argument moving while the pair
+    stays is patched in."""
     f = qt.jit(lambda a, b, s: a * s + b, cuda_graph=True)
     x0, y0 = rng.uniform(-1, 1, 5000), rng.uniform(-1, 1, 5000)
     x, y = qt.asarray(x0, device="cuda"), qt.asarray(y0, device="cuda")
@@ -612,6 +613,34 @@ def test_scalars_are_patched_where_one_array_is_passed_twice(fusion, rng):
     assert st["cuda_graph_value_patches"] == 2, st
     np.testing.assert_allclose(f(y, y, 3.0).numpy(), y0 * 4.0, rtol=1e-15)
     np.testing.assert_allclose(f(x, x, 3.0).numpy(), x0 * 4.0, rtol=1e-15)
+    assert qt.stats()["cuda_graph_captures"] == 3, qt.stats()
+    # one argument moving while the overlapping pair stays: patched, not captured
+    g = qt.jit(lambda a, b, c: a + b * c, cuda_graph=True)
+    np.testing.assert_allclose(g(x, x, y).numpy(), x0 + x0 * y0, rtol=1e-15)
+    z0 = rng.uniform(-1, 1, 5000)
+    qt.reset_stats()
+    np.testing.assert_allclose(g(x, x, qt.asarray(z0, device="cuda")).numpy(), x0 + x0 * z0, rtol=1e-15)
+    assert qt.stats()["cuda_graph_patches"] == 1 and qt.stats()["cuda_graph_captures"] == 0, qt.stats()
+
+
+@gpu
+def test_new_overlapping_inputs_every_call_turn_graphs_off(rng):
+    """``step(a, a, s)`` with a new ``a`` every call: no graph can be patched to read it (the
+    two arguments overlap), so each call captures; after ``UNPATCHED_MAX`` such captures in
+    a row the signature runs launch by launch (``graph_paths`` says why), every result
+    right."""
+    f = qt.jit(lambda a, b, s: a * s + b, cuda_graph=True)
+    arrays = [rng.uniform(-1, 1, 3000) for _ in range(cuda_graphs.UNPATCHED_MAX + 4)]
+    qt.reset_stats()
+    outs = []
+    for a0 in arrays:
+        a = qt.asarray(a0, device="cuda")
+        outs.append(f(a, a, 0.5).numpy())
+    for a0, out in zip(arrays, outs):
+        np.testing.assert_allclose(out, a0 * 1.5, rtol=1e-15)
+    assert qt.stats()["cuda_graph_captures"] == cuda_graphs.UNPATCHED_MAX + 1, qt.stats()
+    (why,) = f.graph_paths()
+    assert why is not None and "one capture per call" in why, why
 
 
 @gpu

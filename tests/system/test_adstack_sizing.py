@@ -518,3 +518,17 @@ def test_looping_elements_are_counted_for_the_gpu_heap(kind, fusion, rng, monkey
     header, stride, total = adstack.layout(512, levels, rows)
     assert header == (d, 4 * d, 0, rows, 0, 0) and stride == adstack.HEADER + (4 * d + 63) // 64 * 64
     assert total == (512 * stride if not rows else 512 * adstack.HEADER + rows * ((4 * d + 63) // 64 * 64))
+
+
+def test_a_count_numpy_refuses_is_unknown_not_an_error(rng):
+    """The heap's count of looping elements evaluates the trip counts' expression with
+    NumPy (CuPy on a GPU); an operation it refuses on the leaves' dtypes (``-`` of booleans)
+    makes the count unknown (a heap row per thread), never a failed launch."""
+    from qtrace.devices import adstack
+    a, b = rng.integers(0, 5, 50), rng.integers(0, 5, 50)
+    n, lo = qt.asarray(a), qt.asarray(b)
+    root = (n - lo)._node
+    ints = {n._node: a, lo._node: b}
+    assert adstack._count_active(root, ints.__getitem__) == (int(np.count_nonzero(a - b > 0)), 50)
+    bools = {n._node: a > 2, lo._node: b > 2}
+    assert adstack._count_active(root, bools.__getitem__) is None
