@@ -34,6 +34,7 @@ says so and exits 0.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import time
@@ -353,6 +354,7 @@ def _b3_check(p):
 
 def _b3_qtrace(qt, cp, reps: int, p, check, label: str = "", graphs: bool = False) -> list:
     pool = cp.get_default_memory_pool()
+    gc.collect()   # (an earlier row's memory still held by garbage would count as the base)
     base, peak = pool.used_bytes(), [0]
 
     def malloc(size):   # CuPy's pool, watched: the high-water mark of what is in use
