@@ -11,41 +11,12 @@ instruction selection aborted the process). Fusion on and off.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
+from ptx_probe import loop_spans, ptx
 
 import qtrace as qt
 from qtrace.graph.plan import build_plan
-from qtrace.kernels import llvm_nvptx
-from qtrace.kernels.target import CudaTarget
-
-
-class _Offline(CudaTarget):   # (the NVPTX target without a device)
-    def __init__(self, arch):
-        self.arch = arch
-
-
-def _ptx(task, arch: str) -> str:
-    target = _Offline(arch)
-    module = target.new_module("probe")
-    target.lower(task, module, "k", True)
-    return llvm_nvptx.compile_module(module, ["k"], arch).decode()
-
-
-def _loops(body: str) -> list[tuple[int, int]]:
-    """Line spans of the loops in a PTX function (a label and the last branch back to it)."""
-    lines = body.splitlines()
-    spans = []
-    for i, line in enumerate(lines):
-        m = re.match(r"^(\$L__BB\d+_\d+):", line)
-        if m:
-            branch = re.compile(rf"bra(\.uni)?\s+{re.escape(m[1])};")
-            back = [j for j in range(i, len(lines)) if branch.search(lines[j])]
-            if back:
-                spans.append((i, back[-1]))
-    return spans
 
 
 @pytest.mark.parametrize("arch", ["sm_61", "sm_70", "sm_80", "sm_90"])
@@ -54,12 +25,12 @@ def test_heap_rows_are_claimed_once_per_warp_before_the_loop(arch, fusion, rng):
     x = qt.asarray(rng.random(n).astype(np.float32))
     k = qt.asarray(rng.integers(0, 9, n))
     g = qt.grad(lambda x: qt.sum(qt.fori_loop(0, k, lambda i, v: qt.sin(v) * 1.1 + 0.1, x)))(x)
-    texts = [_ptx(t, arch) for t in build_plan((g._node,), fusion).tasks]
+    texts = [ptx(t, arch) for t in build_plan((g._node,), fusion).tasks]
     claims = [t for t in texts if "activemask" in t]
     assert len(claims) == 1, [t.count("activemask") for t in texts]
     text = claims[0]
     assert text.count("activemask.b32") == 1
     adds = [i for i, line in enumerate(text.splitlines()) if "atom.global.add" in line]
     assert len(adds) == 1 and text.count("shfl.sync.idx") == 1
-    around = sum(a <= adds[0] <= b for a, b in _loops(text))
+    around = sum(a <= adds[0] <= b for a, b in loop_spans(text))
     assert around == 1, f"the claim is inside {around} loops (only the grid-stride loop over elements)"

@@ -11,46 +11,24 @@ element). Fusion on and off.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
+from ptx_probe import loop_spans, ptx
 
 import qtrace as qt
 from qtrace.graph.plan import build_plan
-from qtrace.kernels import llvm_nvptx
-from qtrace.kernels.target import CudaTarget
-
-
-class _Offline(CudaTarget):   # (the NVPTX target without a device)
-    def __init__(self, arch):
-        self.arch = arch
 
 
 def _loop_depths(text: str) -> list[int]:
     """For each ``ld.global`` of non-constant memory in PTX ``text``: how many loops
-    (a label and a later branch back to it) enclose it."""
-    lines = text.splitlines()
-    spans = []
-    for i, line in enumerate(lines):
-        m = re.match(r"^(\$L__BB\d+_\d+):", line)
-        if m:
-            branch = re.compile(rf"bra(\.uni)?\s+{re.escape(m[1])};")
-            back = [j for j in range(i, len(lines)) if branch.search(lines[j])]
-            if back:
-                spans.append((i, back[-1]))
-    return [sum(a <= i <= b for a, b in spans) for i, line in enumerate(lines)
+    enclose it."""
+    spans = loop_spans(text)
+    return [sum(a <= i <= b for a, b in spans) for i, line in enumerate(text.splitlines())
             if "ld.global" in line and "__cudart" not in line and ".nc" not in line]
 
 
 def _ptx(nodes, fusion) -> list[str]:
-    texts = []
-    for task in build_plan(nodes, fusion).tasks:
-        target = _Offline("sm_90")
-        module = target.new_module("probe")
-        target.lower(task, module, "k", True)
-        texts.append(llvm_nvptx.compile_module(module, ["k"], "sm_90").decode())
-    return texts
+    return [ptx(task) for task in build_plan(nodes, fusion).tasks]
 
 
 def _b3(m, v, c):

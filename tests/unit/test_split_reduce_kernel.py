@@ -228,22 +228,15 @@ def test_gpu_split_reductions_stream_their_loads_past_l1(fused, rng):
     kernel does, an elementwise kernel keeps plain loads, and GPUs before sm_70 (no such
     qualifier) or PTX files declaring an ISA before 7.4 (which a driver would refuse with
     it) would get plain loads."""
+    from ptx_probe import ptx as task_ptx
+
     from qtrace.graph.plan import build_plan
     from qtrace.kernels import llvm_nvptx
-    from qtrace.kernels.target import CudaTarget
-
-    class Offline(CudaTarget):   # (the NVPTX target without a device)
-        def __init__(self, arch):
-            self.arch = arch
 
     x = qt.asarray(rng.standard_normal(1 << 16).astype(np.float32))
 
     def ptx(program, kind):
-        task = next(t for t in build_plan((program._node,), fused).tasks if t.kind == kind)
-        target = Offline("sm_90")
-        module = target.new_module("probe")
-        target.lower(task, module, "k", True)
-        return llvm_nvptx.compile_module(module, ["k"], "sm_90").decode()
+        return task_ptx(next(t for t in build_plan((program._node,), fused).tasks if t.kind == kind))
 
     text = ptx(qt.sum(x * 2.0), "reduce")
     head = ".func k" + llvm_nvptx.SEGMENTS_SUFFIX + "("
@@ -262,22 +255,15 @@ def test_gpu_split_reductions_stream_their_loads_past_l1(fused, rng):
 @pytest.mark.parametrize("arch", ["sm_52", "sm_61", "sm_70", "sm_80", "sm_90"])
 def test_gpu_split_reductions_compile_for_every_architecture(arch, rng):
     """A split reduction's warp shuffles (``shfl.sync``) compile for GPUs before sm_70 too:
-    their PTX declares ISA 6.0 (LLVM's default for them, 5.0, has no ``shfl.sync``, and
-    selecting it there aborted the process); no GPU needed."""
-    from qtrace.graph.plan import build_plan
-    from qtrace.kernels import llvm_nvptx
-    from qtrace.kernels.target import CudaTarget
+    their PTX declares ISA 6.3 at least (LLVM's default for them, 5.0 or 6.0, has no
+    ``shfl.sync`` before sm_70, and selecting it there aborted the process); no GPU needed."""
+    from ptx_probe import ptx as task_ptx
 
-    class Offline(CudaTarget):   # (the NVPTX target without a device)
-        def __init__(self, arch):
-            self.arch = arch
+    from qtrace.graph.plan import build_plan
 
     x = qt.asarray(rng.standard_normal(1 << 16).astype(np.float32))
     task = next(t for t in build_plan((qt.sum(x)._node,), True).tasks if t.kind == "reduce")
-    target = Offline(arch)
-    module = target.new_module("probe")
-    target.lower(task, module, "k", True)
-    ptx = llvm_nvptx.compile_module(module, ["k"], arch).decode()
+    ptx = task_ptx(task, arch)
     version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
-    assert (int(version[1]), int(version[2])) >= (6, 0) and "shfl.sync.down" in ptx
+    assert (int(version[1]), int(version[2])) >= (6, 3) and "shfl.sync.down" in ptx
     assert f".target {arch}" in ptx
