@@ -104,8 +104,15 @@ class LoopVjp(NamedTuple):
     body: Prog
     reverse: Prog
     per_element: tuple
-    pushed: tuple   # state indices pushed to the stack
+    pushed: tuple   # state indices pushed to the stack (m, m + 1, ...: residuals)
     check: int      # the overflow check
+    residuals: tuple = ()   # dtypes of the values the replay pushes beside the states: its
+                            # body program's outputs after the states (``graph.loops.residuals``)
+
+    @property
+    def row_dts(self) -> tuple:
+        """Dtypes of the values a row may hold: the states, then the residuals."""
+        return self.dts + self.residuals
 
 
 LOOPS = ("loop", "loop_vjp")
@@ -146,7 +153,7 @@ def word_stacks(instrs) -> bool:
     thread: split into words and interleaved, a float64 state beside an integer one gave
     gradients off in the last ~20 bits on an H100 although the pushed words read back
     exact — a cause not found, so that layout is not used."""
-    return all(int(i.dts[k][2:]) <= STACK_WORD for i in walk(instrs) if i.kind == "loop_vjp"
+    return all(int(i.row_dts[k][2:]) <= STACK_WORD for i in walk(instrs) if i.kind == "loop_vjp"
                for k in i.pushed)
 
 

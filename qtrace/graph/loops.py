@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .node import Node, toposort
+from .primitives import PRIMITIVES, TRANSCENDENTAL
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,56 @@ def body_outputs(kind: str, sub) -> tuple:
     """The outputs of a loop's body subgraph that its body computes (a while loop's first
     output is its condition)."""
     return sub.outputs[1:] if kind == "while" else sub.outputs
+
+
+def residuals(rsub) -> tuple:
+    """The values a loop adjoint's replay pushes for its reverse body ``rsub`` beside the
+    states (nodes of ``rsub``; empty: push the states the reverse body reads, as usual).
+
+    The reverse body recomputes, from each popped state, the primal values its cotangent
+    products need (B3's ``sin(v)`` and ``cos(v)``). Where that costs transcendental
+    functions, the replay — which holds the state and computes the same values anyway,
+    or nearly (``sin(v)``; ``cos(v)`` shares its range reduction) — pushes those values
+    instead, and the reverse body reads them from the stack: the *residuals* of a
+    linearization (JAX's partial evaluation of a JVP splits a function the same way), here
+    per loop iteration. The residuals are the values computed from the state alone (not
+    from a cotangent) that a cotangent-dependent node reads; pushed only when at least one
+    transcendental function feeds them, each is a float no wider than the widest state
+    pushed otherwise (so a GPU's stack layout does not change), and they take at most
+    twice the stack words of the states plus one. A reverse body holding loops keeps the
+    usual rows (its nested adjoints push above them)."""
+    order = toposort(rsub.outputs)
+    if any(PRIMITIVES[n.prim].kind == "loop" for n in order):
+        return ()
+    roles = {id(leaf): role[0] for role, leaf in rsub.placeholders.values()}
+    states = [leaf for role, leaf in rsub.placeholders.values() if role[0] == "state"]
+    by_ct, by_state = set(), set()   # ids of the nodes computed from a cotangent / a state
+    for n in order:
+        ids = [id(i) for i in n.inputs]
+        if any(roles.get(i) == "ct" or i in by_ct for i in ids):
+            by_ct.add(id(n))
+        if any(roles.get(i) == "state" or i in by_state for i in ids):
+            by_state.add(id(n))
+    out, seen = [], set()
+    for n in order:
+        if id(n) not in by_ct:
+            continue
+        for i in n.inputs:
+            if id(i) in by_state and id(i) not in by_ct and id(i) not in seen:
+                seen.add(id(i))
+                out.append(i)
+    if not out or not states:
+        return ()
+    widest = max(leaf.dtype.itemsize for leaf in states)
+    if any(n.dtype.kind != "f" or n.dtype.itemsize > widest for n in out):
+        return ()
+    words = sum(-(-leaf.dtype.itemsize // 4) for leaf in states)
+    if sum(-(-n.dtype.itemsize // 4) for n in out) > 2 * words + 1:
+        return ()
+    feeding = toposort(tuple(out))
+    if not any(n.prim in TRANSCENDENTAL and id(n) in by_state for n in feeding):
+        return ()
+    return tuple(out)
 
 
 def nesting(kind: str, sub) -> int:

@@ -41,7 +41,7 @@ from .instrs import (
     stack_rows,
     walk,
 )
-from .loops import layout, siblings_key
+from .loops import body_outputs, layout, residuals, siblings_key
 from .node import Node, c_strides, content_hash
 from .partition import FREE, Schedule, kind, region_index
 from .primitives import in_range
@@ -370,24 +370,32 @@ class TaskBuilder:
         env = env_for(sub)
         outs = sub.outputs
         cprog = self.program(outs[:1], env, ix) if lay.kind == "while" else None
-        bprog = self.program(outs[1:] if lay.kind == "while" else outs, env, ix)
+        bprog = self.program(body_outputs(lay.kind, sub), env, ix)
         dts = tuple(n.dtype.str for n in node.inputs[lay.init])
         per_element += [v[3] for v in invariants.values()]
         if not lay.reverse:
             instr = Loop("loop", dts, lay.kind, lay.n_state, cprog, bprog, tuple(per_element))
         else:
             rsub = node.params[3]
+            # the replay computes the residuals too (outputs after the states), the reverse
+            # body reads them as states m, m + 1, ... (popped, not recomputed)
+            res = residuals(rsub)
+            renv = env_for(rsub)
+            if res:
+                bprog = self.program(body_outputs(lay.kind, sub) + res, env, ix)
+                renv.update({id(n): ("state", lay.n_state + k) for k, n in enumerate(res)})
             mark = len(self.t.nested_rows)
-            rprog = self.program(rsub.outputs, env_for(rsub), ix, self._scatter_cotangents(node))
+            rprog = self.program(rsub.outputs, renv, ix, self._scatter_cotangents(node))
             inner = self.t.nested_rows[mark:]
             del self.t.nested_rows[mark:]
             pushed = sorted({i.index for i in rprog.instrs if i.kind == "state"})
-            _, fb, ib = stack_rows(dts, tuple(pushed), rprog)
+            res_dts = tuple(n.dtype.str for n in res)
+            _, fb, ib = stack_rows(dts + res_dts, tuple(pushed), rprog)
             check = len(self.t.checks)
             self.t.checks.append(("adstack", f"loop_{sub.key[:12]}", 0, 0))
             self._stack_levels(node, lay, fb, ib, inner)
             instr = LoopVjp("loop_vjp", dts, lay.kind, lay.n_state, cprog, bprog, rprog,
-                            tuple(per_element), tuple(pushed), check)
+                            tuple(per_element), tuple(pushed), check, res_dts)
         ssa = self._memo[key] = self.emit(instr)
         return ssa
 

@@ -498,7 +498,7 @@ class KernelEmitter:
                                              instr.body, instr.reverse)
         ins, pushed, check = instr.per_element, instr.pushed, instr.check
         b = self.b
-        sdt = [np.dtype(d) for d in dts]
+        sdt = [np.dtype(d) for d in instr.row_dts]
         types = self._state_types(dts)
         init = [values[i] for i in ins[:m]]
         nb = 2 if kind == "fori" else 0
@@ -508,7 +508,7 @@ class KernelEmitter:
         programs = (bprog, rprog) if kind == "fori" else (cprog, bprog, rprog)
         with self.loads_before_loop(programs):   # (the replay's and the reverse's)
             fbase, ibase = outer_env.get("stack", (ir.Constant(I64, 0), ir.Constant(I64, 0)))
-            offsets, fb, ib = stack_rows(dts, pushed, rprog)
+            offsets, fb, ib = stack_rows(instr.row_dts, pushed, rprog)
             fcap = b.load(b.gep(self.scratch, [ir.Constant(I64, 8)], source_etype=I8), typ=I64)
             icap = b.load(b.gep(self.scratch, [ir.Constant(I64, 16)], source_etype=I8), typ=I64)
             word_at, heap = self._stack_words(b.and_(b.add(fcap, ir.Constant(I64, 63)),
@@ -579,9 +579,9 @@ class KernelEmitter:
                 b.store(reported, b.gep(self.status, [ir.Constant(I64, 1)], source_etype=I64))
             b.branch(fdone)
             b.position_at_end(push)
-            for k in pushed:
-                store(state[k], depth, k, held)
             bv = self.run(bprog.instrs, env)
+            for k in pushed:   # (the state, or a residual the body program computed from it)
+                store(state[k] if k < m else bv[bprog.outputs[k]], depth, k, held)
             latch = b.block
             for p, o in zip(state, bprog.outputs):
                 p.add_incoming(bv[o], latch)
@@ -604,7 +604,7 @@ class KernelEmitter:
             b.position_at_end(rbody)
             j1 = b.sub(j, ir.Constant(I64, 1))
             popped = []
-            for k, ty in enumerate(types):
+            for k, ty in enumerate(self._state_types(instr.row_dts)):
                 if k in offsets:
                     popped.append(pop(j1, k, ty, held))
                 else:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..graph.instrs import LOOPS, STACK_HEADER, stack_rows, uses_fast_trig, walk
+from ..graph.instrs import LOOPS, STACK_HEADER, STACK_WORD, stack_rows, uses_fast_trig, walk
 from . import scalar
 from .intrinsics import aborted
 
@@ -254,9 +254,9 @@ def _advance(em, instr, arrays, state, lo_a, count, base, n_lanes, types, t, pus
             _check_fast_math(em, still)
             active = b.and_(still, c)
         em.lane_active = active
-        if push is not None:
-            push(lane, s, active)
         new = em.run(bprog.instrs, env)
+        if push is not None:   # the states, and residuals the body program computed from them
+            push(lane, s + [new[o] for o in bprog.outputs[len(s):]], active)
         em.lane_active = None
         _check_fast_math(em, active)
         for k, a in enumerate(state):
@@ -285,10 +285,10 @@ def _forward(em, instr, arrays, state, lo_a, count, maxn, base, n_lanes, types):
 def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, types):
     """Replay pushing ``[t][lane]`` rows, then run the reverse body from the last row down."""
     b = em.b
-    _, dts_s, kind, m, cprog, bprog, rprog, ins, pushed, check = instr
+    kind, m, rprog, pushed, check = instr.layout, instr.n_state, instr.reverse, instr.pushed, instr.check
     lanes = em.t.lanes
-    sdt = [np.dtype(d) for d in dts_s]
-    offsets, fb, ib = stack_rows(dts_s, pushed, rprog)
+    sdt = [np.dtype(d) for d in instr.row_dts]
+    offsets, fb, ib = stack_rows(instr.row_dts, pushed, rprog)
     cap = b.load(em.scratch, typ=I64)  # rows of `lanes` entries each
     fstack = b.gep(em.scratch, [ir.Constant(I64, STACK_HEADER)], source_etype=I8)
     fbytes = b.and_(b.add(b.mul(cap, ir.Constant(I64, fb * lanes)), ir.Constant(I64, 63)),
@@ -296,11 +296,14 @@ def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, ty
     istack = b.gep(fstack, [fbytes], source_etype=I8)
 
     def slot(t, lane, k):
+        # row t of the block holds each pushed value's lanes side by side (a value pushed
+        # by every lane is one contiguous vector store, however many values a row holds)
         where, off = offsets[k]
         stack, size = (fstack, fb) if where == "f" else (istack, ib)
-        row = b.add(b.mul(t, ir.Constant(I64, lanes)), lane)
-        return b.gep(stack, [b.add(b.mul(row, ir.Constant(I64, size)), ir.Constant(I64, off))],
-                     source_etype=I8)
+        width = -(-sdt[k].itemsize // STACK_WORD) * STACK_WORD
+        pos = b.add(b.mul(t, ir.Constant(I64, size * lanes)),
+                    b.add(ir.Constant(I64, off * lanes), b.mul(lane, ir.Constant(I64, width))))
+        return b.gep(stack, [pos], source_etype=I8)
 
     def push(t, room):
         def store(lane, s, active):
@@ -344,7 +347,7 @@ def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, ty
             em.vars[:] = [b.add(base, lane)]
             active = b.icmp_signed("<", t, arrays.load(count, lane, I64))
             popped = []
-            for k, ty in enumerate(types):
+            for k, ty in enumerate(types + [scalar.ir_type(np.dtype(d)) for d in instr.residuals]):
                 if k in offsets:
                     v = b.load(slot(t, lane, k), typ=I8 if sdt[k].kind == "b" else ty)
                     popped.append(_from_mem(b, v, ty))

@@ -15,7 +15,7 @@ JAX_PLATFORMS=cpu python3 -m pytest -q -p no:cacheprovider -k "cuda${GPU_K:+ and
     --junitxml="$dir/gpu-suite.xml" "$@" \
     tests/ops/test_forward.py tests/ops/test_gradients.py tests/ops/test_chain.py \
     tests/system/test_fusion_rules.py tests/system/test_ad.py tests/system/test_loops.py \
-    tests/system/test_jit.py
+    tests/system/test_jit.py tests/system/test_loop_residuals.py
 suite=$?
 XLA_PYTHON_CLIENT_PREALLOCATE=false python3 -m pytest -q -p no:cacheprovider \
     ${GPU_K:+-k "$GPU_K"} --junitxml="$dir/gpu-device.xml" tests/gpu

@@ -48,9 +48,11 @@ def test_an_elements_own_inputs_are_loaded_outside_its_loop(fusion, rng):
                      argnums=(0, 1))(x, c)
     adjoint = [t for t in _ptx((gx._node, gc._node), fusion) if "st.global" in t and "fma" in t]
     assert adjoint
-    for text in adjoint:   # (the stack's pop is the one load in the reverse loop: 2 deep)
+    for text in adjoint:
+        # the loads in the reverse loop (2 deep) are the stack's pops of sin(v) and cos(v),
+        # which the replay pushed: 2, or 4 where LLVM unrolled that small loop by two
         depths = _loop_depths(text)
-        assert sum(d >= 2 for d in depths) == 1, depths
+        assert sum(d >= 2 for d in depths) in (2, 4), depths
 
 
 @pytest.mark.parametrize("kind", ["fori", "while"])
