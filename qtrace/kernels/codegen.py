@@ -515,29 +515,46 @@ class KernelEmitter:
                                                      ir.Constant(I64, -64)))
             row = heap.row if heap is not None else None   # (this thread's heap row, -1: none yet)
 
-            def slot(depth, k):
-                """Logical byte offset of state ``k`` in row ``depth`` of its stack, and the stack."""
-                where, off = offsets[k]
-                start, size = (fbase, fb) if where == "f" else (ibase, ib)
-                return where, b.add(b.add(start, b.mul(depth, ir.Constant(I64, size))), ir.Constant(I64, off))
+            stacks = {"f": (fbase, fb, fcap), "i": (ibase, ib, icap)}
 
-            def store(v, depth, k, row):
-                where, pos = slot(depth, k)
-                self._stack_store(v, sdt[k], where, pos, word_at, row)
+            def slot(depth, k):
+                """Logical byte offset of value ``k`` in row ``depth`` of its stack, and the stack."""
+                where, off = offsets[k]
+                start, size, _ = stacks[where]
+                return where, b.add(b.add(start, b.mul(depth, ir.Constant(I64, size))), ir.Constant(I64, off))
 
             def pop(depth, k, ty, row):
                 where, pos = slot(depth, k)
-                return self._stack_load(ty, sdt[k], where, pos, word_at, row)
+                return self._stack_load(ty, sdt[k], word_at(where, pos, row))
 
-            def room_for(depth):
-                """Whether row ``depth`` fits in both stacks."""
-                rows = b.add(depth, ir.Constant(I64, 1))
-                ok = ir.Constant(I1, 1)
-                for start, size, cap in ((fbase, fb, fcap), (ibase, ib, icap)):
-                    if size:
-                        end = b.add(start, b.mul(rows, ir.Constant(I64, size)))
-                        ok = b.and_(ok, b.icmp_signed("<=", end, cap))
-                return ok
+            def rows_that_fit():
+                """How many rows fit in both stacks (a row ``depth`` fits where ``depth`` is less)."""
+                limit = None
+                for start, size, cap in stacks.values():
+                    if size:   # (a negative room: none fits)
+                        n = b.sdiv(b.sub(cap, start), ir.Constant(I64, size))
+                        limit = n if limit is None else b.select(b.icmp_signed("<", n, limit), n, limit)
+                return limit
+
+            def push_pointers(row):
+                """Where row 0's values go, and how far a row moves them: ``({stack: (address,
+                bytes per row)}, {value k: bytes from its stack's address})``. The replay walks
+                each stack with a pointer advanced a row per trip (an address computed from the
+                depth took a 64-bit multiply per push)."""
+                def addr(where, pos):
+                    return b.ptrtoint(word_at(where, pos, row), I64)
+                walk, within = {}, {}
+                for where in {offsets[k][0] for k in pushed}:
+                    start, size, _ = stacks[where]
+                    a0 = addr(where, start)
+                    walk[where] = (b.inttoptr(a0, PTR),
+                                   b.sub(addr(where, b.add(start, ir.Constant(I64, size))), a0))
+                for k in pushed:
+                    where, off = offsets[k]
+                    start = stacks[where][0]
+                    within[k] = b.sub(addr(where, b.add(start, ir.Constant(I64, off))),
+                                      b.ptrtoint(walk[where][0], I64))
+                return walk, within
 
             # forward replay, pushing the state each iteration of the reverse will need
             if heap is not None:   # a heap row claimed before the loop, where it runs at all
@@ -546,6 +563,8 @@ class KernelEmitter:
                 else:
                     runs = self.run(cprog.instrs, {"state": init, "inv": inv})[cprog.outputs[0]]
                 row = heap.claim(row, runs)
+            limit = rows_that_fit()
+            walk, within = push_pointers(row)
             pre = b.block
             head = self.fn.append_basic_block("replay_head")
             room = self.fn.append_basic_block("replay_room")
@@ -556,6 +575,9 @@ class KernelEmitter:
             b.position_at_end(head)
             state = self._phis(types, init, pre)
             depth = self._phis([I64], [ir.Constant(I64, 0)], pre)[0]
+            where_walks = sorted(walk)
+            at = dict(zip(where_walks, self._phis([PTR] * len(walk),
+                                                  [walk[w][0] for w in where_walks], pre)))
             env = {"state": state, "inv": inv}
             if kind == "fori":
                 counter = b.add(lo, depth)
@@ -566,7 +588,7 @@ class KernelEmitter:
             b.cbranch(go, room, fdone)
             head_exit = b.block
             b.position_at_end(room)
-            fits = room_for(depth)
+            fits = ir.Constant(I1, 1) if limit is None else b.icmp_signed("<", depth, limit)
             held = row
             if heap is not None:   # (no row left: an overflow)
                 fits = b.and_(fits, b.icmp_signed("<", held, heap.rows))
@@ -581,11 +603,15 @@ class KernelEmitter:
             b.position_at_end(push)
             bv = self.run(bprog.instrs, env)
             for k in pushed:   # (the state, or a residual the body program computed from it)
-                store(state[k] if k < m else bv[bprog.outputs[k]], depth, k, held)
+                where = offsets[k][0]
+                self._stack_store(state[k] if k < m else bv[bprog.outputs[k]], sdt[k],
+                                  b.gep(at[where], [within[k]], source_etype=I8))
             latch = b.block
             for p, o in zip(state, bprog.outputs):
                 p.add_incoming(bv[o], latch)
             depth.add_incoming(b.add(depth, ir.Constant(I64, 1)), latch)
+            for w in where_walks:
+                at[w].add_incoming(b.gep(at[w], [walk[w][1]], source_etype=I8), latch)
             b.branch(head)
             b.position_at_end(fdone)
             total = b.phi(I64)
@@ -715,26 +741,24 @@ class KernelEmitter:
             return b.gep(fstack if where == "f" else istack, [at], source_etype=I8)
         return word_at, heap
 
-    def _stack_store(self, v: ir.Value, dt: np.dtype, where: str, pos: ir.Value, word_at,
-                     row=None) -> None:
-        """Push ``v`` (of ``dt``) at logical byte ``pos`` of a stack (see :meth:`_stack_words`;
+    def _stack_store(self, v: ir.Value, dt: np.dtype, at: ir.Value) -> None:
+        """Push ``v`` (of ``dt``) at address ``at`` of a stack (see :meth:`_stack_words`;
         interleaved, a value narrower than a word is widened to one)."""
         b = self.b
         if dt.kind == "b":
             v = b.zext(v, I8)
         if self._interleaved() and dt.itemsize < STACK_WORD:
             v = b.zext(v, I32)
-        b.store(v, word_at(where, pos, row))
+        b.store(v, at)
 
-    def _stack_load(self, ty: ir.Type, dt: np.dtype, where: str, pos: ir.Value, word_at,
-                    row=None) -> ir.Value:
-        """Pop a value of ``dt`` (register type ``ty``) from logical byte ``pos`` of a stack."""
+    def _stack_load(self, ty: ir.Type, dt: np.dtype, at: ir.Value) -> ir.Value:
+        """Pop a value of ``dt`` (register type ``ty``) from address ``at`` of a stack."""
         b = self.b
         mem = I8 if dt.kind == "b" else ty
         if self._interleaved() and dt.itemsize < STACK_WORD:
-            v = b.trunc(b.load(word_at(where, pos, row), typ=I32), mem)
+            v = b.trunc(b.load(at, typ=I32), mem)
         else:
-            v = b.load(word_at(where, pos, row), typ=mem)
+            v = b.load(at, typ=mem)
         return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if dt.kind == "b" else v
 
     def _finish_reverse(self, rhead, rpre, rlatch, rdone, cts, new_cts, j, j1, cap_vals) -> tuple:
