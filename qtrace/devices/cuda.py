@@ -144,7 +144,9 @@ def sync() -> None:
         bump("device_syncs")
         # (only streams found done after the wait are forgotten: another thread may have
         # queued work since, on a stream it had noted before — cleared before the wait,
-        # that work would no longer be waited for by readers on other streams)
+        # that work would no longer be waited for by readers on other streams; a stream
+        # noted whose launches are not queued yet may be forgotten here: runs note it
+        # again once they are, CudaRuntime.launched)
         with _streams_lock:
             for key, stream in list(_streams.items()):
                 if stream.done:
@@ -518,6 +520,8 @@ class CudaRuntime(DeviceRuntime):
                   else [bufs[s].data.ptr for s in slots])
         kernel.launch(extent, params, 0,
                       self._split_scratch(scratch, zeroed, stream) if scratch else 0, 0, stream=stream)
+        if queue:
+            self.launched(stream)
         bump_many(ONE_LAUNCH)
         return [bufs[s] for s in outs]
 
@@ -533,6 +537,16 @@ class CudaRuntime(DeviceRuntime):
             stream = self.cp.cuda.get_current_stream()
             order_reads(self.index, stream)
             note_stream(stream, self.index)
+
+    def launched(self, stream=None) -> None:
+        """Note the stream of the launches just queued again (:meth:`queue` noted it before
+        them; ``qt.sync()`` in another thread may have forgotten it since, finding it idle:
+        noted after the launches, it stays until their work is done). ``stream``: as in
+        :meth:`queue`."""
+        if stream is None:
+            with self.scope():
+                stream = self.cp.cuda.get_current_stream()
+        note_stream(stream, self.index)
 
     def sync(self) -> None:
         self.device.synchronize()

@@ -439,6 +439,7 @@ class GraphRunner:
                 chosen.settle()
                 chosen.graph.launch(stream)   # (its capture counted the launches)
                 chosen.launched(runtime, stream)
+                rt.launched(stream)
                 if self.native is not None:
                     chosen.publish(self.native)
                 self._publish()
@@ -458,6 +459,7 @@ class GraphRunner:
                     np.copyto(view, bufs[i])
             chosen.graph.launch(stream)
             chosen.launched(runtime, stream)
+            rt.launched(stream)
             bump_many((("cuda_graph_replays", 1), ("kernel_launches", chosen.launches),
                        ("tasks_run", chosen.launches)))   # (a GPU kernel is one task)
             return list(chosen.results)

@@ -99,6 +99,11 @@ class DeviceRuntime:
         """A run is about to queue work (a GPU runtime notes on which stream, so that reads
         wait for it: ``qtrace.devices.cuda.order_reads``)."""
 
+    def launched(self) -> None:
+        """A run has queued its work (a GPU runtime notes the stream again: ``qt.sync()`` in
+        another thread, between :meth:`queue` and the launches, may have found the stream
+        idle and forgotten it)."""
+
     def defer_check(self, status, check) -> None:
         """Have ``check`` (raising the first failed check) read the status rows ``status``
         of a finished run: at once here; a GPU runtime reads them when the host next waits

@@ -379,6 +379,8 @@ class Plan:
                 bufs[s] = None
                 if s not in self.view_slots and s not in shared:  # (a view's memory is its source's)
                     spare.setdefault((buf.shape, buf.dtype), []).append(buf)
+        if host is not None:
+            rt.launched()
         if self.n_launches:
             bump_many((("kernel_launches", self.n_launches), ("tasks_run", self.n_tasks)))
         if status is not None and own_status:

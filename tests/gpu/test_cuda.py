@@ -704,6 +704,48 @@ def test_work_is_queued_on_the_current_stream_and_read_after_it(rng, monkeypatch
 
 
 @gpu
+@pytest.mark.parametrize("graphs", [False, True], ids=["launches", "cuda_graph"])
+def test_a_sync_between_noting_a_stream_and_launching_on_it_forgets_nothing(rng, monkeypatch, graphs):
+    """``qt.sync()`` in another thread may run after a run noted its stream (idle then) and
+    before its launches: it forgets the stream. The run notes it again once its work is
+    queued, so a read on another stream still waits for that work. Simulated: a sync right
+    after the run notes its stream, then a ~0.1 s spin kernel queued there first (so the
+    work is still running at the read); launch by launch and replaying a CUDA graph."""
+    import cupy
+
+    from qtrace.devices import cuda as cuda_runtime
+    spin = cupy.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
+        long long t0 = clock64(); while (clock64() - t0 < cycles) {} }""", "spin")
+    step = qt.jit(lambda x, y: qt.sin(x) * y + 1.0, cuda_graph=graphs)
+    x, y = (rng.uniform(-1, 1, 1_000_000).astype(np.float32) for _ in range(2))
+    gx, gy = qt.asarray(x, device="cuda"), qt.asarray(y, device="cuda")
+    want = np.sin(x.astype(np.float64)) * y + 1.0
+    s = qt.cuda.Stream(non_blocking=True)
+    with s:
+        for _ in range(2):   # (compiled; with graphs, captured: the next call replays)
+            qt.eval(step(gx, gy))
+    qt.sync()
+    queue, seen = cuda_runtime.CudaRuntime.queue, []
+
+    def sync_after_noting(self, stream=None):
+        queue(self, stream)
+        qt.sync()   # (the stream is idle: forgotten)
+        assert (self.index, s.ptr) not in cuda_runtime._streams
+        spin((1,), (1,), (np.int64(200_000_000),))   # (on the current stream: s)
+        seen.append(1)
+    monkeypatch.setattr(cuda_runtime.CudaRuntime, "queue", sync_after_noting)
+    with s:
+        out = step(gx, gy)
+    monkeypatch.setattr(cuda_runtime.CudaRuntime, "queue", queue)
+    assert seen
+    assert not s.done and (cupy.cuda.Device().id, s.ptr) in cuda_runtime._streams
+    if graphs:
+        assert qt.stats()["cuda_graph_replays"] >= 1
+    np.testing.assert_allclose(out.numpy(), want, rtol=2e-6, atol=2e-6)   # (read on the legacy stream)
+    qt.sync()
+
+
+@gpu
 def test_split_reductions_share_one_scratch_block_per_stream(rng, monkeypatch):
     """Split reductions' scratch is one block per stream, kept between launches and zeroed
     on the stream once, when made (reductions of different layouts — sum, argmax with its
