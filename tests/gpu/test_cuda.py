@@ -1087,3 +1087,26 @@ def test_a_heap_with_too_few_rows_is_an_overflow_not_a_wild_write(rng, monkeypat
     x = qt.asarray(rng.random(5000).astype(np.float32), device="cuda")
     with pytest.raises(qt.AdstackOverflowError, match="heap rows"):
         qt.grad(lambda x: qt.sum(qt.fori_loop(0, n, lambda i, v: qt.sin(v) * 1.1, x)))(x).numpy()
+
+
+@gpu
+@pytest.mark.parametrize("stride", [64, 200])
+@pytest.mark.parametrize("capturing", [False, True])
+def test_adstack_headers_are_written_into_every_threads_slot(stride, capturing, rng, monkeypatch):
+    """``write_headers``: each thread's first header words hold the header, whatever else
+    the block holds is left as it was — from the header kept on the device (one copy), and
+    word by word where the stream is being captured (no upload there)."""
+    import cupy
+
+    from qtrace.devices import cuda as cuda_runtime
+    monkeypatch.setattr(cuda_runtime, "_capturing", lambda stream: capturing)
+    threads = 1000
+    header = tuple(int(v) for v in rng.integers(0, 1 << 40, 6)) + (0, 0)
+    before = rng.integers(0, 256, threads * stride + 64).astype(np.uint8)
+    block = cupy.asarray(before)
+    cuda_runtime.write_headers(block, header, threads, stride)
+    got = block.get()
+    want = before.copy()
+    for t in range(threads):
+        want[t * stride:t * stride + 64] = np.array(header, np.int64).view(np.uint8)
+    np.testing.assert_array_equal(got, want)
