@@ -167,3 +167,15 @@ def test_float32_b3(fusion, rng):
     scale = max(np.abs(want[0]).max(), np.abs(want[1]).max())
     assert np.abs(gx.numpy() - want[0]).max() / scale < 1e-5
     assert np.abs(gc.numpy() - want[1]).max() / scale < 1e-5
+
+
+def test_large_arguments_take_the_exact_trig_path(fusion, rng):
+    """States of a million and more: ``sin``'s fast reduction does not cover them (the CPU
+    re-runs such a kernel with the exact reduction), and the residuals pushed are those
+    exact values."""
+    x, c, n = _inputs(rng, 300, 1)
+    x = [x[0] * 3e6]
+    got = qt.grad(_loss(_b3, 1, qt.asarray(n)), argnums=(0, 1))(qt.asarray(x[0]), qt.asarray(c))
+    want = _complex_step(_b3, x, c, n)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-9, atol=1e-9)
