@@ -370,20 +370,18 @@ class TaskBuilder:
         env = env_for(sub)
         outs = sub.outputs
         cprog = self.program(outs[:1], env, ix) if lay.kind == "while" else None
-        bprog = self.program(body_outputs(lay.kind, sub), env, ix)
+        # an adjoint's replay computes the residuals too (outputs after the states), which
+        # its reverse body reads as states m, m + 1, ... (popped, not recomputed)
+        res = residuals(node.params[3]) if lay.reverse else ()
+        bprog = self.program(body_outputs(lay.kind, sub) + res, env, ix)
         dts = tuple(n.dtype.str for n in node.inputs[lay.init])
         per_element += [v[3] for v in invariants.values()]
         if not lay.reverse:
             instr = Loop("loop", dts, lay.kind, lay.n_state, cprog, bprog, tuple(per_element))
         else:
             rsub = node.params[3]
-            # the replay computes the residuals too (outputs after the states), the reverse
-            # body reads them as states m, m + 1, ... (popped, not recomputed)
-            res = residuals(rsub)
             renv = env_for(rsub)
-            if res:
-                bprog = self.program(body_outputs(lay.kind, sub) + res, env, ix)
-                renv.update({id(n): ("state", lay.n_state + k) for k, n in enumerate(res)})
+            renv.update({id(n): ("state", lay.n_state + k) for k, n in enumerate(res)})
             mark = len(self.t.nested_rows)
             rprog = self.program(rsub.outputs, renv, ix, self._scatter_cotangents(node))
             inner = self.t.nested_rows[mark:]

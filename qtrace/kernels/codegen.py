@@ -543,18 +543,18 @@ class KernelEmitter:
                 depth took a 64-bit multiply per push)."""
                 def addr(where, pos):
                     return b.ptrtoint(word_at(where, pos, row), I64)
-                walk, within = {}, {}
+                start_of, within = {}, {}
                 for where in {offsets[k][0] for k in pushed}:
                     start, size, _ = stacks[where]
                     a0 = addr(where, start)
-                    walk[where] = (b.inttoptr(a0, PTR),
+                    start_of[where] = (b.inttoptr(a0, PTR),
                                    b.sub(addr(where, b.add(start, ir.Constant(I64, size))), a0))
                 for k in pushed:
                     where, off = offsets[k]
                     start = stacks[where][0]
                     within[k] = b.sub(addr(where, b.add(start, ir.Constant(I64, off))),
-                                      b.ptrtoint(walk[where][0], I64))
-                return walk, within
+                                      b.ptrtoint(start_of[where][0], I64))
+                return start_of, within
 
             # forward replay, pushing the state each iteration of the reverse will need
             if heap is not None:   # a heap row claimed before the loop, where it runs at all
@@ -564,7 +564,7 @@ class KernelEmitter:
                     runs = self.run(cprog.instrs, {"state": init, "inv": inv})[cprog.outputs[0]]
                 row = heap.claim(row, runs)
             limit = rows_that_fit()
-            walk, within = push_pointers(row)
+            start_of, within = push_pointers(row)
             pre = b.block
             head = self.fn.append_basic_block("replay_head")
             room = self.fn.append_basic_block("replay_room")
@@ -575,9 +575,8 @@ class KernelEmitter:
             b.position_at_end(head)
             state = self._phis(types, init, pre)
             depth = self._phis([I64], [ir.Constant(I64, 0)], pre)[0]
-            where_walks = sorted(walk)
-            at = dict(zip(where_walks, self._phis([PTR] * len(walk),
-                                                  [walk[w][0] for w in where_walks], pre)))
+            walked = sorted(start_of)   # (the stacks the replay pushes to: a pointer each)
+            at = dict(zip(walked, self._phis([PTR] * len(walked), [start_of[w][0] for w in walked], pre)))
             env = {"state": state, "inv": inv}
             if kind == "fori":
                 counter = b.add(lo, depth)
@@ -610,8 +609,8 @@ class KernelEmitter:
             for p, o in zip(state, bprog.outputs):
                 p.add_incoming(bv[o], latch)
             depth.add_incoming(b.add(depth, ir.Constant(I64, 1)), latch)
-            for w in where_walks:
-                at[w].add_incoming(b.gep(at[w], [walk[w][1]], source_etype=I8), latch)
+            for w in walked:
+                at[w].add_incoming(b.gep(at[w], [start_of[w][1]], source_etype=I8), latch)
             b.branch(head)
             b.position_at_end(fdone)
             total = b.phi(I64)
