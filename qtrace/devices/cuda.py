@@ -536,27 +536,25 @@ class CudaRuntime(DeviceRuntime):
         bump_many(ONE_LAUNCH)
         return [bufs[s] for s in outs]
 
-    def queue(self, stream=None) -> None:
+    def queue(self, stream=None):
         """Order the next launches after the qtrace work of other streams (what they read
-        may come from there), and note their stream. ``stream``: this device's current
-        stream, where the caller has made this device current and read it."""
+        may come from there), and note their stream; returns it (for :meth:`launched`).
+        ``stream``: this device's current stream, where the caller has made this device
+        current and read it."""
         if stream is not None:
             order_reads(self.index, stream)
             note_stream(stream, self.index)
-            return
+            return stream
         with self.scope():
             stream = self.cp.cuda.get_current_stream()
             order_reads(self.index, stream)
             note_stream(stream, self.index)
+        return stream
 
-    def launched(self, stream=None) -> None:
-        """Note the stream of the launches just queued again (:meth:`queue` noted it before
-        them; ``qt.sync()`` in another thread may have forgotten it since, finding it idle:
-        noted after the launches, it stays until their work is done). ``stream``: as in
-        :meth:`queue`."""
-        if stream is None:
-            with self.scope():
-                stream = self.cp.cuda.get_current_stream()
+    def launched(self, stream) -> None:
+        """Note ``stream``, that of the launches just queued, again (:meth:`queue` noted it
+        before them; ``qt.sync()`` in another thread may have forgotten it since, finding it
+        idle: noted after the launches, it stays until their work is done)."""
         note_stream(stream, self.index)
 
     def sync(self) -> None:

@@ -95,14 +95,14 @@ class DeviceRuntime:
         output buffers."""
         raise NotImplementedError
 
-    def queue(self) -> None:
+    def queue(self):
         """A run is about to queue work (a GPU runtime notes on which stream, so that reads
-        wait for it: ``qtrace.devices.cuda.order_reads``)."""
+        wait for it: ``qtrace.devices.cuda.order_reads``, and returns it)."""
 
-    def launched(self) -> None:
-        """A run has queued its work (a GPU runtime notes the stream again: ``qt.sync()`` in
-        another thread, between :meth:`queue` and the launches, may have found the stream
-        idle and forgotten it)."""
+    def launched(self, stream) -> None:
+        """A run has queued its work on ``stream`` (what :meth:`queue` returned; a GPU
+        runtime notes it again: ``qt.sync()`` in another thread, between :meth:`queue` and
+        the launches, may have found it idle and forgotten it)."""
 
     def defer_check(self, status, check) -> None:
         """Have ``check`` (raising the first failed check) read the status rows ``status``

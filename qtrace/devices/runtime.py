@@ -323,7 +323,7 @@ class Plan:
             return rt.run_kernel(self.one, leaf_buffers, len(self.slot_meta), queue)
         host = None
         if rt.kind != "cpu" and queue:  # host data (NumPy arguments, Python scalars) goes to the device
-            rt.queue()
+            stream = rt.queue()
             host = [b if isinstance(b, np.ndarray) else None for b in leaf_buffers]
             kept = self.host_leaves   # (passed by value: left on the host)
             leaf_buffers = [rt.from_host(b) if h is not None and i not in kept else b
@@ -380,7 +380,7 @@ class Plan:
                 if s not in self.view_slots and s not in shared:  # (a view's memory is its source's)
                     spare.setdefault((buf.shape, buf.dtype), []).append(buf)
         if host is not None:
-            rt.launched()
+            rt.launched(stream)
         if self.n_launches:
             bump_many((("kernel_launches", self.n_launches), ("tasks_run", self.n_tasks)))
         if status is not None and own_status:

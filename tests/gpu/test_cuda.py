@@ -728,11 +728,12 @@ def test_a_sync_between_noting_a_stream_and_launching_on_it_forgets_nothing(rng,
     queue, seen = cuda_runtime.CudaRuntime.queue, []
 
     def sync_after_noting(self, stream=None):
-        queue(self, stream)
+        noted = queue(self, stream)
         qt.sync()   # (the stream is idle: forgotten)
         assert (self.index, s.ptr) not in cuda_runtime._streams
         spin((1,), (1,), (np.int64(200_000_000),))   # (on the current stream: s)
         seen.append(1)
+        return noted
     monkeypatch.setattr(cuda_runtime.CudaRuntime, "queue", sync_after_noting)
     with s:
         out = step(gx, gy)
