@@ -302,21 +302,26 @@ def write_headers(block, header: tuple, threads: int, stride: int) -> None:
     """Write each of ``threads`` adstack headers (``adstack.layout``), ``stride`` bytes
     apart in ``block``, on the device: one copy on the current stream from the header kept
     in device memory (uploaded once per header value and device; a fill per header word
-    cost ~75 µs of host time per launch). A header not kept yet, on a stream being captured
-    into a CUDA graph (an upload is no graph node), is written word by word."""
+    cost ~75 µs of host time per launch). On a stream being captured into a CUDA graph (a
+    user's capture: qtrace's own writes its headers outside), word by word: a graph copying
+    from a kept header would read it after it is dropped."""
     heads = block[:threads * stride].view(np.int64).reshape(threads, stride // 8)
+    cp = _cupy()
+    stream = cp.cuda.get_current_stream()
+    if _capturing(stream):
+        for k, v in enumerate(header):
+            heads[:, k] = v
+        return
     key = (block.device.id, header)
     pattern = _headers.get(key)
     if pattern is None:
-        cp = _cupy()
-        if _capturing(cp.cuda.get_current_stream()):
-            for k, v in enumerate(header):
-                heads[:, k] = v
-            return
-        if len(_headers) >= 256:
-            _headers.clear()
         with block.device:
-            pattern = _headers[key] = cp.asarray(np.array(header, np.int64))
+            if len(_headers) >= 256:   # (dropped once no stream's copy may still read them)
+                block.device.synchronize()
+                _headers.clear()
+            pattern = cp.asarray(np.array(header, np.int64))
+            stream.synchronize()   # (uploaded before another stream's copy may read it)
+        _headers[key] = pattern
     heads[:, :len(header)] = pattern
 
 

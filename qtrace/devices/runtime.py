@@ -379,8 +379,6 @@ class Plan:
                 bufs[s] = None
                 if s not in self.view_slots and s not in shared:  # (a view's memory is its source's)
                     spare.setdefault((buf.shape, buf.dtype), []).append(buf)
-        if host is not None:
-            rt.launched(stream)
         if self.n_launches:
             bump_many((("kernel_launches", self.n_launches), ("tasks_run", self.n_tasks)))
         if status is not None and own_status:
@@ -398,6 +396,8 @@ class Plan:
                 arr = rt.empty(v.shape, v.dtype)
                 arr[...] = v.params[0]
                 out.append(arr)
+        if host is not None:
+            rt.launched(stream)
         return out
 
     def check(self, host, graph: tuple | None = None) -> None:

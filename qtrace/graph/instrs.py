@@ -123,11 +123,12 @@ HEAP_ROWS, HEAP_HELD, HEAP_COUNTER = 24, 32, 40   # byte offsets of those last t
 
 
 def stack_rows(dts: tuple, pushed: tuple, reverse: Prog) -> tuple[dict, int, int]:
-    """The adstack row of a ``loop_vjp`` pushing states ``pushed`` (of dtypes ``dts``,
-    dtype strings) whose reverse body is ``reverse``: ``({state: ("f" | "i", byte
-    offset)}, float row bytes, int row bytes)``. Floats go to the float stack, integers and
-    bools to the int stack, each value padded to whole :data:`STACK_WORD` words (a bool
-    takes one) — so a GPU can interleave its threads' stacks word by word, every push and
+    """The adstack row of a ``loop_vjp`` pushing values ``pushed`` (indices into ``dts``,
+    dtype strings: the states, then the residuals — ``LoopVjp.row_dts``) whose reverse body
+    is ``reverse``: ``({value: ("f" | "i", byte offset)}, float row bytes, int row
+    bytes)``. Floats go to the float stack, integers and bools to the int stack, each
+    value padded to whole :data:`STACK_WORD` words (a bool takes one) — so a GPU can
+    interleave its threads' stacks word by word, every push and
     pop coalesced across a warp (``qtrace.kernels.codegen``), and the task's sizing and
     every lowering agree on the rows. Every value is aligned (a GPU faults on a misaligned
     8-byte access): wider values come first, a row is a multiple of its widest value, and a

@@ -79,12 +79,13 @@ def residuals(rsub) -> tuple:
     or nearly (``sin(v)``; ``cos(v)`` shares its range reduction) — pushes those values
     instead, and the reverse body reads them from the stack: the *residuals* of a
     linearization (JAX's partial evaluation of a JVP splits a function the same way), here
-    per loop iteration. The residuals are the values computed from the state alone (not
-    from a cotangent) that a cotangent-dependent node reads; pushed only when at least one
-    transcendental function feeds them, each is a float no wider than the widest state
-    pushed otherwise (so a GPU's stack layout does not change), and they take at most
-    twice the stack words of the states plus one. A reverse body holding loops keeps the
-    usual rows (its nested adjoints push above them)."""
+    per loop iteration. The residuals are the values computed from the state (not from a
+    cotangent) that a cotangent-dependent node reads, each a float no wider than the
+    widest state the reverse body reads (so a GPU's stack layout does not change; others,
+    such as a ``where``'s mask, are recomputed from the states, which are then pushed as
+    well); pushed only when at least one transcendental function feeds them and when
+    they take at most twice the stack words of those states plus one. A reverse body
+    holding loops keeps the usual rows (its nested adjoints push above them)."""
     order = toposort(rsub.outputs)
     if any(PRIMITIVES[n.prim].kind == "loop" for n in order):
         return ()
@@ -108,13 +109,12 @@ def residuals(rsub) -> tuple:
     if not out or not states:
         return ()
     widest = max(leaf.dtype.itemsize for leaf in states)
-    if any(n.dtype.kind != "f" or n.dtype.itemsize > widest for n in out):
-        return ()
+    out = [n for n in out if n.dtype.kind == "f" and n.dtype.itemsize <= widest]
     words = sum(-(-leaf.dtype.itemsize // 4) for leaf in states)
     if sum(-(-n.dtype.itemsize // 4) for n in out) > 2 * words + 1:
         return ()
     feeding = toposort(tuple(out))
-    if not any(n.prim in TRANSCENDENTAL and id(n) in by_state for n in feeding):
+    if not out or not any(n.prim in TRANSCENDENTAL and id(n) in by_state for n in feeding):
         return ()
     return tuple(out)
 

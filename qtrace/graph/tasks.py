@@ -372,14 +372,14 @@ class TaskBuilder:
         cprog = self.program(outs[:1], env, ix) if lay.kind == "while" else None
         # an adjoint's replay computes the residuals too (outputs after the states), which
         # its reverse body reads as states m, m + 1, ... (popped, not recomputed)
-        res = residuals(node.params[3]) if lay.reverse else ()
+        rsub = node.params[3] if lay.reverse else None
+        res = residuals(rsub) if lay.reverse else ()
         bprog = self.program(body_outputs(lay.kind, sub) + res, env, ix)
         dts = tuple(n.dtype.str for n in node.inputs[lay.init])
         per_element += [v[3] for v in invariants.values()]
         if not lay.reverse:
             instr = Loop("loop", dts, lay.kind, lay.n_state, cprog, bprog, tuple(per_element))
         else:
-            rsub = node.params[3]
             renv = env_for(rsub)
             renv.update({id(n): ("state", lay.n_state + k) for k, n in enumerate(res)})
             mark = len(self.t.nested_rows)

@@ -548,7 +548,7 @@ class KernelEmitter:
                     start, size, _ = stacks[where]
                     a0 = addr(where, start)
                     start_of[where] = (b.inttoptr(a0, PTR),
-                                   b.sub(addr(where, b.add(start, ir.Constant(I64, size))), a0))
+                                       b.sub(addr(where, b.add(start, ir.Constant(I64, size))), a0))
                 for k in pushed:
                     where, off = offsets[k]
                     start = stacks[where][0]

@@ -13,7 +13,8 @@ A task whose body runs one per-element loop is emitted in three phases per block
    arrays, and the stores.
 
 The reverse (``loop_vjp``) is blocked the same way: the replay pushes each iteration's
-state for all lanes of the block to the worker's adstack (``[t][lane]``), then the
+row (the states or residuals the reverse reads, ``LoopVjp.row_dts``) for all lanes of the
+block to the worker's adstack (row ``t``: each value's lanes side by side), then the
 reverse body runs iteration-major from the block's last iteration down, masked per
 lane. Index checks in the body report only for lanes that are running.
 """
@@ -283,7 +284,8 @@ def _forward(em, instr, arrays, state, lo_a, count, maxn, base, n_lanes, types):
 
 
 def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, types):
-    """Replay pushing ``[t][lane]`` rows, then run the reverse body from the last row down."""
+    """Replay pushing a row per iteration ``t`` (value by value, each value's lanes side by
+    side), then run the reverse body from the last row down."""
     b = em.b
     kind, m, rprog, pushed, check = instr.layout, instr.n_state, instr.reverse, instr.pushed, instr.check
     lanes = em.t.lanes
@@ -347,7 +349,7 @@ def _reverse(em, instr, arrays, state, lo_a, cts, count, maxn, base, n_lanes, ty
             em.vars[:] = [b.add(base, lane)]
             active = b.icmp_signed("<", t, arrays.load(count, lane, I64))
             popped = []
-            for k, ty in enumerate(types + [scalar.ir_type(np.dtype(d)) for d in instr.residuals]):
+            for k, ty in enumerate(em._state_types(instr.row_dts)):
                 if k in offsets:
                     v = b.load(slot(t, lane, k), typ=I8 if sdt[k].kind == "b" else ty)
                     popped.append(_from_mem(b, v, ty))

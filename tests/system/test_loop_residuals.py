@@ -155,6 +155,22 @@ def test_while_loop_with_an_integer_state(fusion, rng):
     np.testing.assert_allclose(gc.numpy(), want[1], rtol=1e-10, atol=1e-12)
 
 
+def test_a_mask_is_recomputed_beside_float_residuals(fusion, rng):
+    """``where(v > 0, sin v, cos v) * c + v / 2`` in float32: the mask is no residual (not a
+    float): the reverse body recomputes it from the state, which the replay pushes beside
+    the three float residuals; the gradient within float32 rounding of float64's."""
+    def body(m, v, c):
+        return m.where(m.real(v) > 0, m.sin(v), m.cos(v)) * c + 0.5 * v
+    x, c, n = _inputs(rng, 1000, 1, np.float32)
+    gx, gc = qt.grad(_loss(body, 1, qt.asarray(n)), argnums=(0, 1))(qt.asarray(x[0]), qt.asarray(c))
+    (vjp,) = _loop_vjps((gx, gc), fusion)
+    assert vjp.residuals == ("<f4",) * 3 and 0 in vjp.pushed, (vjp.residuals, vjp.pushed)
+    want = _complex_step(body, [x[0].astype(np.float64)], c.astype(np.float64), n)
+    scale = max(np.abs(want[0]).max(), np.abs(want[1]).max())
+    assert np.abs(gx.numpy() - want[0]).max() / scale < 1e-5
+    assert np.abs(gc.numpy() - want[1]).max() / scale < 1e-5
+
+
 def test_float32_b3(fusion, rng):
     """float32 states and residuals (a GPU's interleaved one-word stacks): the gradient
     within float32 rounding of the float64 reference."""
