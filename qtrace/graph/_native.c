@@ -264,7 +264,7 @@ static void mcache_remember(PyObject *rec)
  * (forget_recent), or when it holds node._RECENT_CAP entries, as the dict is. Nodes with
  * other input counts are shared through node._recent by the Python code.
  */
-#define SCACHE_SIZE 16384            /* entries (two-way: an entry and its neighbour) */
+#define SCACHE_SIZE 16384            /* entries (two-way sets: set_of) */
 #define SCACHE_KEYS 10
 typedef struct {
     Py_uhash_t hash;
@@ -309,6 +309,32 @@ static inline Py_uhash_t mix(Py_uhash_t h, Py_uhash_t v)
 {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     return h;
+}
+
+/* The first entry of the two-entry set where hash `h` is listed, in a table of `size`
+   entries (a power of two). The caches below are two-way: a key's two candidates are an
+   aligned pair, the most recently used first (a hit at the second is swapped to the
+   front, a new key goes to the front and the front moves back, the back one goes). The
+   hash is mixed first: `mix` of keys that differ by one in their last part gives indices
+   that differ by one, which must not land in a pair shared with the key's neighbours. */
+static inline size_t set_of(Py_uhash_t h, size_t size)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return (size_t)h & (size - 1) & ~(size_t)1;
+}
+
+/* Swap the two entries of a set (entries of `bytes` bytes at `first`): the hit at the
+   back moves to the front. No references change hands. */
+static inline void promote(void *first, size_t bytes)
+{
+    char tmp[256], *a = first, *b = a + bytes;
+    if (bytes > sizeof tmp)
+        return;
+    memcpy(tmp, a, bytes);
+    memcpy(a, b, bytes);
+    memcpy(b, tmp, bytes);
 }
 
 /* Hash of `x` agreeing with same_value: exact ints and tuples by value, the rest by
@@ -392,17 +418,19 @@ static PyObject *struct_cached(PyObject **key, int n, Py_uhash_t *hash, int *ok)
         }
     *ok = 1;
     *hash = h;
-    size_t i0 = (size_t)(h & (SCACHE_SIZE - 1));
+    size_t i0 = set_of(h, SCACHE_SIZE);
     for (int w = 0; w < 2; w++) {
-        SEntry *e = &scache[i0 ^ (size_t)w];
+        SEntry *e = &scache[i0 + (size_t)w];
         if (e->st == NULL || e->hash != h || e->n != n)
             continue;
         int k = 0;
         while (k < n && same_value(e->key[k], key[k]))
             k++;
         if (k == n) {
-            Py_INCREF(e->st);
-            return e->st;
+            if (w)
+                promote(&scache[i0], sizeof(SEntry));
+            Py_INCREF(scache[i0].st);
+            return scache[i0].st;
         }
     }
     return NULL;
@@ -430,15 +458,21 @@ static void sentry_fill(SEntry *e, PyObject **key, int n, Py_uhash_t h, PyObject
     e->st = st;
 }
 
-static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
+/* List `key[:n]` -> st at the front of its set in `table` (the front moves back, the
+   back one goes: released last, when the table is consistent, as releasing may run
+   Python code). */
+static void sentry_insert(SEntry *table, size_t i0, PyObject **key, int n, Py_uhash_t h,
+                          PyObject *st)
 {
-    size_t i0 = (size_t)(h & (SCACHE_SIZE - 1));
-    SEntry *e = &scache[i0], *other = &scache[i0 ^ 1], gone = *other;
-    /* the entry there moves to its neighbour (the neighbour's goes: released last, when
-       the table is consistent, as releasing may run Python code): the two most recent */
+    SEntry *e = &table[i0], *other = &table[i0 + 1], gone = *other;
     *other = *e;
     sentry_fill(e, key, n, h, st);
     sentry_clear(&gone);
+}
+
+static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
+{
+    sentry_insert(scache, set_of(h, SCACHE_SIZE), key, n, h, st);
 }
 
 /* In front of the struct cache, a table by identity alone: the parts of a node made in a
@@ -459,24 +493,21 @@ static inline Py_uhash_t identity_hash(PyObject **key, int n)
     return h;
 }
 
-static inline size_t identity_index(Py_uhash_t h)
-{
-    return (size_t)(h ^ (h >> 15)) & (IDCACHE_SIZE - 1);
-}
-
 static PyObject *struct_by_identity(PyObject **key, int n, Py_uhash_t h)
 {
-    size_t i0 = identity_index(h);
+    size_t i0 = set_of(h, IDCACHE_SIZE);
     for (int w = 0; w < 2; w++) {
-        SEntry *e = &idcache[i0 ^ (size_t)w];
+        SEntry *e = &idcache[i0 + (size_t)w];
         if (e->st == NULL || e->hash != h || e->n != n)
             continue;
         int k = 0;
         while (k < n && e->key[k] == key[k])
             k++;
         if (k == n) {
-            Py_INCREF(e->st);
-            return e->st;
+            if (w)
+                promote(&idcache[i0], sizeof(SEntry));
+            Py_INCREF(idcache[i0].st);
+            return idcache[i0].st;
         }
     }
     return NULL;
@@ -484,11 +515,7 @@ static PyObject *struct_by_identity(PyObject **key, int n, Py_uhash_t h)
 
 static void struct_remember_identity(PyObject **key, int n, Py_uhash_t h, PyObject *st)
 {
-    size_t i0 = identity_index(h);
-    SEntry *e = &idcache[i0], *other = &idcache[i0 ^ 1], gone = *other;
-    *other = *e;   /* (the two most recent, as struct_remember) */
-    sentry_fill(e, key, n, h, st);
-    sentry_clear(&gone);   /* (last: releasing may run code) */
+    sentry_insert(idcache, set_of(h, IDCACHE_SIZE), key, n, h, st);
 }
 
 static void forget_struct_cache(void)
@@ -674,6 +701,7 @@ static int plain_params(PyObject *params)
 }
 
 static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n);
+static PyObject *shared_positions(const Py_ssize_t *v, Py_ssize_t n);
 
 /* node._merge for two leaf lists met for the first time (short ones: identity scans, no
    dict): la's leaves, then lb's not among them; interned in node._leafsets and remembered
@@ -702,7 +730,7 @@ static int merge2_new(PyObject *la, PyObject *lb, PyObject *key, PyObject **leav
     }
     /* (shared by value: the tables here are emptied at every evaluation, and fresh
        position tuples would make every node over this merge a new struct key) */
-    pos = nb == 1 ? single_of(where[0]) : int_tuple(where, nb);
+    pos = nb == 1 ? single_of(where[0]) : shared_positions(where, nb);
     if (pos == NULL)
         goto fail;
     tup = acyclic_nodes(PyList_AsTuple(acc));
@@ -1782,7 +1810,7 @@ static inline int prim_is(PyObject *node, PyObject *name)
  *
  * Every slice and slice assignment describes itself in small tuples (starts, steps,
  * counts, the view step, the chain of steps) that are the same from one pass of a loop to
- * the next. Tuples are immutable, so equal ones may be one object: two direct-mapped
+ * the next. Tuples are immutable, so equal ones may be one object: two two-way
  * tables hand out the tuple made last time instead of allocating (and later freeing) a new
  * one. Entries hold their tuples (and, for a concatenation, both operands), so identities
  * in a key are never reused while listed. Only tuples of ints, strings and such shared
@@ -1827,68 +1855,113 @@ static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n)
     Py_uhash_t h = (Py_uhash_t)n;
     for (Py_ssize_t i = 0; i < n; i++)
         h = mix(h, (Py_uhash_t)v[i]);
-    ITEntry *e = &itcache[(h ^ (h >> 11)) & (ITCACHE_SIZE - 1)];
-    if (e->t != NULL && e->n == n) {
+    size_t i0 = set_of(h, ITCACHE_SIZE);
+    for (int w = 0; w < 2; w++) {
+        ITEntry *e = &itcache[i0 + (size_t)w];
+        if (e->t == NULL || e->n != n)
+            continue;
         Py_ssize_t i = 0;
         while (i < n && e->v[i] == v[i])
             i++;
         if (i == n) {
-            Py_INCREF(e->t);
-            return e->t;
+            if (w)
+                promote(&itcache[i0], sizeof(ITEntry));
+            Py_INCREF(itcache[i0].t);
+            return itcache[i0].t;
         }
     }
     PyObject *t = new_int_tuple(v, n);
     if (t == NULL)
         return NULL;
-    PyObject *old = e->t;
+    /* (a two-way set, see set_of) */
+    ITEntry *e = &itcache[i0], *other = &itcache[i0 + 1];
+    PyObject *gone = other->t;
+    *other = *e;
     e->n = n;
     memcpy(e->v, v, sizeof(Py_ssize_t) * n);
     Py_INCREF(t);
     e->t = t;
-    Py_XDECREF(old);   /* (last: a tuple of ints runs no code when it dies) */
+    Py_XDECREF(gone);   /* (last: a tuple of ints runs no code when it dies) */
     return t;
 }
 
-static inline TEntry *tcache_entry(PyObject *const *items, Py_ssize_t n, PyObject *a, PyObject *b)
+/* Leaf positions longer than int_tuple shares (a merge over many leaves: the Jacobi
+   sweep's `... - c * b[1:-1, 1:-1]` meets a list of ~10), interned by value: like the
+   short ones they are part of a struct key looked up by identity, and a fresh tuple per
+   merge missed that table on every pass of a loop. Ints only; emptied when full. */
+#define POSITIONS_CAP 4096
+static PyObject *positions_tab;
+
+static PyObject *shared_positions(const Py_ssize_t *v, Py_ssize_t n)
+{
+    PyObject *t = int_tuple(v, n);
+    if (t == NULL || n <= ITCACHE_DIMS)
+        return t;
+    if (positions_tab == NULL && (positions_tab = PyDict_New()) == NULL) {
+        PyErr_Clear();
+        return t;   /* (unshared: still correct) */
+    }
+    if (PyDict_GET_SIZE(positions_tab) >= POSITIONS_CAP)
+        PyDict_Clear(positions_tab);
+    PyObject *interned = PyDict_SetDefault(positions_tab, t, t);   /* borrowed */
+    if (interned == NULL) {
+        PyErr_Clear();
+        return t;
+    }
+    Py_INCREF(interned);
+    Py_DECREF(t);
+    return interned;
+}
+
+/* The set (see set_of) where the tuple of `items` (or the concatenation a + b) may be
+   listed. */
+static inline size_t tcache_index(PyObject *const *items, Py_ssize_t n, PyObject *a, PyObject *b)
 {
     Py_uhash_t h = (Py_uhash_t)n ^ (a != NULL ? 0x2545f491u : 0);
     for (Py_ssize_t i = 0; i < n; i++)
         h = mix(h, (Py_uhash_t)(uintptr_t)items[i]);
     if (a != NULL)
         h = mix(mix(h, (Py_uhash_t)(uintptr_t)a), (Py_uhash_t)(uintptr_t)b);
-    return &tcache[(h ^ (h >> 13)) & (TCACHE_SIZE - 1)];
+    return set_of(h, TCACHE_SIZE);
 }
 
-static void tcache_store(TEntry *e, PyObject *t, PyObject *a, PyObject *b)
+/* List `t` (with a concatenation's operands) at the front of set i0; the front moves
+   back, the back one's references go. */
+static void tcache_store(size_t i0, PyObject *t, PyObject *a, PyObject *b)
 {
-    TEntry old = *e;
+    TEntry *e = &tcache[i0], *other = &tcache[i0 + 1], gone = *other;
+    *other = *e;
     Py_INCREF(t);
     Py_XINCREF(a);
     Py_XINCREF(b);
     e->t = t;
     e->a = a;
     e->b = b;
-    Py_XDECREF(old.t);
-    Py_XDECREF(old.a);
-    Py_XDECREF(old.b);
+    Py_XDECREF(gone.t);
+    Py_XDECREF(gone.a);
+    Py_XDECREF(gone.b);
 }
 
 /* The tuple of the `n` objects `items` (new reference; shared by the identity of the
    items: ints, strings and shared tuples only). */
 static PyObject *shared_tuple(PyObject *const *items, Py_ssize_t n)
 {
-    TEntry *e = tcache_entry(items, n, NULL, NULL);
-    PyObject *t = e->t;
-    if (t != NULL && e->a == NULL && PyTuple_GET_SIZE(t) == n) {
+    size_t i0 = tcache_index(items, n, NULL, NULL);
+    for (int w = 0; w < 2; w++) {
+        PyObject *t = tcache[i0 + (size_t)w].t;
+        if (t == NULL || tcache[i0 + (size_t)w].a != NULL || PyTuple_GET_SIZE(t) != n)
+            continue;
         Py_ssize_t i = 0;
         while (i < n && PyTuple_GET_ITEM(t, i) == items[i])
             i++;
         if (i == n) {
+            if (w)
+                promote(&tcache[i0], sizeof(TEntry));
             Py_INCREF(t);
             return t;
         }
     }
-    t = PyTuple_New(n);
+    PyObject *t = PyTuple_New(n);
     if (t == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1896,7 +1969,7 @@ static PyObject *shared_tuple(PyObject *const *items, Py_ssize_t n)
         PyTuple_SET_ITEM(t, i, items[i]);
     }
     acyclic(t);
-    tcache_store(e, t, NULL, NULL);
+    tcache_store(i0, t, NULL, NULL);
     return t;
 }
 
@@ -1904,14 +1977,19 @@ static PyObject *shared_tuple(PyObject *const *items, Py_ssize_t n)
    shared tuples or hold only what shared_tuple takes). */
 static PyObject *shared_concat(PyObject *a, PyObject *b)
 {
-    TEntry *e = tcache_entry(NULL, 0, a, b);
-    if (e->t != NULL && e->a == a && e->b == b) {
-        Py_INCREF(e->t);
-        return e->t;
+    size_t i0 = tcache_index(NULL, 0, a, b);
+    for (int w = 0; w < 2; w++) {
+        TEntry *e = &tcache[i0 + (size_t)w];
+        if (e->t != NULL && e->a == a && e->b == b) {
+            if (w)
+                promote(&tcache[i0], sizeof(TEntry));
+            Py_INCREF(tcache[i0].t);
+            return tcache[i0].t;
+        }
     }
     PyObject *t = acyclic(PySequence_Concat(a, b));
     if (t != NULL)
-        tcache_store(e, t, a, b);
+        tcache_store(i0, t, a, b);
     return t;
 }
 
