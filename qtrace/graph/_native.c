@@ -329,12 +329,13 @@ static inline size_t set_of(Py_uhash_t h, size_t size)
    back moves to the front. No references change hands. */
 static inline void promote(void *first, size_t bytes)
 {
-    char tmp[256], *a = first, *b = a + bytes;
-    if (bytes > sizeof tmp)
-        return;
-    memcpy(tmp, a, bytes);
-    memcpy(a, b, bytes);
-    memcpy(b, tmp, bytes);
+    char tmp[64], *a = first, *b = a + bytes;
+    for (size_t off = 0; off < bytes; off += sizeof tmp) {
+        size_t k = bytes - off < sizeof tmp ? bytes - off : sizeof tmp;
+        memcpy(tmp, a + off, k);
+        memcpy(a + off, b + off, k);
+        memcpy(b + off, tmp, k);
+    }
 }
 
 /* Hash of `x` agreeing with same_value: exact ints and tuples by value, the rest by
@@ -2351,8 +2352,8 @@ static int parse_basic(PyObject *shape, PyObject *key, Py_ssize_t *starts, Py_ss
    tuple, and per axis the slice's start, stop and step objects or the integer (a loop's
    `p[1:-1, 2:]` builds new slices and a new tuple every pass, from the same small ints and
    None). Entries hold those objects, so equal identities are equal values; they also hold
-   the integer tuples made from the answer. Direct-mapped; up to KC_DIMS axes. */
-#define KCACHE_SIZE 256
+   the integer tuples made from the answer. Two-way sets (set_of); up to KC_DIMS axes. */
+#define KCACHE_SIZE 512
 #define KC_DIMS 4
 typedef struct {
     PyObject *shape, *parts[3 * KC_DIMS];   /* held; an integer: the int, NULL, NULL; None:
@@ -2411,13 +2412,19 @@ static KEntry *parse_cached(PyObject *shape, PyObject *key)
     Py_uhash_t h = mix((Py_uhash_t)nitems, (Py_uhash_t)(uintptr_t)shape);
     for (Py_ssize_t i = 0; i < 3 * nitems; i++)
         h = mix(h, (Py_uhash_t)(uintptr_t)parts[i]);
-    KEntry *e = &kcache[(h ^ (h >> 11)) & (KCACHE_SIZE - 1)];
-    if (e->nd == nd && e->nitems == nitems && e->shape == shape) {
+    size_t i0 = set_of(h, KCACHE_SIZE);
+    for (int w = 0; w < 2; w++) {
+        KEntry *e = &kcache[i0 + (size_t)w];
+        if (e->nd != nd || e->nitems != nitems || e->shape != shape)
+            continue;
         Py_ssize_t i = 0;
         while (i < 3 * nitems && e->parts[i] == parts[i])
             i++;
-        if (i == 3 * nitems)
-            return e;
+        if (i == 3 * nitems) {
+            if (w)
+                promote(&kcache[i0], sizeof(KEntry));
+            return &kcache[i0];
+        }
     }
     KEntry now = {0};
     if (!parse_basic(shape, key, now.starts, now.steps, now.counts, now.out, &now.nout,
@@ -2440,10 +2447,11 @@ static KEntry *parse_cached(PyObject *shape, PyObject *key)
         Py_XINCREF(parts[i]);
         now.parts[i] = parts[i];
     }
-    KEntry gone = *e;
-    *e = now;
+    KEntry gone = kcache[i0 + 1];
+    kcache[i0 + 1] = kcache[i0];
+    kcache[i0] = now;
     kentry_clear(&gone);   /* (last: ints and tuples of ints run no code when they die) */
-    return e;
+    return &kcache[i0];
 }
 
 /* x[key] for a key of one slice or integer per axis, at least one slice: NULL with no
