@@ -18,7 +18,7 @@
  */
 /* What the Python side expects of this module (qtrace.graph.native.ABI): bump it whenever
    a function's arguments change, so that a stale build is refused, not misused. */
-#define QTRACE_NATIVE_ABI 13
+#define QTRACE_NATIVE_ABI 14
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -325,6 +325,21 @@ static inline size_t set_of(Py_uhash_t h, size_t size)
     return (size_t)h & (size - 1) & ~(size_t)1;
 }
 
+/* Lookups of the tables keyed by identity that found their entry, and that did not
+   (table_stats: what a test of their sets reads; relaxed counts, no lock). */
+enum { T_STRUCT_ID, T_STRUCT_VALUE, T_KEY, T_INT_TUPLE, T_TUPLE, N_TABLES };
+static const char *const table_names[N_TABLES] = {
+    "struct_identity", "struct_value", "key", "int_tuple", "tuple"};
+static size_t table_hits[N_TABLES], table_misses[N_TABLES];
+
+static inline void table_count(int table, int hit)
+{
+    if (hit)
+        table_hits[table]++;
+    else
+        table_misses[table]++;
+}
+
 /* Swap the two entries of a set (entries of `bytes` bytes at `first`): the hit at the
    back moves to the front. No references change hands. */
 static inline void promote(void *first, size_t bytes)
@@ -430,10 +445,12 @@ static PyObject *struct_cached(PyObject **key, int n, Py_uhash_t *hash, int *ok)
         if (k == n) {
             if (w)
                 promote(&scache[i0], sizeof(SEntry));
+            table_count(T_STRUCT_VALUE, 1);
             Py_INCREF(scache[i0].st);
             return scache[i0].st;
         }
     }
+    table_count(T_STRUCT_VALUE, 0);
     return NULL;
 }
 
@@ -507,10 +524,12 @@ static PyObject *struct_by_identity(PyObject **key, int n, Py_uhash_t h)
         if (k == n) {
             if (w)
                 promote(&idcache[i0], sizeof(SEntry));
+            table_count(T_STRUCT_ID, 1);
             Py_INCREF(idcache[i0].st);
             return idcache[i0].st;
         }
     }
+    table_count(T_STRUCT_ID, 0);
     return NULL;
 }
 
@@ -620,6 +639,18 @@ static PyObject *forget_structs_py(PyObject *self, PyObject *unused)
 {
     forget_struct_cache();
     Py_RETURN_NONE;
+}
+
+static PyObject *table_stats(PyObject *self, PyObject *unused)
+{
+    PyObject *d = PyDict_New();
+    for (int t = 0; d != NULL && t < N_TABLES; t++) {
+        PyObject *v = Py_BuildValue("(nn)", (Py_ssize_t)table_hits[t], (Py_ssize_t)table_misses[t]);
+        if (v == NULL || PyDict_SetItemString(d, table_names[t], v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
 }
 
 /* `obj` (new reference, may be NULL) no longer tracked by the cyclic garbage collector:
@@ -1867,10 +1898,12 @@ static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n)
         if (i == n) {
             if (w)
                 promote(&itcache[i0], sizeof(ITEntry));
+            table_count(T_INT_TUPLE, 1);
             Py_INCREF(itcache[i0].t);
             return itcache[i0].t;
         }
     }
+    table_count(T_INT_TUPLE, 0);
     PyObject *t = new_int_tuple(v, n);
     if (t == NULL)
         return NULL;
@@ -1958,10 +1991,12 @@ static PyObject *shared_tuple(PyObject *const *items, Py_ssize_t n)
         if (i == n) {
             if (w)
                 promote(&tcache[i0], sizeof(TEntry));
+            table_count(T_TUPLE, 1);
             Py_INCREF(t);
             return t;
         }
     }
+    table_count(T_TUPLE, 0);
     PyObject *t = PyTuple_New(n);
     if (t == NULL)
         return NULL;
@@ -1984,10 +2019,12 @@ static PyObject *shared_concat(PyObject *a, PyObject *b)
         if (e->t != NULL && e->a == a && e->b == b) {
             if (w)
                 promote(&tcache[i0], sizeof(TEntry));
+            table_count(T_TUPLE, 1);
             Py_INCREF(tcache[i0].t);
             return tcache[i0].t;
         }
     }
+    table_count(T_TUPLE, 0);
     PyObject *t = acyclic(PySequence_Concat(a, b));
     if (t != NULL)
         tcache_store(i0, t, a, b);
@@ -2423,9 +2460,11 @@ static KEntry *parse_cached(PyObject *shape, PyObject *key)
         if (i == 3 * nitems) {
             if (w)
                 promote(&kcache[i0], sizeof(KEntry));
+            table_count(T_KEY, 1);
             return &kcache[i0];
         }
     }
+    table_count(T_KEY, 0);
     KEntry now = {0};
     if (!parse_basic(shape, key, now.starts, now.steps, now.counts, now.out, &now.nout,
                      &now.sliced, &now.moved))
@@ -4973,6 +5012,9 @@ static PyMethodDef methods[] = {
      "forget_recent()\nEmpty the sharing table (node.forget_recent)."},
     {"forget_structs", forget_structs_py, METH_NOARGS,
      "forget_structs()\nEmpty the struct cache (node._structs was emptied)."},
+    {"table_stats", table_stats, METH_NOARGS,
+     "table_stats() -> {table: (hits, misses)}\nLookups of the tables keyed by identity "
+     "(struct_identity, struct_value, key, int_tuple, tuple) since the module loaded."},
     {"make_node", (PyCFunction)(void (*)(void))make_node, METH_FASTCALL,
      "make_node(prim, params, shape, dtype, inputs, device, weak=False)\n"
      "qtrace.graph.node.make_node, in C."},

@@ -19,7 +19,7 @@ import warnings
 
 from ..config import config
 
-ABI = 13  # the extension's QTRACE_NATIVE_ABI this code is written for
+ABI = 14  # the extension's QTRACE_NATIVE_ABI this code is written for
 _loaded = False
 _module = None
 

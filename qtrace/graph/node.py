@@ -362,7 +362,7 @@ def make_input(shape: tuple, dtype: np.dtype, device: Device, strides: tuple | N
     ``strides`` are in elements (C-contiguous when omitted) and part of the key, so
     kernels specialise on the memory layout of what they read.
     """
-    shape = tuple(shape)
+    shape = _shared_shape(tuple(shape))
     strides = c_strides(shape) if strides is None else tuple(strides)
     node = Leaf.__new__(Leaf)
     node.prim, node.params, node.shape, node.dtype = "input", (strides,), shape, dtype
@@ -398,6 +398,26 @@ def leaf_like(template: Node, buffer) -> Node:
     node.weak, node.device, node.inputs, node.struct = template.weak, template.device, (), template.struct
     node.count, node.buffer, node.sig = 0, buffer, template.sig
     return node
+
+
+# Leaf shapes, one tuple per value: every node over a leaf takes its shape object, and the
+# compiled recorder finds node structures by the identity of their parts first — a loop
+# that makes new input arrays each pass (``qt.asarray(a)``: NumPy gives a new shape tuple)
+# would otherwise miss that table for every node over them.
+_shapes: dict = {}
+SHAPES_CAP = 1 << 12
+
+
+def _shared_shape(shape: tuple) -> tuple:
+    """``shape``, or the equal tuple of plain ints seen before."""
+    known = _shapes.get(shape)
+    if known is not None:
+        return known
+    if any(type(d) is not int for d in shape):   # (np.int64 extents: kept as given)
+        return shape
+    if len(_shapes) >= SHAPES_CAP:
+        _shapes.clear()
+    return _shapes.setdefault(shape, shape)
 
 
 @functools.lru_cache(maxsize=4096)
