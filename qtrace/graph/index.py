@@ -66,7 +66,8 @@ def _rest(x: Ix, c: int) -> Ix:
 
 def _make(const: int, acc: dict) -> Ix:
     # recombine c*k*(X // c) + k*(X % c) into k*X, so delinearize-then-linearize is identity
-    changed = True
+    # (only where both a floor division and a remainder are among the terms)
+    changed = any(a[0] == "div" for a in acc) and any(a[0] == "mod" for a in acc)
     while changed:
         changed = False
         for a, k in list(acc.items()):
@@ -89,7 +90,18 @@ def _make(const: int, acc: dict) -> Ix:
 def _order(term) -> tuple:
     """Canonical order of terms: loop variables by number, then other atoms by repr."""
     a = term[0]
-    return (0, a[1], "") if a[0] == "v" else (1, 0, repr(a))
+    if a[0] == "v":
+        return (0, a[1], "")
+    key = _atom_keys.get(a)
+    if key is None:
+        if len(_atom_keys) >= ATOM_KEYS_CAP:
+            _atom_keys.clear()
+        key = _atom_keys[a] = (1, 0, repr(a))
+    return key
+
+
+_atom_keys: dict = {}   # atom -> its _order key (a repr of nested forms is costly to remake)
+ATOM_KEYS_CAP = 1 << 14
 
 
 def const(c: int) -> Ix:
