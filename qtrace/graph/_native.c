@@ -264,7 +264,7 @@ static void mcache_remember(PyObject *rec)
  * (forget_recent), or when it holds node._RECENT_CAP entries, as the dict is. Nodes with
  * other input counts are shared through node._recent by the Python code.
  */
-#define SCACHE_SIZE 16384            /* entries (two-way sets: set_of) */
+#define SCACHE_SIZE 16384            /* entries (sets of WAYS: set_of) */
 #define SCACHE_KEYS 10
 typedef struct {
     Py_uhash_t hash;
@@ -311,19 +311,48 @@ static inline Py_uhash_t mix(Py_uhash_t h, Py_uhash_t v)
     return h;
 }
 
-/* The first entry of the two-entry set where hash `h` is listed, in a table of `size`
-   entries (a power of two). The caches below are two-way: a key's two candidates are an
-   aligned pair, the most recently used first (a hit at the second is swapped to the
-   front, a new key goes to the front and the front moves back, the back one goes). The
-   hash is mixed first: `mix` of keys that differ by one in their last part gives indices
-   that differ by one, which must not land in a pair shared with the key's neighbours. */
-static inline size_t set_of(Py_uhash_t h, size_t size)
+/* The caches below are set-associative: a key's WAYS candidate entries are an aligned
+   group (a set), most recently used first. A hit moves its entry to the front (promote),
+   a new key goes to the front and the others move back, the last one goes (make_room).
+   A loop's pass looks up a few hundred keys again and again; with two ways, three keys
+   of one pass meeting in a set (a few percent of runs for the struct table, most runs
+   for the small tuple tables) evicted each other on every pass. */
+#define WAYS 4
+
+/* The first entry of the set where hash `h` is listed, in a table of `size` entries (a
+   power of two, a multiple of WAYS). The hash is mixed first: `mix` of keys that differ
+   by one in their last part gives indices that differ by one. */
+static inline size_t set_of(Py_uhash_t hash, size_t size)
 {
+    uint64_t h = (uint64_t)hash;
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
-    return (size_t)h & (size - 1) & ~(size_t)1;
+    return (size_t)h & (size - 1) & ~(size_t)(WAYS - 1);
 }
+
+#define ENTRY_MAX 512   /* bytes of the largest entry (checked where each is defined) */
+
+/* Entry `w` of the set at `first` (entries of `bytes` bytes) moves to the front, those
+   before it one back. No references change hands. */
+static inline void promote(void *first, int w, size_t bytes)
+{
+    char tmp[ENTRY_MAX], *base = first;
+    memcpy(tmp, base + (size_t)w * bytes, bytes);
+    memmove(base + bytes, base, (size_t)w * bytes);
+    memcpy(base, tmp, bytes);
+}
+
+/* Room at the front of the set at `first`: its last entry is copied to `gone` (the
+   caller releases its references last, when the table is consistent again), the others
+   move back one; the front keeps a stale copy the caller overwrites. */
+static inline void make_room(void *first, size_t bytes, void *gone)
+{
+    char *base = first;
+    memcpy(gone, base + (WAYS - 1) * bytes, bytes);
+    memmove(base + bytes, base, (WAYS - 1) * bytes);
+}
+_Static_assert(sizeof(SEntry) <= ENTRY_MAX, "promote copies an entry through ENTRY_MAX bytes");
 
 /* Lookups of the tables keyed by identity that found their entry, and that did not
    (table_stats: what a test of their sets reads; relaxed counts, no lock). */
@@ -338,19 +367,6 @@ static inline void table_count(int table, int hit)
         table_hits[table]++;
     else
         table_misses[table]++;
-}
-
-/* Swap the two entries of a set (entries of `bytes` bytes at `first`): the hit at the
-   back moves to the front. No references change hands. */
-static inline void promote(void *first, size_t bytes)
-{
-    char tmp[64], *a = first, *b = a + bytes;
-    for (size_t off = 0; off < bytes; off += sizeof tmp) {
-        size_t k = bytes - off < sizeof tmp ? bytes - off : sizeof tmp;
-        memcpy(tmp, a + off, k);
-        memcpy(a + off, b + off, k);
-        memcpy(b + off, tmp, k);
-    }
 }
 
 /* Hash of `x` agreeing with same_value: exact ints and tuples by value, the rest by
@@ -435,7 +451,7 @@ static PyObject *struct_cached(PyObject **key, int n, Py_uhash_t *hash, int *ok)
     *ok = 1;
     *hash = h;
     size_t i0 = set_of(h, SCACHE_SIZE);
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < WAYS; w++) {
         SEntry *e = &scache[i0 + (size_t)w];
         if (e->st == NULL || e->hash != h || e->n != n)
             continue;
@@ -444,7 +460,7 @@ static PyObject *struct_cached(PyObject **key, int n, Py_uhash_t *hash, int *ok)
             k++;
         if (k == n) {
             if (w)
-                promote(&scache[i0], sizeof(SEntry));
+                promote(&scache[i0], w, sizeof(SEntry));
             table_count(T_STRUCT_VALUE, 1);
             Py_INCREF(scache[i0].st);
             return scache[i0].st;
@@ -482,9 +498,9 @@ static void sentry_fill(SEntry *e, PyObject **key, int n, Py_uhash_t h, PyObject
 static void sentry_insert(SEntry *table, size_t i0, PyObject **key, int n, Py_uhash_t h,
                           PyObject *st)
 {
-    SEntry *e = &table[i0], *other = &table[i0 + 1], gone = *other;
-    *other = *e;
-    sentry_fill(e, key, n, h, st);
+    SEntry gone;
+    make_room(&table[i0], sizeof(SEntry), &gone);
+    sentry_fill(&table[i0], key, n, h, st);
     sentry_clear(&gone);
 }
 
@@ -497,8 +513,8 @@ static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
    loop are mostly the very same objects each pass (shapes and slice bounds come from the
    shared tuples, leaf positions from node._IOTA, input structs are interned), and
    comparing identities needs no walk of tuples and ints. Equal identities are equal
-   values, so a hit gives what the struct cache would. Entries hold their parts. Two-way,
-   as the struct cache: a loop's pass between two evaluations makes ~1,500 keys, and
+   values, so a hit gives what the struct cache would. Entries hold their parts. Sets of
+   WAYS, as the struct cache: a loop's pass between two evaluations makes ~1,500 keys, and
    direct-mapped, the ~9% of them sharing an entry with another missed on every pass. */
 #define IDCACHE_SIZE 16384
 static SEntry idcache[IDCACHE_SIZE];
@@ -514,7 +530,7 @@ static inline Py_uhash_t identity_hash(PyObject **key, int n)
 static PyObject *struct_by_identity(PyObject **key, int n, Py_uhash_t h)
 {
     size_t i0 = set_of(h, IDCACHE_SIZE);
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < WAYS; w++) {
         SEntry *e = &idcache[i0 + (size_t)w];
         if (e->st == NULL || e->hash != h || e->n != n)
             continue;
@@ -523,7 +539,7 @@ static PyObject *struct_by_identity(PyObject **key, int n, Py_uhash_t h)
             k++;
         if (k == n) {
             if (w)
-                promote(&idcache[i0], sizeof(SEntry));
+                promote(&idcache[i0], w, sizeof(SEntry));
             table_count(T_STRUCT_ID, 1);
             Py_INCREF(idcache[i0].st);
             return idcache[i0].st;
@@ -1842,26 +1858,28 @@ static inline int prim_is(PyObject *node, PyObject *name)
  *
  * Every slice and slice assignment describes itself in small tuples (starts, steps,
  * counts, the view step, the chain of steps) that are the same from one pass of a loop to
- * the next. Tuples are immutable, so equal ones may be one object: two two-way
+ * the next. Tuples are immutable, so equal ones may be one object: two set-associative
  * tables hand out the tuple made last time instead of allocating (and later freeing) a new
  * one. Entries hold their tuples (and, for a concatenation, both operands), so identities
  * in a key are never reused while listed. Only tuples of ints, strings and such shared
  * tuples go here: nothing a cycle could pass through, nothing whose lifetime matters.
  */
-#define ITCACHE_SIZE 512
+#define ITCACHE_SIZE 2048
 #define ITCACHE_DIMS 4
 typedef struct {
     Py_ssize_t n, v[ITCACHE_DIMS];
     PyObject *t;
 } ITEntry;
 static ITEntry itcache[ITCACHE_SIZE];
+_Static_assert(sizeof(ITEntry) <= ENTRY_MAX, "see promote");
 
-#define TCACHE_SIZE 1024
+#define TCACHE_SIZE 4096
 typedef struct {
     PyObject *a, *b;      /* a concatenation's operands (NULL: a tuple of items) */
     PyObject *t;
 } TEntry;
 static TEntry tcache[TCACHE_SIZE];
+_Static_assert(sizeof(TEntry) <= ENTRY_MAX, "see promote");
 
 static PyObject *new_int_tuple(const Py_ssize_t *v, Py_ssize_t n)
 {
@@ -1888,7 +1906,7 @@ static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n)
     for (Py_ssize_t i = 0; i < n; i++)
         h = mix(h, (Py_uhash_t)v[i]);
     size_t i0 = set_of(h, ITCACHE_SIZE);
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < WAYS; w++) {
         ITEntry *e = &itcache[i0 + (size_t)w];
         if (e->t == NULL || e->n != n)
             continue;
@@ -1897,7 +1915,7 @@ static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n)
             i++;
         if (i == n) {
             if (w)
-                promote(&itcache[i0], sizeof(ITEntry));
+                promote(&itcache[i0], w, sizeof(ITEntry));
             table_count(T_INT_TUPLE, 1);
             Py_INCREF(itcache[i0].t);
             return itcache[i0].t;
@@ -1907,15 +1925,13 @@ static PyObject *int_tuple(const Py_ssize_t *v, Py_ssize_t n)
     PyObject *t = new_int_tuple(v, n);
     if (t == NULL)
         return NULL;
-    /* (a two-way set, see set_of) */
-    ITEntry *e = &itcache[i0], *other = &itcache[i0 + 1];
-    PyObject *gone = other->t;
-    *other = *e;
+    ITEntry gone, *e = &itcache[i0];
+    make_room(e, sizeof(ITEntry), &gone);
     e->n = n;
     memcpy(e->v, v, sizeof(Py_ssize_t) * n);
     Py_INCREF(t);
     e->t = t;
-    Py_XDECREF(gone);   /* (last: a tuple of ints runs no code when it dies) */
+    Py_XDECREF(gone.t);   /* (last: a tuple of ints runs no code when it dies) */
     return t;
 }
 
@@ -1963,8 +1979,8 @@ static inline size_t tcache_index(PyObject *const *items, Py_ssize_t n, PyObject
    back, the back one's references go. */
 static void tcache_store(size_t i0, PyObject *t, PyObject *a, PyObject *b)
 {
-    TEntry *e = &tcache[i0], *other = &tcache[i0 + 1], gone = *other;
-    *other = *e;
+    TEntry gone, *e = &tcache[i0];
+    make_room(e, sizeof(TEntry), &gone);
     Py_INCREF(t);
     Py_XINCREF(a);
     Py_XINCREF(b);
@@ -1981,7 +1997,7 @@ static void tcache_store(size_t i0, PyObject *t, PyObject *a, PyObject *b)
 static PyObject *shared_tuple(PyObject *const *items, Py_ssize_t n)
 {
     size_t i0 = tcache_index(items, n, NULL, NULL);
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < WAYS; w++) {
         PyObject *t = tcache[i0 + (size_t)w].t;
         if (t == NULL || tcache[i0 + (size_t)w].a != NULL || PyTuple_GET_SIZE(t) != n)
             continue;
@@ -1990,7 +2006,7 @@ static PyObject *shared_tuple(PyObject *const *items, Py_ssize_t n)
             i++;
         if (i == n) {
             if (w)
-                promote(&tcache[i0], sizeof(TEntry));
+                promote(&tcache[i0], w, sizeof(TEntry));
             table_count(T_TUPLE, 1);
             Py_INCREF(t);
             return t;
@@ -2014,11 +2030,11 @@ static PyObject *shared_tuple(PyObject *const *items, Py_ssize_t n)
 static PyObject *shared_concat(PyObject *a, PyObject *b)
 {
     size_t i0 = tcache_index(NULL, 0, a, b);
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < WAYS; w++) {
         TEntry *e = &tcache[i0 + (size_t)w];
         if (e->t != NULL && e->a == a && e->b == b) {
             if (w)
-                promote(&tcache[i0], sizeof(TEntry));
+                promote(&tcache[i0], w, sizeof(TEntry));
             table_count(T_TUPLE, 1);
             Py_INCREF(tcache[i0].t);
             return tcache[i0].t;
@@ -2389,8 +2405,8 @@ static int parse_basic(PyObject *shape, PyObject *key, Py_ssize_t *starts, Py_ss
    tuple, and per axis the slice's start, stop and step objects or the integer (a loop's
    `p[1:-1, 2:]` builds new slices and a new tuple every pass, from the same small ints and
    None). Entries hold those objects, so equal identities are equal values; they also hold
-   the integer tuples made from the answer. Two-way sets (set_of); up to KC_DIMS axes. */
-#define KCACHE_SIZE 512
+   the integer tuples made from the answer. Sets of WAYS (set_of); up to KC_DIMS axes. */
+#define KCACHE_SIZE 1024
 #define KC_DIMS 4
 typedef struct {
     PyObject *shape, *parts[3 * KC_DIMS];   /* held; an integer: the int, NULL, NULL; None:
@@ -2400,6 +2416,7 @@ typedef struct {
     PyObject *tcounts, *tstarts, *tsteps, *tout;   /* held: int_tuple of the answer */
 } KEntry;
 static KEntry kcache[KCACHE_SIZE];
+_Static_assert(sizeof(KEntry) <= ENTRY_MAX, "see promote");
 
 static void kentry_clear(KEntry *e)
 {
@@ -2450,7 +2467,7 @@ static KEntry *parse_cached(PyObject *shape, PyObject *key)
     for (Py_ssize_t i = 0; i < 3 * nitems; i++)
         h = mix(h, (Py_uhash_t)(uintptr_t)parts[i]);
     size_t i0 = set_of(h, KCACHE_SIZE);
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < WAYS; w++) {
         KEntry *e = &kcache[i0 + (size_t)w];
         if (e->nd != nd || e->nitems != nitems || e->shape != shape)
             continue;
@@ -2459,7 +2476,7 @@ static KEntry *parse_cached(PyObject *shape, PyObject *key)
             i++;
         if (i == 3 * nitems) {
             if (w)
-                promote(&kcache[i0], sizeof(KEntry));
+                promote(&kcache[i0], w, sizeof(KEntry));
             table_count(T_KEY, 1);
             return &kcache[i0];
         }
@@ -2486,8 +2503,8 @@ static KEntry *parse_cached(PyObject *shape, PyObject *key)
         Py_XINCREF(parts[i]);
         now.parts[i] = parts[i];
     }
-    KEntry gone = kcache[i0 + 1];
-    kcache[i0 + 1] = kcache[i0];
+    KEntry gone;
+    make_room(&kcache[i0], sizeof(KEntry), &gone);
     kcache[i0] = now;
     kentry_clear(&gone);   /* (last: ints and tuples of ints run no code when they die) */
     return &kcache[i0];

@@ -409,12 +409,13 @@ SHAPES_CAP = 1 << 12
 
 
 def _shared_shape(shape: tuple) -> tuple:
-    """``shape``, or the equal tuple of plain ints seen before."""
+    """``shape``, or the equal tuple of plain ints seen before (a shape of other integer
+    types, np.int64 extents, is kept as given)."""
+    if any(type(d) is not int for d in shape):
+        return shape
     known = _shapes.get(shape)
     if known is not None:
         return known
-    if any(type(d) is not int for d in shape):   # (np.int64 extents: kept as given)
-        return shape
     if len(_shapes) >= SHAPES_CAP:
         _shapes.clear()
     return _shapes.setdefault(shape, shape)
