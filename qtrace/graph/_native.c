@@ -438,6 +438,31 @@ static int same_value(PyObject *x, PyObject *y)
     return 0;
 }
 
+/* The Struct listed in the set at `table[i0]` for the parts `key[:n]` (hash h), compared
+   by value (same_value) or by identity (new reference: the entry, now at the front), or
+   NULL (no error set); counted as table `counter`. */
+static inline PyObject *sentry_find(SEntry *table, size_t i0, PyObject **key, int n,
+                                    Py_uhash_t h, int by_value, int counter)
+{
+    for (int w = 0; w < WAYS; w++) {
+        SEntry *e = &table[i0 + (size_t)w];
+        if (e->st == NULL || e->hash != h || e->n != n)
+            continue;
+        int k = 0;
+        while (k < n && (by_value ? same_value(e->key[k], key[k]) : e->key[k] == key[k]))
+            k++;
+        if (k == n) {
+            if (w)
+                promote(&table[i0], w, sizeof(SEntry));
+            table_count(counter, 1);
+            Py_INCREF(table[i0].st);
+            return table[i0].st;
+        }
+    }
+    table_count(counter, 0);
+    return NULL;
+}
+
 /* The cached Struct of the parts `key[:n]` (new reference), or NULL (no error set) on a
    miss; *hash is set for struct_remember (0 with *ok == 0: not cacheable). */
 static PyObject *struct_cached(PyObject **key, int n, Py_uhash_t *hash, int *ok)
@@ -450,24 +475,7 @@ static PyObject *struct_cached(PyObject **key, int n, Py_uhash_t *hash, int *ok)
         }
     *ok = 1;
     *hash = h;
-    size_t i0 = set_of(h, SCACHE_SIZE);
-    for (int w = 0; w < WAYS; w++) {
-        SEntry *e = &scache[i0 + (size_t)w];
-        if (e->st == NULL || e->hash != h || e->n != n)
-            continue;
-        int k = 0;
-        while (k < n && same_value(e->key[k], key[k]))
-            k++;
-        if (k == n) {
-            if (w)
-                promote(&scache[i0], w, sizeof(SEntry));
-            table_count(T_STRUCT_VALUE, 1);
-            Py_INCREF(scache[i0].st);
-            return scache[i0].st;
-        }
-    }
-    table_count(T_STRUCT_VALUE, 0);
-    return NULL;
+    return sentry_find(scache, set_of(h, SCACHE_SIZE), key, n, h, 1, T_STRUCT_VALUE);
 }
 
 static void sentry_clear(SEntry *e)
@@ -529,24 +537,7 @@ static inline Py_uhash_t identity_hash(PyObject **key, int n)
 
 static PyObject *struct_by_identity(PyObject **key, int n, Py_uhash_t h)
 {
-    size_t i0 = set_of(h, IDCACHE_SIZE);
-    for (int w = 0; w < WAYS; w++) {
-        SEntry *e = &idcache[i0 + (size_t)w];
-        if (e->st == NULL || e->hash != h || e->n != n)
-            continue;
-        int k = 0;
-        while (k < n && e->key[k] == key[k])
-            k++;
-        if (k == n) {
-            if (w)
-                promote(&idcache[i0], w, sizeof(SEntry));
-            table_count(T_STRUCT_ID, 1);
-            Py_INCREF(idcache[i0].st);
-            return idcache[i0].st;
-        }
-    }
-    table_count(T_STRUCT_ID, 0);
-    return NULL;
+    return sentry_find(idcache, set_of(h, IDCACHE_SIZE), key, n, h, 0, T_STRUCT_ID);
 }
 
 static void struct_remember_identity(PyObject **key, int n, Py_uhash_t h, PyObject *st)

@@ -631,28 +631,26 @@ def _poisson_steps(xp, steps: int, n: int = 11):
     p, b = xp.asarray(rng.standard_normal((n, n))), xp.asarray(rng.standard_normal((n, n)))
     for _ in range(steps):
         for _ in range(20):
-            pn = p.copy()
-            p[1:-1, 1:-1] = 0.25 * (pn[1:-1, 2:] + pn[1:-1, :-2] + pn[2:, 1:-1] + pn[:-2, 1:-1]
-                                    - 0.01 * b[1:-1, 1:-1])
-            p[:, -1] = p[:, -2]
-            p[0, :] = p[1, :]
-            p[:, 0] = p[:, 1]
-            p[-1, :] = 0
+            _sweep(p, b)
     return np.asarray(p)
 
 
+def _sweep(p, b) -> None:
+    """One Jacobi sweep of ``p`` in place, with Neumann walls, as NumPy code writes it."""
+    pn = p.copy()
+    p[1:-1, 1:-1] = 0.25 * (pn[1:-1, 2:] + pn[1:-1, :-2] + pn[2:, 1:-1] + pn[:-2, 1:-1]
+                            - 0.01 * b[1:-1, 1:-1])
+    p[:, -1] = p[:, -2]
+    p[0, :] = p[1, :]
+    p[:, 0] = p[:, 1]
+    p[-1, :] = 0
+
+
 def _sweeps(xp, p, b, steps: int):
-    """``steps`` evaluations of 10 Jacobi sweeps with Neumann walls, as NumPy code writes
-    them; returns the final ``p``."""
+    """``steps`` evaluations of 10 Jacobi sweeps; returns the final ``p``."""
     for _ in range(steps):
         for _ in range(10):
-            pn = p.copy()
-            p[1:-1, 1:-1] = 0.25 * (pn[1:-1, 2:] + pn[1:-1, :-2] + pn[2:, 1:-1] + pn[:-2, 1:-1]
-                                    - 0.01 * b[1:-1, 1:-1])
-            p[:, -1] = p[:, -2]
-            p[0, :] = p[1, :]
-            p[:, 0] = p[:, 1]
-            p[-1, :] = 0
+            _sweep(p, b)
         if xp is qt:
             qt.eval(p)
     return p
