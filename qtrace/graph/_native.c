@@ -333,6 +333,11 @@ static inline size_t set_of(Py_uhash_t hash, size_t size)
 
 #define ENTRY_MAX 512   /* bytes of the largest entry (checked where each is defined) */
 
+/* Compile-time checks in C99 (an array of negative size does not compile): an entry fits
+   promote's buffer; a table's size is a power of two made of whole sets. */
+#define ENTRY_FITS(T) typedef char T##_fits_promote[sizeof(T) <= ENTRY_MAX ? 1 : -1]
+#define WHOLE_SETS(N) typedef char N##_whole_sets[((N) & ((N) - 1)) == 0 && (N) % WAYS == 0 ? 1 : -1]
+
 /* Entry `w` of the set at `first` (entries of `bytes` bytes) moves to the front, those
    before it one back. No references change hands. */
 static inline void promote(void *first, int w, size_t bytes)
@@ -352,7 +357,8 @@ static inline void make_room(void *first, size_t bytes, void *gone)
     memcpy(gone, base + (WAYS - 1) * bytes, bytes);
     memmove(base + bytes, base, (WAYS - 1) * bytes);
 }
-_Static_assert(sizeof(SEntry) <= ENTRY_MAX, "promote copies an entry through ENTRY_MAX bytes");
+ENTRY_FITS(SEntry);
+WHOLE_SETS(SCACHE_SIZE);
 
 /* Lookups of the tables keyed by identity that found their entry, and that did not
    (table_stats: what a test of their sets reads; relaxed counts, no lock). */
@@ -526,6 +532,7 @@ static void struct_remember(PyObject **key, int n, Py_uhash_t h, PyObject *st)
    direct-mapped, the ~9% of them sharing an entry with another missed on every pass. */
 #define IDCACHE_SIZE 16384
 static SEntry idcache[IDCACHE_SIZE];
+WHOLE_SETS(IDCACHE_SIZE);
 
 static inline Py_uhash_t identity_hash(PyObject **key, int n)
 {
@@ -1862,7 +1869,8 @@ typedef struct {
     PyObject *t;
 } ITEntry;
 static ITEntry itcache[ITCACHE_SIZE];
-_Static_assert(sizeof(ITEntry) <= ENTRY_MAX, "see promote");
+ENTRY_FITS(ITEntry);
+WHOLE_SETS(ITCACHE_SIZE);
 
 #define TCACHE_SIZE 4096
 typedef struct {
@@ -1870,7 +1878,8 @@ typedef struct {
     PyObject *t;
 } TEntry;
 static TEntry tcache[TCACHE_SIZE];
-_Static_assert(sizeof(TEntry) <= ENTRY_MAX, "see promote");
+ENTRY_FITS(TEntry);
+WHOLE_SETS(TCACHE_SIZE);
 
 static PyObject *new_int_tuple(const Py_ssize_t *v, Py_ssize_t n)
 {
@@ -2407,7 +2416,8 @@ typedef struct {
     PyObject *tcounts, *tstarts, *tsteps, *tout;   /* held: int_tuple of the answer */
 } KEntry;
 static KEntry kcache[KCACHE_SIZE];
-_Static_assert(sizeof(KEntry) <= ENTRY_MAX, "see promote");
+ENTRY_FITS(KEntry);
+WHOLE_SETS(KCACHE_SIZE);
 
 static void kentry_clear(KEntry *e)
 {
