@@ -319,9 +319,9 @@ static inline Py_uhash_t mix(Py_uhash_t h, Py_uhash_t v)
    for the small tuple tables) evicted each other on every pass. */
 #define WAYS 4
 
-/* The first entry of the set where hash `h` is listed, in a table of `size` entries (a
-   power of two, a multiple of WAYS). The hash is mixed first: `mix` of keys that differ
-   by one in their last part gives indices that differ by one. */
+/* The first entry of the set where a key of hash `hash` is listed, in a table of `size`
+   entries (a power of two, a multiple of WAYS: WHOLE_SETS). The hash is mixed first, in
+   64 bits: `mix` of keys that differ by one in their last part differ by one. */
 static inline size_t set_of(Py_uhash_t hash, size_t size)
 {
     uint64_t h = (uint64_t)hash;
