@@ -20,6 +20,11 @@ from .graph.device import Device
 from .jax_interop import to_jax
 from .stats import reset_stats, stats
 from .tracer import Tensor
+from .tracer import grids as _grids
+from .tracer import numerical as _numerical
+from .tracer import rearrange as _rearrange
+from .tracer import selecting as _selecting
+from .tracer import statistics as _statistics
 from .tracer.array_api import (
                               __array_api_version__,
                               __array_namespace_info__,
@@ -187,10 +192,13 @@ from .tracer.elementwise import (
 )
 from .tracer.evaluation import devices, eval, sync
 from .tracer.explain import explain
+from .tracer.grids import *  # noqa: F403 - the names of its __all__
 from .tracer.jit import jit
 from .tracer.linalg import dot, matmul
 from .tracer.linalg_ext import matrix_transpose, tensordot, vecdot
 from .tracer.loops import fori_loop, while_loop
+from .tracer.numerical import *  # noqa: F403 - the names of its __all__
+from .tracer.rearrange import *  # noqa: F403 - the names of its __all__
 from .tracer.reductions import (
                               all,
                               amax,
@@ -207,6 +215,7 @@ from .tracer.reductions import (
                               prod,
                               sum,
 )
+from .tracer.selecting import *  # noqa: F403 - the names of its __all__
 from .tracer.shape_ops import (
                               broadcast_arrays,
                               broadcast_to,
@@ -236,6 +245,7 @@ from .tracer.sorting import (
                               unique_inverse,
                               unique_values,
 )
+from .tracer.statistics import *  # noqa: F403 - the names of its __all__
 
 __version__ = "0.1.0"
 
@@ -501,3 +511,6 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+# the NumPy functions of these modules, each listed in its module's __all__
+__all__ += [*_grids.__all__, *_numerical.__all__, *_rearrange.__all__, *_selecting.__all__,
+            *_statistics.__all__]

@@ -13,12 +13,17 @@ from . import (
     creation,
     elementwise,
     fft_ext,
+    grids,
     indexing,
     linalg,
     linalg_ext,
+    numerical,
+    rearrange,
     reductions,
+    selecting,
     shape_ops,
     sorting,
+    statistics,
     views,
 )
 from .convert import astype, cast
@@ -190,8 +195,9 @@ Tensor.__array_function__ = array_function
 Tensor.__dlpack__ = dlpack
 Tensor.__dlpack_device__ = dlpack_device
 Tensor.__cuda_array_interface__ = property(cuda_array_interface)
-FUNCTIONS.update(composites.NUMPY_FUNCTIONS)
-UFUNC_TO_QT.update(composites.NUMPY_UFUNCS)
+for _module in (composites, rearrange, grids, statistics, selecting, numerical):
+    FUNCTIONS.update(_module.NUMPY_FUNCTIONS)
+    UFUNC_TO_QT.update(_module.NUMPY_UFUNCS)
 FUNCTIONS.update({  # numpy.linalg, sorting and complex parts on tensors
     np.linalg.inv: linalg_ext.inv, np.linalg.det: linalg_ext.det, np.linalg.solve: linalg_ext.solve,
     np.linalg.cholesky: linalg_ext.cholesky, np.linalg.eigh: linalg_ext.eigh,
