@@ -1,7 +1,7 @@
 """NumPy functions composed from qtrace operations (``qtrace/tracer/composites.py``).
 
 Each case is one callable ``fn(xp, *arrays)`` run with ``xp`` = ``qt``, ``np`` and
-``jax.numpy``:
+``jax.numpy`` (the harness: ``composite_cases.py``):
 
 * forward: fresh random inputs (``rng`` fixture; the session seed is in the pytest
   header, ``QTRACE_TEST_SEED`` reproduces a run) in float64, float32 and int32 (bool for
@@ -18,65 +18,22 @@ Every test runs with fusion on and off (``fusion`` fixture).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from composite_cases import (
+    Case,
+    _check_forward,
+    positive,
+    run_forward,
+    run_gradient,
+    specials,
+    wide,
+)
 
 import qtrace as qt
-
-jax.config.update("jax_enable_x64", True)
-
-NAN, INF = float("nan"), float("inf")
-
-
-# --- inputs --------------------------------------------------------------------------
-def normal(rng, shape, dtype):
-    if np.dtype(dtype).kind == "b":
-        return rng.random(shape) < 0.5
-    if np.dtype(dtype).kind in "iu":
-        return rng.integers(-9, 10, shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def wide(rng, shape, dtype):
-    if np.dtype(dtype).kind in "iub":
-        return normal(rng, shape, dtype)
-    return (rng.standard_normal(shape) * 30).astype(dtype)
-
-
-def positive(rng, shape, dtype):
-    if np.dtype(dtype).kind in "iub":
-        return rng.integers(1, 4, shape).astype(dtype)
-    return rng.uniform(0.5, 1.5, shape).astype(dtype)
-
-
-def specials(rng, shape, dtype):
-    """Normal values with NaN, +-inf, 0.0 and -0.0 sprinkled in (floats only)."""
-    x = normal(rng, shape, dtype)
-    if np.dtype(dtype).kind != "f" or x.size == 0:
-        return x
-    flat = x.reshape(-1)
-    picks = rng.choice(np.array([NAN, INF, -INF, 0.0, -0.0], dtype=dtype), flat.size)
-    mask = rng.random(flat.size) < 0.4
-    flat[mask] = picks[mask]
-    return flat.reshape(shape)
-
-
-@dataclass
-class Case:
-    id: str
-    fn: object                      # fn(xp, *arrays)
-    shapes: tuple                   # the shapes of the array arguments
-    dtypes: tuple = ("float64", "float32", "int32")
-    gen: object = normal
-    grad: str | None = "jax"        # "jax", "fd" (finite differences) or None
-    grad_gen: object = None         # inputs for the gradient check (default: gen)
-    grad_args: tuple | None = None  # which arguments to differentiate (default: all)
-    tol32: float = 2e-5
-    ref64: bool = True              # compare float32 results with NumPy's float64 result
 
 
 def _split_concat(xp, parts):
@@ -270,41 +227,6 @@ CREATION = [
 
 
 # --- helpers -------------------------------------------------------------------------
-def _leaves(out) -> list:
-    if isinstance(out, (list, tuple)):
-        return [leaf for o in out for leaf in _leaves(o)]
-    return [out]
-
-
-def _inputs(case: Case, rng, dtype, gen=None) -> list:
-    gen = gen or case.gen
-    return [gen(rng, s, dtype) for s in case.shapes]
-
-
-def _as64(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.float64) if a.dtype == np.float32 else a
-
-
-def _check_forward(got, want, want64, tol: float, what: str) -> None:
-    got, want, want64 = _leaves(got), _leaves(want), _leaves(want64)
-    assert len(got) == len(want), f"{what}: {len(got)} outputs, NumPy {len(want)}"
-    for i, (g, w, w64) in enumerate(zip(got, want, want64)):
-        assert isinstance(g, qt.Tensor), f"{what}[{i}]: got {type(g).__name__}, not a qt.Tensor"
-        w = np.asarray(w)
-        assert g.shape == w.shape, f"{what}[{i}]: shape {g.shape} != NumPy {w.shape}"
-        assert g.dtype == w.dtype, f"{what}[{i}]: dtype {g.dtype} != NumPy {w.dtype}"
-        v = g.numpy()
-        if w.dtype.kind in "iub":
-            np.testing.assert_array_equal(v, w, err_msg=what)
-            continue
-        ref = np.asarray(w64, dtype=np.float64)
-        np.testing.assert_allclose(v.astype(np.float64), ref, rtol=tol, atol=tol, equal_nan=True,
-                                   err_msg=what)
-        # infinities and signed zeros of the reference come out the same
-        same_inf = np.isinf(ref)
-        np.testing.assert_array_equal(v[same_inf], ref[same_inf], err_msg=what)
-
-
 # --- forward -------------------------------------------------------------------------
 FORWARD = [(c, dt) for c in CASES for dt in c.dtypes]
 
@@ -312,14 +234,7 @@ FORWARD = [(c, dt) for c in CASES for dt in c.dtypes]
 @pytest.mark.filterwarnings("ignore:Degrees of freedom <= 0")
 @pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{dt}" for c, dt in FORWARD])
 def test_forward(case, dtype, rng, fusion):
-    for _ in range(2):  # two fresh draws
-        xs = _inputs(case, rng, dtype)
-        with np.errstate(all="ignore"):
-            want = case.fn(np, *xs)
-            want64 = case.fn(np, *[_as64(x) for x in xs]) if case.ref64 else want
-        got = case.fn(qt, *[qt.asarray(x) for x in xs])
-        tol = 1e-12 if dtype != "float32" else case.tol32
-        _check_forward(got, want, want64, tol, f"{case.id}[{dtype}] on {[x.tolist() for x in xs]}")
+    run_forward(case, dtype, rng)
 
 
 @pytest.mark.parametrize("name,fn", CREATION, ids=[c[0] for c in CREATION])
@@ -390,65 +305,12 @@ def test_numpy_dispatch(rng, fusion):
 
 
 # --- gradients -----------------------------------------------------------------------
-def qt_grads(case, xs, argnums, ws):
-    wts = [qt.asarray(w) for w in ws]
-
-    def loss(*ts):
-        outs = _leaves(case.fn(qt, *ts))
-        total = qt.sum(outs[0] * wts[0])
-        for o, w in zip(outs[1:], wts[1:]):
-            total = total + qt.sum(o * w)
-        return total
-
-    g = qt.grad(loss, argnums=tuple(argnums))(*[qt.asarray(x) for x in xs])
-    return [gi.numpy() for gi in g]
-
-
-def jax_grads(case, xs, argnums, ws):
-    def loss(*ts):
-        outs = _leaves(case.fn(jnp, *ts))
-        return sum(jnp.sum(o * w) for o, w in zip(outs, ws))
-
-    g = jax.grad(loss, argnums=tuple(argnums))(*[jnp.asarray(x) for x in xs])
-    return [np.asarray(gi) for gi in g]
-
-
-def fd_grads(case, xs, argnums, ws):
-    def loss(*arrays):
-        outs = _leaves(case.fn(np, *arrays))
-        return sum(float(np.sum(np.asarray(o, dtype=np.float64) * w)) for o, w in zip(outs, ws))
-
-    grads = []
-    for i in argnums:
-        g = np.zeros_like(xs[i])
-        for idx in np.ndindex(xs[i].shape):
-            h = 1e-6 * max(1.0, abs(xs[i][idx]))
-            plus, minus = [x.copy() for x in xs], [x.copy() for x in xs]
-            plus[i][idx] += h
-            minus[i][idx] -= h
-            g[idx] = (loss(*plus) - loss(*minus)) / (2 * h)
-        grads.append(g)
-    return grads
-
-
 GRADS = [c for c in CASES if c.grad]
 
 
 @pytest.mark.parametrize("case", GRADS, ids=[c.id for c in GRADS])
 def test_gradient(case, rng, fusion):
-    for _ in range(2):
-        xs = _inputs(case, rng, "float64", case.grad_gen)
-        argnums = case.grad_args if case.grad_args is not None else tuple(range(len(xs)))
-        ws = [rng.standard_normal(np.shape(o)) for o in _leaves(case.fn(np, *xs))]
-        got = qt_grads(case, xs, argnums, ws)
-        if case.grad == "jax":
-            want, rtol = jax_grads(case, xs, argnums, ws), 1e-10
-        else:
-            want, rtol = fd_grads(case, xs, argnums, ws), 1e-6
-        for i, g, w in zip(argnums, got, want):
-            assert g.shape == xs[i].shape and g.dtype == np.float64
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol,
-                                       err_msg=f"{case.id}: d/darg{i} on {[x.tolist() for x in xs]}")
+    run_gradient(case, rng)
 
 
 def test_gradient_of_traced_constant_values(fusion):
