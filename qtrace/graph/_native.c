@@ -362,9 +362,9 @@ WHOLE_SETS(SCACHE_SIZE);
 
 /* Lookups of the tables keyed by identity that found their entry, and that did not
    (table_stats: what a test of their sets reads; relaxed counts, no lock). */
-enum { T_STRUCT_ID, T_STRUCT_VALUE, T_KEY, T_INT_TUPLE, T_TUPLE, N_TABLES };
+enum { T_STRUCT_ID, T_STRUCT_VALUE, T_KEY, T_INT_TUPLE, T_TUPLE, T_SCALAR, N_TABLES };
 static const char *const table_names[N_TABLES] = {
-    "struct_identity", "struct_value", "key", "int_tuple", "tuple"};
+    "struct_identity", "struct_value", "key", "int_tuple", "tuple", "scalar"};
 static size_t table_hits[N_TABLES], table_misses[N_TABLES];
 
 static inline void table_count(int table, int hit)
@@ -1123,6 +1123,7 @@ static uint64_t last_tstate_id;
 static PyObject *last_state;
 
 static void forget_recipes(void);
+static void forget_scalar_operands(void);
 
 static PyObject *bind_tensors(PyObject *self, PyObject *args)
 {
@@ -1150,6 +1151,7 @@ static PyObject *bind_tensors(PyObject *self, PyObject *args)
         Py_XSETREF(*dst[i], src[i]);
     }
     forget_recipes();   /* (what it remembers is of the old recipe table) */
+    forget_scalar_operands();   /* (and of the old dicts) */
     Py_RETURN_NONE;
 }
 
@@ -1406,6 +1408,74 @@ static PyObject *new_tensor(PyObject *node)
     return t;
 }
 
+/* scalar_operand's memo in front of convert's dicts: the node they gave for a number of
+   one type and value (its bits), in one dtype (as_const: the loop dtype) and on one device
+   (both by identity). A loop's step multiplies by the same few coefficients every pass;
+   building, hashing and comparing the dict's key tuple was a sixth of recording `x * 2.5`.
+   Four-way sets like the tables above; entries hold their dtype, device and node. A node
+   stays right for its key after the dicts drop it (a 0-d input nobody writes, or a
+   constant): the memo only keeps it alive until the entry goes. */
+#define SOCACHE_SIZE 256
+typedef struct {
+    PyTypeObject *type;   /* (a static type: float or int) */
+    uint64_t bits;
+    PyObject *dtype, *device, *node;
+} SOEntry;
+static SOEntry socache[SOCACHE_SIZE];
+ENTRY_FITS(SOEntry);
+WHOLE_SETS(SOCACHE_SIZE);
+
+static void soentry_release(SOEntry *e)
+{
+    Py_XDECREF(e->dtype); Py_XDECREF(e->device); Py_XDECREF(e->node);
+}
+
+static void forget_scalar_operands(void)   /* (the dicts are bound anew) */
+{
+    for (int i = 0; i < SOCACHE_SIZE; i++) {
+        SOEntry gone = socache[i];
+        memset(&socache[i], 0, sizeof socache[i]);
+        soentry_release(&gone);
+    }
+}
+
+static inline size_t scalar_set(PyTypeObject *tv, uint64_t bits, PyObject *dtype, PyObject *device)
+{
+    Py_uhash_t h = mix(mix(mix((Py_uhash_t)bits, (Py_uhash_t)(uintptr_t)tv),
+                           (Py_uhash_t)(uintptr_t)dtype), (Py_uhash_t)(uintptr_t)device);
+    return set_of(h, SOCACHE_SIZE);
+}
+
+/* The memo's node (new reference) or NULL (none, no error set). */
+static PyObject *memo_scalar(PyTypeObject *tv, uint64_t bits, PyObject *dtype, PyObject *device)
+{
+    size_t i0 = scalar_set(tv, bits, dtype, device);
+    for (int w = 0; w < WAYS; w++) {
+        SOEntry *e = &socache[i0 + (size_t)w];
+        if (e->node != NULL && e->bits == bits && e->type == tv && e->dtype == dtype
+            && e->device == device) {
+            if (w)
+                promote(&socache[i0], w, sizeof(SOEntry));
+            table_count(T_SCALAR, 1);
+            Py_INCREF(socache[i0].node);
+            return socache[i0].node;
+        }
+    }
+    table_count(T_SCALAR, 0);
+    return NULL;
+}
+
+static void remember_scalar(PyTypeObject *tv, uint64_t bits, PyObject *dtype, PyObject *device,
+                            PyObject *node)
+{
+    size_t i0 = scalar_set(tv, bits, dtype, device);
+    SOEntry gone;
+    make_room(&socache[i0], sizeof(SOEntry), &gone);
+    Py_INCREF(dtype); Py_INCREF(device); Py_INCREF(node);
+    socache[i0] = (SOEntry){tv, bits, dtype, device, node};
+    soentry_release(&gone);   /* (last: the table is whole again) */
+}
+
 /* convert.scalar_node (new reference): a float operand of eager code found in the table of
    recent scalars (a 0-d input per value, dtype and device); everything else — integers,
    small or non-finite floats, recording under qt.jit or qt.grad, a value not seen yet —
@@ -1414,29 +1484,36 @@ static PyObject *scalar_operand(PyObject *value, PyObject *dtype, PyObject *devi
 {
     PyTypeObject *tv = Py_TYPE(value);
     int as_const = -1;   /* 1: a graph constant (convert._consts), 0: a 0-d input, -1: Python's */
+    uint64_t bits = 0;
     if (tv == &PyFloat_Type) {
         double v = PyFloat_AS_DOUBLE(value);
         if (v == v && v != 0)   /* (NaN and zeros are keyed by repr) */
             as_const = fabs(v) <= 4 && v == floor(v);
+        memcpy(&bits, &v, sizeof bits);
     } else if (tv == &PyLong_Type) {
-        long long v;
+        long long v = 0;
         if (int_value(value, &v) && v != 0)
             as_const = v >= -4 && v <= 4;
+        bits = (uint64_t)v;
     }
     if (as_const >= 0 && scalars != NULL && consts != NULL) {
         int q = quiet();
         if (q < 0)
             return NULL;
         if (q) {
+            PyObject *node = memo_scalar(tv, bits, dtype, device);
+            if (node != NULL)
+                return node;
             PyObject *key = as_const
                 ? PyTuple_Pack(5, (PyObject *)tv, value, dtype, device, Py_False)
                 : PyTuple_Pack(4, (PyObject *)tv, value, dtype, device);
             if (key == NULL)
                 return NULL;
-            PyObject *node = PyDict_GetItemWithError(as_const ? consts : scalars, key);
+            node = PyDict_GetItemWithError(as_const ? consts : scalars, key);
             Py_DECREF(key);
             if (node != NULL) {
                 Py_INCREF(node);
+                remember_scalar(tv, bits, dtype, device, node);
                 return node;
             }
             if (PyErr_Occurred())
@@ -5032,7 +5109,7 @@ static PyMethodDef methods[] = {
      "forget_structs()\nEmpty the struct cache (node._structs was emptied)."},
     {"table_stats", table_stats, METH_NOARGS,
      "table_stats() -> {table: (hits, misses)}\nLookups of the tables keyed by identity "
-     "(struct_identity, struct_value, key, int_tuple, tuple) since the module loaded."},
+     "(struct_identity, struct_value, key, int_tuple, tuple, scalar) since the module loaded."},
     {"make_node", (PyCFunction)(void (*)(void))make_node, METH_FASTCALL,
      "make_node(prim, params, shape, dtype, inputs, device, weak=False)\n"
      "qtrace.graph.node.make_node, in C."},

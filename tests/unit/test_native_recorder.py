@@ -661,9 +661,9 @@ def test_a_repeated_loop_finds_every_table_entry_by_identity(rng, fusion, monkey
     """A program that repeats one step records the same structures from the same objects
     pass after pass — here a Jacobi relaxation restarted from new input arrays each pass
     (``qt.asarray``: NumPy makes a new shape tuple for each). Once two passes have interned
-    them, a third finds every node structure, parsed key and shared tuple in the tables
-    keyed by identity (``table_stats`` counts the lookups); a miss hashes the parts by value
-    instead. Tables whose two-entry sets overlapped, or a shape tuple new with each input
+    them, a third finds every node structure, parsed key, shared tuple and scalar operand
+    (``0.25 * ...``) in the tables keyed by identity (``table_stats`` counts the lookups); a
+    miss hashes the parts by value instead. Tables whose two-entry sets overlapped, or a shape tuple new with each input
     array, made 7-50% of the lookups miss on every pass; with sets of four, keys miss
     every pass only where five of a pass's keys share a set (here about once in a million
     runs: ~40 distinct tuples in 1,024 sets, fewer keys elsewhere). The values are
@@ -688,8 +688,29 @@ def test_a_repeated_loop_finds_every_table_entry_by_identity(rng, fusion, monkey
         misses -= before[table][1]
         assert misses == 0, (table, hits, misses)
     assert after["struct_identity"][0] - before["struct_identity"][0] >= 3 * 10 * 10
+    assert after["scalar"][0] - before["scalar"][0] >= 3 * 10 * 2
     np.testing.assert_allclose(got.numpy(), _sweeps(np, *(a.copy() for a in data), steps=3),
                                rtol=1e-12, atol=1e-12)
+
+
+@needs_native
+def test_remembered_scalar_operands_keep_type_value_and_dtype_apart(rng, fusion):
+    """Scalar operands are remembered by type, value bits, dtype and device: a random mix of
+    Python floats and ints (coefficients and small integral constants, including values
+    whose bits agree across types: 2 and 2.0) times float32, float64 and int64 tensors,
+    repeated in random orders, gives NumPy's values and dtypes every time."""
+    pool = [2.0, 2, 2.5, -2.5, 1e-3, 3, 7, 0.1, 4.0, -4]
+    arrays = [rng.standard_normal(5).astype(np.float32), rng.standard_normal(5),
+              rng.integers(-9, 10, 5)]
+    for _ in range(3):
+        for k in rng.permutation(len(pool) * len(arrays)):
+            c, a = pool[k % len(pool)], arrays[k // len(pool)]
+            got, want = qt.asarray(a) * c, a * c
+            assert got.dtype == want.dtype, (c, a.dtype)
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-6 if a.dtype == np.float32 else 1e-15)
+            got, want = c - qt.asarray(a), c - a
+            assert got.dtype == want.dtype, (c, a.dtype)
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-6 if a.dtype == np.float32 else 1e-15)
 
 
 @needs_native
