@@ -20,6 +20,7 @@ from .graph.device import Device
 from .jax_interop import to_jax
 from .stats import reset_stats, stats
 from .tracer import Tensor
+from .tracer import functional as _functional
 from .tracer import grids as _grids
 from .tracer import numerical as _numerical
 from .tracer import rearrange as _rearrange
@@ -192,6 +193,7 @@ from .tracer.elementwise import (
 )
 from .tracer.evaluation import devices, eval, sync
 from .tracer.explain import explain
+from .tracer.functional import *  # noqa: F403 - the names of its __all__
 from .tracer.grids import *  # noqa: F403 - the names of its __all__
 from .tracer.jit import jit
 from .tracer.linalg import dot, matmul
@@ -512,5 +514,5 @@ __all__ = [
     "zeros_like",
 ]
 # the NumPy functions of these modules, each listed in its module's __all__
-__all__ += [*_grids.__all__, *_numerical.__all__, *_rearrange.__all__, *_selecting.__all__,
-            *_statistics.__all__]
+__all__ += [*_functional.__all__, *_grids.__all__, *_numerical.__all__, *_rearrange.__all__,
+            *_selecting.__all__, *_statistics.__all__]

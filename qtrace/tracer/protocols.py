@@ -13,6 +13,7 @@ from . import (
     creation,
     elementwise,
     fft_ext,
+    functional,
     grids,
     indexing,
     linalg,
@@ -195,7 +196,7 @@ Tensor.__array_function__ = array_function
 Tensor.__dlpack__ = dlpack
 Tensor.__dlpack_device__ = dlpack_device
 Tensor.__cuda_array_interface__ = property(cuda_array_interface)
-for _module in (composites, rearrange, grids, statistics, selecting, numerical):
+for _module in (composites, functional, rearrange, grids, statistics, selecting, numerical):
     FUNCTIONS.update(_module.NUMPY_FUNCTIONS)
     UFUNC_TO_QT.update(_module.NUMPY_UFUNCS)
 FUNCTIONS.update({  # numpy.linalg, sorting and complex parts on tensors
