@@ -1142,6 +1142,23 @@ def array_equal(a1, a2, equal_nan=False) -> Tensor:
     return _red.all(eq)
 
 
+def array_equiv(a1, a2) -> Tensor:
+    """``numpy.array_equiv``: equal elements once the shapes are broadcast against each other,
+    as a 0-d bool tensor (False where the shapes do not broadcast).
+
+    Example:
+        >>> import qtrace as qt
+        >>> bool(qt.array_equiv(qt.asarray([1, 2]), [[1, 2], [1, 2]])), bool(qt.array_equiv([1, 2], [1, 3]))
+        (True, False)
+    """
+    x, y = _tensor(a1, "array_equiv"), _tensor(a2, "array_equiv")
+    try:
+        np.broadcast_shapes(x.shape, y.shape)
+    except ValueError:
+        return full((), False, dtypes.bool_, device=x.device)
+    return _red.all(_ew.apply("equal", x, y))
+
+
 # --- grids -----------------------------------------------------------------------------
 def meshgrid(*xi, copy=True, sparse=False, indexing="xy") -> tuple:
     """``numpy.meshgrid``: coordinate grids from 1-D coordinate vectors (``'xy'`` or ``'ij'``).
@@ -1168,6 +1185,120 @@ def meshgrid(*xi, copy=True, sparse=False, indexing="xy") -> tuple:
     return list(out)  # the Array API (2024.12) returns a list
 
 
+def unwrap(p, discont=None, axis=-1, *, period=2 * math.pi) -> Tensor:
+    """``numpy.unwrap``: ``p`` with every jump between neighbours along ``axis`` larger than
+    ``discont`` (default ``period / 2``) replaced by its remainder modulo ``period``.
+
+    The correction is built from ``diff``, ``remainder`` and ``cumsum``: its gradient is
+    the identity (the corrections are piecewise constant). The result has NumPy's dtype
+    (that of the differences and ``period``: float64 for integers with a float period).
+
+    Example:
+        >>> import qtrace as qt
+        >>> [round(v, 6) for v in qt.unwrap(qt.asarray([0.0, 3.0, 6.5, 1.0])).tolist()]
+        [0.0, 3.0, 6.5, 7.283185]
+    """
+    t = _tensor(p, "unwrap")
+    if t.ndim == 0:
+        raise np.exceptions.AxisError("qt.unwrap: axis is out of bounds for a 0-d array")
+    axis = normalize_axis(axis, t.ndim, "unwrap")
+    d = diff(t, axis=axis)
+    dt = np.result_type(d.dtype, period)
+    if dt.kind in "iu":
+        high, rem = divmod(period, 2)   # (integers: NumPy's interval and its ambiguity)
+        ambiguous = rem == 0
+    else:
+        high, ambiguous = period / 2, True
+    d = astype(d, dt)
+    folded = _ew.apply("add", _ew.apply("remainder", _ew.apply("add", d, high), period), -high)
+    if ambiguous:   # a jump of exactly half a period keeps its sign
+        folded = _ew.where(_ew.apply("logical_and", _ew.apply("equal", folded, -high),
+                                     _ew.apply("greater", d, 0)), high, folded)
+    correction = _ew.apply("subtract", folded, d)
+    small = _ew.apply("less", _ew.apply("abs", d), period / 2 if discont is None else discont)
+    correction = _ew.where(small, 0, correction)
+    base = astype(t, dt)
+    head = getitem(base, (slice(None),) * axis + (slice(0, 1),))
+    rest = getitem(base, (slice(None),) * axis + (slice(1, None),))
+    rest = _ew.apply("add", rest, _red.cumsum(correction, axis=axis, dtype=dt))
+    return concatenate([head, rest], axis=axis)
+
+
+def _bits_axis(a, axis, op: str) -> tuple:
+    """``a`` with the packed/unpacked axis last (flattened for ``axis=None``) and the axis."""
+    if axis is None:
+        return ravel(a), None
+    axis = normalize_axis(axis, max(a.ndim, 1), op)
+    return moveaxis(a, axis, -1), axis
+
+
+def _bit_shifts(bitorder: str, op: str, device) -> Tensor:
+    """The shift of each of a byte's eight elements: 7..0 (``'big'``) or 0..7 (``'little'``)."""
+    if bitorder not in ("big", "little"):
+        raise ValueError(f"qt.{op}: 'bitorder' must be either 'little' or 'big', got {bitorder!r}")
+    k = arange(8, dtype=dtypes.uint8, device=device)
+    return _ew.apply("subtract", 7, k) if bitorder == "big" else k
+
+
+def packbits(a, /, axis=None, bitorder="big") -> Tensor:
+    """``numpy.packbits``: the elements of a bool or integer array as bits (non-zero: 1),
+    eight per ``uint8`` along ``axis`` (the flattened array for ``axis=None``), the last
+    byte padded with zero bits; ``bitorder`` ``'big'`` (first element in the high bit) or
+    ``'little'``.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.packbits(qt.asarray([1, 0, 1, 1, 0, 0, 0, 0, 1])).tolist()
+        [176, 128]
+    """
+    t = _tensor(a, "packbits")
+    if t.dtype.kind not in "biu":
+        raise TypeError(f"qt.packbits: expected an input array of integer or boolean data type, "
+                        f"got {t.dtype}")
+    moved, axis = _bits_axis(t, axis, "packbits")
+    shifts = _bit_shifts(bitorder, "packbits", t.device)
+    n = moved.shape[-1]
+    bits = astype(_ew.apply("not_equal", moved, 0), dtypes.uint8)
+    pad = -n % 8
+    if pad:
+        bits = concatenate([bits, zeros(moved.shape[:-1] + (pad,), dtypes.uint8, device=t.device)], axis=-1)
+    groups = reshape(bits, moved.shape[:-1] + ((n + pad) // 8, 8))
+    packed = _red.sum(_ew.apply("left_shift", groups, shifts), axis=-1, dtype=dtypes.uint8)
+    return packed if axis is None else moveaxis(packed, -1, axis)
+
+
+def unpackbits(a, /, axis=None, count=None, bitorder="big") -> Tensor:
+    """``numpy.unpackbits``: the bits of a ``uint8`` array, eight elements (0 or 1, ``uint8``)
+    per byte along ``axis`` (the flattened array for ``axis=None``); ``count`` keeps that
+    many (negative: drops as many from the end; larger than the bits there: pads zeros);
+    ``bitorder`` as :func:`packbits`.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.unpackbits(qt.asarray([176], dtype=qt.uint8), count=5).tolist()
+        [1, 0, 1, 1, 0]
+    """
+    t = _tensor(a, "unpackbits")
+    if t.dtype != np.uint8:
+        raise TypeError(f"qt.unpackbits: expected an input array of unsigned byte data type, got {t.dtype}")
+    moved, axis = _bits_axis(t, axis, "unpackbits")
+    shifts = _bit_shifts(bitorder, "unpackbits", t.device)
+    n = moved.shape[-1] * 8
+    bits = _ew.apply("bitwise_and", _ew.apply("right_shift", reshape(moved, moved.shape + (1,)), shifts), 1)
+    bits = reshape(bits, moved.shape[:-1] + (n,))
+    if count is not None:
+        count = _int(count, "unpackbits", "count")
+        if count < -n:
+            raise ValueError("qt.unpackbits: -count larger than number of elements")
+        keep = count if count >= 0 else n + count
+        if keep <= n:
+            bits = getitem(bits, (..., slice(0, keep)))
+        else:
+            bits = concatenate([bits, zeros(bits.shape[:-1] + (keep - n,), dtypes.uint8, device=t.device)],
+                               axis=-1)
+    return bits if axis is None else moveaxis(bits, -1, axis)
+
+
 NUMPY_FUNCTIONS = {
     np.roll: roll, np.tile: tile, np.repeat: repeat, np.hstack: hstack, np.vstack: vstack,
     np.dstack: dstack, np.column_stack: column_stack, np.atleast_1d: atleast_1d,
@@ -1177,6 +1308,8 @@ NUMPY_FUNCTIONS = {
     np.tril: tril, np.triu: triu, np.eye: eye, np.identity: identity, np.diag: diag,
     np.trace: trace, np.isclose: isclose, np.allclose: allclose, np.array_equal: array_equal,
     np.nan_to_num: nan_to_num, np.cross: cross, np.kron: kron, np.average: average,
+    np.array_equiv: array_equiv, np.unwrap: unwrap, np.packbits: packbits,
+    np.unpackbits: unpackbits,
 }
 
 # NumPy dispatches these through ``__array_ufunc__`` (not ``__array_function__``)
@@ -1187,10 +1320,10 @@ NUMPY_UFUNCS = {
 }
 
 __all__ = [
-    "allclose", "array_equal", "array_split", "atleast_1d", "atleast_2d", "atleast_3d",
+    "allclose", "array_equal", "array_equiv", "array_split", "atleast_1d", "atleast_2d", "atleast_3d",
     "average", "column_stack", "cross", "cumprod", "deg2rad", "degrees", "diag",
     "diff", "dstack", "eye", "fmax", "fmin", "heaviside", "hstack", "identity", "inner",
-    "isclose", "kron", "logaddexp", "logaddexp2", "meshgrid", "nan_to_num", "outer", "pad",
+    "isclose", "kron", "logaddexp", "logaddexp2", "meshgrid", "nan_to_num", "outer", "packbits", "pad",
     "rad2deg", "radians", "repeat", "roll", "split", "std", "tile", "trace", "tril", "triu",
-    "var", "vstack",
+    "unpackbits", "unwrap", "var", "vstack",
 ]

@@ -156,6 +156,24 @@ CASES = [
     Case("nan_to_num-args", lambda xp, x: xp.nan_to_num(x, nan=-1.0, posinf=9.0, neginf=-9.0), [(40,)],
          gen=specials, grad=None, ref64=False),
     Case("nan_to_num-grad", lambda xp, x: xp.nan_to_num(x), [(3, 2)]),
+    # phase unwrapping
+    Case("unwrap", lambda xp, x: xp.unwrap(x), [(9,)], gen=wide),
+    Case("unwrap-axis-discont", lambda xp, x: xp.unwrap(x, discont=4.0, axis=0), [(6, 3)], gen=wide),
+    Case("unwrap-period", lambda xp, x: xp.unwrap(x, period=6), [(2, 8)], gen=wide),
+    Case("unwrap-odd-period", lambda xp, x: xp.unwrap(x, period=7), [(8,)], gen=wide, grad=None),
+    # bits
+    Case("packbits", lambda xp, x: xp.packbits(x), [(13,)], dtypes=("int32", "bool"), grad=None),
+    Case("packbits-axis-little", lambda xp, x: xp.packbits(x, axis=1, bitorder="little"), [(3, 10)],
+         dtypes=("int32", "bool", "uint8"), grad=None),
+    Case("packbits-0d", lambda xp, x: xp.packbits(x), [()], dtypes=("bool",), grad=None),
+    Case("unpackbits", lambda xp, x: xp.unpackbits(x), [(3,)], dtypes=("uint8",), gen=lambda r, s, d:
+         r.integers(0, 256, s).astype(d), grad=None),
+    Case("unpackbits-axis-count", lambda xp, x: xp.unpackbits(x, axis=0, count=-3, bitorder="little"),
+         [(2, 3)], dtypes=("uint8",), gen=lambda r, s, d: r.integers(0, 256, s).astype(d), grad=None),
+    Case("unpackbits-pad", lambda xp, x: xp.unpackbits(x, axis=1, count=21), [(2, 2)], dtypes=("uint8",),
+         gen=lambda r, s, d: r.integers(0, 256, s).astype(d), grad=None),
+    Case("bits-roundtrip", lambda xp, x: xp.unpackbits(xp.packbits(x, axis=-1), axis=-1, count=x.shape[-1]),
+         [(4, 11)], dtypes=("bool",), grad=None),
     # statistics
     Case("var", lambda xp, x: xp.var(x), [(7,)]),
     Case("var-axis", lambda xp, x: xp.var(x, axis=-1), [(2, 3, 4)]),
@@ -214,6 +232,13 @@ CASES = [
 ]
 
 # functions with no array input (creation)
+EQUIV = [
+    Case("array_equiv-bcast", lambda xp, a: xp.array_equiv(a, xp.stack([a, a])), [(3,)], grad=None),
+    Case("array_equiv-unequal", lambda xp, a, b: xp.array_equiv(a, b), [(2, 3), (3,)], grad=None),
+    Case("array_equiv-shapes", lambda xp, a, b: xp.array_equiv(a, b), [(2, 3), (2,)], grad=None),
+]
+CASES += EQUIV
+
 CREATION = [
     ("eye", lambda xp: xp.eye(3)),
     ("eye-rect-k", lambda xp: xp.eye(3, 4, k=1)),
@@ -284,10 +309,15 @@ def test_numpy_dispatch(rng, fusion):
                      (np.diag, ()), (np.cumprod, ()), (np.nan_to_num, ()), (np.average, ()),
                      (np.pad, (1,)), (np.atleast_3d, ()), (np.kron, (x,)), (np.inner, (x,)),
                      (np.outer, (x,)), (np.isclose, (x,)), (np.allclose, (x,)),
-                     (np.array_equal, (x,))]:
+                     (np.array_equal, (x,)), (np.array_equiv, (x[0],)), (np.unwrap, ())]:
         got = fn(t, *args)
         assert isinstance(got, qt.Tensor), fn.__name__
         np.testing.assert_allclose(got.numpy(), fn(x, *args), rtol=1e-12, err_msg=fn.__name__)
+    bits = (x > 0).astype(np.uint8)
+    for fn in (np.packbits, np.unpackbits):
+        got = fn(qt.asarray(bits), axis=1)
+        assert isinstance(got, qt.Tensor), fn.__name__
+        np.testing.assert_array_equal(got.numpy(), fn(bits, axis=1))
     for fn in (np.hstack, np.vstack, np.dstack, np.column_stack):
         got = fn([t, t])
         assert isinstance(got, qt.Tensor), fn.__name__
@@ -388,6 +418,13 @@ def test_jit_grad(rng, fusion):
 
 # --- errors --------------------------------------------------------------------------
 ERRORS = [
+    (lambda: qt.packbits(qt.ones(3)), TypeError, "qt.packbits: expected an input array of integer"),
+    (lambda: qt.packbits(qt.ones(3, dtype=qt.int8), bitorder="mid"), ValueError, "qt.packbits: 'bitorder'"),
+    (lambda: qt.unpackbits(qt.ones(3, dtype=qt.int8)), TypeError, "qt.unpackbits: expected .* unsigned byte"),
+    (lambda: qt.unpackbits(qt.ones(2, dtype=qt.uint8), count=-17), ValueError, "-count larger than number"),
+    (lambda: qt.unpackbits(qt.ones((2, 2), dtype=qt.uint8), axis=2), np.exceptions.AxisError,
+     "qt.unpackbits: axis 2"),
+    (lambda: qt.unwrap(qt.asarray(1.0)), np.exceptions.AxisError, "qt.unwrap: axis is out of bounds"),
     (lambda: qt.roll(qt.ones((2, 3)), 1, axis=2), ValueError, "qt.roll: axis 2"),
     (lambda: qt.roll(qt.ones(3), (1, 2), axis=(0, 0, 0)), ValueError, "qt.roll:"),
     (lambda: qt.roll(qt.ones(3), 1.5), TypeError, "qt.roll:"),
