@@ -67,6 +67,29 @@ ARRAY_API = {
 # keywords every NumPy ufunc takes besides its operands
 UFUNC_KEYWORDS = ("out", "where", "casting", "order", "dtype", "subok")
 
+# Why a NumPy function has no qtrace counterpart, by kind (the last section of api.md);
+# a function in none of these is simply not implemented yet.
+NOT_PROVIDED = {
+    "file and text input/output: read with NumPy and convert with `qt.asarray`; the writers "
+    "(`np.save`, `np.savetxt`, ...) accept tensors and compute their values": """
+        fromfile fromregex fromstring frombuffer fromiter genfromtxt load loadtxt save savetxt
+        savez savez_compressed""",
+    "printing and formatting: NumPy's functions accept tensors (they compute the values)": """
+        array2string array_repr array_str base_repr binary_repr format_float_positional
+        format_float_scientific get_printoptions printoptions set_printoptions""",
+    "data types and Python objects: qtrace's dtypes are NumPy's, use NumPy's functions": """
+        can_cast common_type issubdtype iterable min_scalar_type mintypecode promote_types
+        typename""",
+    "NumPy's own configuration, memory layout and introspection": """
+        get_include getbufsize setbufsize geterr geterrcall seterr seterrcall show_config
+        show_runtime test info isfortran asfortranarray require may_share_memory shares_memory
+        nested_iters frompyfunc einsum_path""",
+    "dates and business days: qtrace has no datetime dtypes": """
+        busday_count busday_offset is_busday datetime_as_string datetime_data isnat""",
+    "the `numpy.matrix` class": "asmatrix bmat",
+    "deprecated by NumPy (use `vstack`)": "row_stack",
+}
+
 
 def _numpy_home(module: ModuleType) -> list:
     """Where NumPy keeps the counterparts of ``module``'s names, most specific first."""
@@ -221,14 +244,43 @@ def generate() -> str:
         + ".",
         "",
     ]
-    return "\n".join(head + [line for m in modules for line in section(m)]).rstrip() + "\n"
+    body = [line for m in modules for line in section(m)] + not_provided_section()
+    return "\n".join(head + body).rstrip() + "\n"
+
+
+NOT_PROVIDED_HEADING = "## NumPy functions not provided"
+
+
+def not_provided_section() -> list[str]:
+    """The public functions of NumPy's main namespace that ``qtrace`` lacks, grouped by why
+    (:data:`NOT_PROVIDED`); calling one on a tensor raises ``TypeError`` naming it."""
+    why = {name: reason for reason, names in NOT_PROVIDED.items() for name in names.split()}
+    missing = sorted(n for n in dir(np) if not n.startswith("_") and not hasattr(qt, n)
+                     and callable(getattr(np, n)) and not inspect.isclass(getattr(np, n)))
+    groups: dict = {}
+    for name in missing:
+        groups.setdefault(why.get(name, "not implemented yet"), []).append(name)
+    public = [n for n in dir(np) if not n.startswith("_") and callable(getattr(np, n))
+              and not inspect.isclass(getattr(np, n))]
+    lines = [NOT_PROVIDED_HEADING, "",
+             f"Of NumPy's {len(public)} public functions (its main namespace, classes aside), "
+             f"qtrace lacks {len(missing)}. On a `qt.Tensor` each raises `TypeError` naming it "
+             "(qtrace never runs NumPy on a tensor's values behind your back).", ""]
+    for reason in [*NOT_PROVIDED, "not implemented yet"]:
+        if groups.get(reason):
+            lines += [f"- {reason[0].upper() + reason[1:]}: "
+                      + ", ".join(f"`{n}`" for n in groups[reason]) + ".", ""]
+    return lines
 
 
 def without_numpy_columns(text: str) -> str:
     """``text`` (an ``api.md``) without what depends on the installed NumPy's version: the
-    NumPy columns of the function tables and the line naming that version."""
+    NumPy columns of the function tables, the line naming that version and the section of
+    NumPy functions not provided."""
     out = []
     for line in text.splitlines():
+        if line == NOT_PROVIDED_HEADING:   # (the rest is NumPy's namespace less qtrace's)
+            break
         cells = line.split(" | ")
         if line.startswith("| `") and len(cells) == 5:
             line = " | ".join([cells[0], cells[2], cells[3]])

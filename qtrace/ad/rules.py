@@ -27,6 +27,7 @@ NONDIFFERENTIABLE = frozenset({
     "logical_and", "logical_or", "logical_not", "logical_xor", "equal", "not_equal", "less",
     "less_equal", "greater", "greater_equal", "bitwise_and", "bitwise_or", "bitwise_xor",
     "invert", "left_shift", "right_shift", "argmax", "argmin", "reduce_any", "reduce_all",
+    "gcd", "lcm", "bitwise_count", "frexp_exponent",
 })
 
 
@@ -343,6 +344,32 @@ def _minmax(node, ct, xs, out):
 def _remainder(ct, xs, out):
     x, y = xs
     return [ct, neg(mul(ct, ew.floor_divide(x, y)))]
+
+
+@vjp_rule("fmod")
+@_ew
+def _fmod(ct, xs, out):
+    x, y = xs  # x - trunc(x / y) * y (JAX's rem)
+    return [ct, neg(mul(ct, ew.trunc(div(x, y))))]
+
+
+@vjp_rule("cbrt")
+@_ew
+def _cbrt(ct, xs, out):
+    return [div(ct, mul(mul(out, out), 3.0))]   # inf at 0, as JAX
+
+
+@vjp_rule("ldexp")
+@_ew
+def _ldexp(ct, xs, out):
+    return [ew.ldexp(ct, xs[1]), None]          # x * 2**n: exact scaling of ct
+
+
+@vjp_rule("frexp")
+@_ew
+def _frexp(ct, xs, out):
+    # the mantissa is x * 2**-e: 1 at zeros, infinities and NaN (e == 0), as JAX
+    return [ew.ldexp(ct, neg(ew.frexp_exponent(xs[0])))]
 
 
 @vjp_rule("select")

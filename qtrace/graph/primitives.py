@@ -95,6 +95,10 @@ ELEMENTWISE_UFUNCS = {
     "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
     "invert": "invert", "left_shift": "left_shift", "right_shift": "right_shift",
     "hypot": "hypot", "conj": "conjugate", "copysign": "copysign", "signbit": "signbit",
+    "cbrt": "cbrt", "fmod": "fmod", "ldexp": "ldexp", "gcd": "gcd", "lcm": "lcm",
+    "bitwise_count": "bitwise_count",
+    # frexp: the mantissa (NumPy's first output; the exponent is frexp_exponent below)
+    "frexp": "frexp",
 }
 for _name, _ufunc in ELEMENTWISE_UFUNCS.items():
     define(_name, "elementwise", ufunc=_ufunc)
@@ -105,10 +109,13 @@ LOGICAL = frozenset({"logical_and", "logical_or", "logical_not", "logical_xor"})
 TRANSCENDENTAL = frozenset({
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "arcsin",
     "arccos", "arctan", "arctan2", "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh",
-    "hypot", "power",
+    "hypot", "power", "cbrt", "fmod",
 })
 
 define("select", "elementwise")   # select(cond, x, y) == where
+# frexp_exponent: the int32 exponent e of x = m * 2**e, 0.5 <= |m| < 1 (numpy.frexp's second
+#       output; 0 for zeros, infinities and NaN); the mantissa is primitive ``frexp``
+define("frexp_exponent", "elementwise")
 # iota: no inputs; the value at each index is the flat (C-order) position, int64 (a generator:
 #       computed where it is read, never stored)
 define("iota", "elementwise")

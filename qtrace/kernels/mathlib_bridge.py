@@ -24,7 +24,7 @@ C_NAMES = {
     "log10": "log10", "log1p": "log1p", "sin": "sin", "cos": "cos", "tan": "tan",
     "arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2", "sinh": "sinh",
     "cosh": "cosh", "tanh": "tanh", "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh",
-    "hypot": "hypot", "power": "pow",
+    "hypot": "hypot", "power": "pow", "cbrt": "cbrt",
 }
 
 

@@ -237,7 +237,7 @@ def _reciprocal(b, prim, args, dts, out):
 
 @rule("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
       "arcsin", "arccos", "arctan", "arctan2", "sinh", "cosh", "tanh", "arcsinh",
-      "arccosh", "arctanh", "hypot")
+      "arccosh", "arctanh", "hypot", "cbrt")
 def _transcendental(b, prim, args, dts, out):
     return mathlib.call(b, prim, list(args))
 
@@ -365,6 +365,159 @@ def _shift(b, prim, args, dts, out):
         past = b.select(b.icmp_signed("<", x, ir.Constant(ty, 0)), ir.Constant(ty, -1), ir.Constant(ty, 0))
         return b.select(in_range, b.ashr(x, safe), past)
     return b.select(in_range, b.lshr(x, safe), ir.Constant(ty, 0))
+
+
+@rule("fmod")
+def _fmod(b, prim, args, dts, out):
+    x, y = args
+    if out.kind == "f":
+        return mathlib.fmod(b, x, y)
+    # C's truncated remainder. NumPy gives 0 for a zero divisor, and MIN % -1 is 0: both
+    # divide by 1 instead (x % 1 == 0), so neither traps
+    ty = x.type
+    one = ir.Constant(ty, 1)
+    bad = b.icmp_unsigned("==", y, ir.Constant(ty, 0))
+    if not _is_signed(out):
+        return b.urem(x, b.select(bad, one, y))
+    bad = b.or_(bad, b.and_(b.icmp_signed("==", x, ir.Constant(ty, -(1 << (ty.width - 1)))),
+                            b.icmp_signed("==", y, ir.Constant(ty, -1))))
+    return b.srem(x, b.select(bad, one, y))
+
+
+# IEEE binary formats: (exponent bias = largest exponent, smallest normal exponent,
+# significand bits with the implicit one, storage bits)
+_FORMATS = {32: (127, -126, 24), 64: (1023, -1022, 53)}
+
+
+def _format(ty: ir.Type):
+    bits = 32 if isinstance(ty, ir.FloatType) else 64
+    return (bits, *_FORMATS[bits])
+
+
+def _pow2(b, n, ty):
+    """``2.0**n`` of an i32 ``n`` in the normal exponents' range, built from its bits."""
+    bits, emax, _, p = _format(ty)
+    ity = ir.IntType(bits)
+    n = b.sext(n, ity) if bits > 32 else n
+    return b.bitcast(b.shl(b.add(n, ir.Constant(ity, emax)), ir.Constant(ity, p - 1)), ty)
+
+
+def ldexp(b: ir.IRBuilder, x: ir.Value, n: ir.Value) -> ir.Value:
+    """``x * 2**n`` rounded once (C's ``ldexp``), branch-free on every target, for an
+    integer ``n`` of any width.
+
+    ``n`` is clamped to a range past which every finite result over- or underflows;
+    up to two exact scalings by a power of two bring the rest into the normal exponents.
+    A downward step scales by ``2**(emin + p)``, not ``2**emin``, so an intermediate result
+    that is already subnormal (and so rounded) leaves a last factor small enough to give 0.
+    """
+    ty = x.type
+    _, emax, emin, p = _format(ty)
+    i32 = ir.IntType(32)
+    limit = 2200 if p == 53 else 300   # (> the 2098 / 277 exponents a finite x spans)
+    nty = n.type
+    n = b.select(b.icmp_signed(">", n, ir.Constant(nty, limit)), ir.Constant(nty, limit), n)
+    n = b.select(b.icmp_signed("<", n, ir.Constant(nty, -limit)), ir.Constant(nty, -limit), n)
+    if nty.width > 32:
+        n = b.trunc(n, i32)
+    elif nty.width < 32:
+        n = b.sext(n, i32)
+    down = emin + p
+    for _ in range(2):
+        up, low = (b.icmp_signed(">", n, ir.Constant(i32, emax)),
+                   b.icmp_signed("<", n, ir.Constant(i32, emin)))
+        step = b.select(up, ir.Constant(i32, emax), b.select(low, ir.Constant(i32, down),
+                                                             ir.Constant(i32, 0)))
+        x = b.fmul(x, _pow2(b, step, ty))
+        n = b.sub(n, step)
+    return b.fmul(x, _pow2(b, n, ty))
+
+
+def frexp(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """C's ``frexp``: ``(m, e)`` with ``x = m * 2**e``, ``0.5 <= |m| < 1`` and ``e`` an i32;
+    zeros, infinities and NaN give ``(x, 0)``. Subnormals are scaled into the normal range
+    first. Bit operations only (the same on every target)."""
+    ty = x.type
+    bits, emax, emin, p = _format(ty)
+    ity = ir.IntType(bits)
+    ax = _intrinsic(b, "llvm.fabs", [x], ty)
+    tiny = b.fcmp_ordered("<", ax, ir.Constant(ty, 2.0 ** emin))
+    shift = p + 1
+    scaled = b.select(tiny, b.fmul(x, ir.Constant(ty, 2.0 ** shift)), x)
+    raw = b.bitcast(scaled, ity)
+    field = ir.Constant(ity, (2 * emax + 1) << (p - 1))          # the exponent bits
+    biased = b.lshr(b.and_(raw, field), ir.Constant(ity, p - 1))
+    e = b.sub(biased, b.select(tiny, ir.Constant(ity, emax - 1 + shift), ir.Constant(ity, emax - 1)))
+    half = ir.Constant(ity, (emax - 1) << (p - 1))                # the exponent field of 0.5
+    m = b.bitcast(b.or_(b.and_(raw, b.not_(field)), half), ty)
+    special = b.or_(b.fcmp_ordered("==", x, ir.Constant(ty, 0.0)),
+                    b.fcmp_unordered(">=", ax, ir.Constant(ty, float("inf"))))
+    e = b.trunc(e, ir.IntType(32)) if bits > 32 else e
+    return b.select(special, x, m), b.select(special, ir.Constant(ir.IntType(32), 0), e)
+
+
+@rule("ldexp")
+def _ldexp(b, prim, args, dts, out):
+    return ldexp(b, *args)
+
+
+@rule("frexp")
+def _frexp(b, prim, args, dts, out):
+    return frexp(b, args[0])[0]
+
+
+@rule("frexp_exponent")
+def _frexp_exponent(b, prim, args, dts, out):
+    return frexp(b, args[0])[1]
+
+
+def _magnitude(b, x, dt):
+    """``|x|`` of an integer as its unsigned bits (``|MIN|`` is ``2**(width-1)``)."""
+    if not _is_signed(dt):
+        return x
+    return b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)), b.neg(x), x)
+
+
+def _gcd(b, u, v):
+    """The greatest common divisor of unsigned ``u`` and ``v`` (0 for two zeros): Stein's
+    binary algorithm, unrolled and branch-free.
+
+    With the common factors of two set aside, both are made odd; each step replaces the
+    pair by (smaller, (larger - smaller) with its factors of two removed), so the sum of
+    their bit lengths drops by one at least until one is 0; a pair (0, g) stays as it is.
+    """
+    ty = u.type
+    w = ty.width
+    mask = ir.Constant(ty, w - 1)   # cttz(0) == w: masked to a shift by 0 (0 stays 0)
+
+    def odd(v):
+        return b.lshr(v, b.and_(intrinsic(b, "cttz", [v, ir.Constant(I1, 0)]), mask))
+    twos = b.and_(intrinsic(b, "cttz", [b.or_(u, v), ir.Constant(I1, 0)]), mask)
+    a, c = odd(u), odd(v)
+    for _ in range(2 * w - 1):
+        lo, hi = intrinsic(b, "umin", [a, c]), intrinsic(b, "umax", [a, c])
+        a, c = lo, odd(b.sub(hi, lo))
+    return b.shl(b.or_(a, c), twos)
+
+
+@rule("gcd", "lcm")
+def _gcd_lcm(b, prim, args, dts, out):
+    x, y = (_magnitude(b, v, dt) for v, dt in zip(args, dts))
+    g = _gcd(b, x, y)
+    if prim == "gcd":
+        return g
+    # |x| / gcd * |y| (wrapping as NumPy's), 0 where both are 0
+    zero = ir.Constant(g.type, 0)
+    is_zero = b.icmp_unsigned("==", g, zero)
+    q = b.udiv(x, b.select(is_zero, ir.Constant(g.type, 1), g))
+    return b.select(is_zero, zero, b.mul(q, y))
+
+
+@rule("bitwise_count")
+def _bitwise_count(b, prim, args, dts, out):
+    # the 1-bits of |x| (NumPy's definition for signed integers), as uint8
+    n = intrinsic(b, "ctpop", [_magnitude(b, args[0], dts[0])])
+    return b.trunc(n, ir.IntType(8)) if n.type.width > 8 else n
 
 
 @rule("select")

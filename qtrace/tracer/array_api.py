@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import TracerError
 from ..graph.device import Device
 from . import dtypes
 from . import elementwise as ew
+from .context import tracing
 from .evaluation import devices
+from .reductions import all as all_
 from .shape_ops import as_tensor, concatenate, transpose
 from .tensor import Tensor
 
@@ -264,6 +267,80 @@ def angle(z, deg: bool = False) -> Tensor:
         f = astype(t, np.result_type(t.dtype, np.float64) if t.dtype.kind != "f" else t.dtype)
         out = ew.where(ew.apply2("less", f, 0), np.pi, 0.0) + f * 0.0
     return ew.apply2("multiply", out, 180.0 / np.pi) if deg else out
+
+
+def iscomplex(x) -> Tensor:
+    """``numpy.iscomplex``: where the imaginary part is non-zero (all False for a real array).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.iscomplex(qt.asarray([1 + 1j, 2 + 0j])).tolist()
+        [True, False]
+    """
+    t = as_tensor(x, "iscomplex")
+    if t.dtype.kind == "c":
+        return ew.apply2("not_equal", _part(t, "imag"), 0)
+    from .creation import zeros
+    return zeros(t.shape, dtypes.bool_, device=t.device)
+
+
+def isreal(x) -> Tensor:
+    """``numpy.isreal``: where the imaginary part is zero (all True for a real array).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.isreal(qt.asarray([1 + 1j, 2 + 0j])).tolist()
+        [False, True]
+    """
+    return ew.apply1("logical_not", iscomplex(x))
+
+
+def iscomplexobj(x) -> bool:
+    """``numpy.iscomplexobj``: whether ``x``'s dtype is complex (the dtype alone decides, not
+    the values).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.iscomplexobj(qt.asarray([1.0])), qt.iscomplexobj(qt.asarray([1.0 + 0j]))
+        (False, True)
+    """
+    dt = x.dtype if isinstance(getattr(x, "dtype", None), np.dtype) else np.asarray(x).dtype
+    return dt.kind == "c"
+
+
+def isrealobj(x) -> bool:
+    """``numpy.isrealobj``: whether ``x``'s dtype is not complex.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.isrealobj(qt.asarray([1.0]))
+        True
+    """
+    return not iscomplexobj(x)
+
+
+def real_if_close(a, tol=100) -> Tensor:
+    """``numpy.real_if_close``: the real part of a complex array whose imaginary parts are all
+    below ``tol`` (in machine epsilons of its precision when ``tol > 1``), else the array.
+
+    The result's dtype depends on the values: the array is evaluated here (inside
+    ``qt.jit`` it raises ``TracerError``; use ``qt.real`` there).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.real_if_close(qt.asarray([2.0 + 1e-15j])).tolist()
+        [2.0]
+    """
+    t = as_tensor(a, "real_if_close")
+    if t.dtype.kind != "c":
+        return t
+    if tracing():
+        raise TracerError("qt.real_if_close: the result's dtype depends on the values, which a "
+                          "function traced by qt.jit does not have; use qt.real")
+    if tol > 1:
+        tol = np.finfo(t.dtype).eps * tol
+    close = all_(ew.apply2("less", ew.apply1("abs", _part(t, "imag")), tol))
+    return _part(t, "real") if bool(close) else t
 
 
 conj = ew.FUNCTIONS["conj"]

@@ -6,10 +6,11 @@ import math
 
 import numpy as np
 
+from ..errors import TracerError
 from ..graph.device import Device
 from . import dtypes
 from . import elementwise as _ew
-from .context import record
+from .context import record, tracing
 from .convert import astype, cast, const_node, input_node, usable_device, wrap
 from .shape_ops import broadcast_to
 from .tensor import Tensor
@@ -67,6 +68,66 @@ def asarray(obj, /, dtype=None, device=None, copy: bool | None = None) -> Tensor
         if not isinstance(obj, np.ndarray) or (dtype is not None and arr.dtype != dtype):
             raise ValueError("qt.asarray: copy=False, but this input can only be converted by copying")
     return wrap(input_node(obj, "asarray", dtype=dtype, device=_device(device)))
+
+
+_ORDERS = (None, "C", "F", "A", "K")
+
+
+def _order(order, op: str) -> None:
+    """NumPy's memory ``order`` argument: accepted and checked (qtrace lays out its own
+    memory; values do not depend on it)."""
+    if order not in _ORDERS:
+        raise ValueError(f"qt.{op}: order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+
+
+def asanyarray(a, dtype=None, order=None, *, device=None, copy=None, like=None) -> Tensor:
+    """``numpy.asanyarray``: :func:`asarray` (qtrace has no array subclasses to keep).
+    ``order`` is checked and otherwise ignored: a tensor's memory layout is qtrace's.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.asanyarray([1.0, 2.0]).tolist()
+        [1.0, 2.0]
+    """
+    _order(order, "asanyarray")
+    return asarray(a, dtype, device, copy)
+
+
+def ascontiguousarray(a, dtype=None, *, like=None) -> Tensor:
+    """``numpy.ascontiguousarray``: :func:`asarray`, with at least one dimension (a 0-d
+    input becomes shape ``(1,)``, as in NumPy). qtrace's own memory is always contiguous.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.ascontiguousarray(3.0).shape
+        (1,)
+    """
+    t = asarray(a, dtype)
+    return t if t.ndim else t.reshape((1,))
+
+
+def asarray_chkfinite(a, dtype=None, order=None) -> Tensor:
+    """``numpy.asarray_chkfinite``: :func:`asarray`, raising ``ValueError`` if an element of
+    a floating or complex array is infinite or NaN.
+
+    The check needs the values: the array is evaluated here (inside ``qt.jit``, where no
+    value exists yet, it raises ``TracerError``; use ``qt.isfinite`` there).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.asarray_chkfinite([1.0, 2.0]).tolist()
+        [1.0, 2.0]
+    """
+    _order(order, "asarray_chkfinite")
+    t = asarray(a, dtype)
+    if t.dtype.kind in "fc":
+        from .reductions import all as all_  # (reductions imports this module)
+        if tracing():
+            raise TracerError("qt.asarray_chkfinite: checking for infs and NaNs needs the values, "
+                              "which a function traced by qt.jit does not have; use qt.isfinite")
+        if not bool(all_(_ew.apply("isfinite", t))):
+            raise ValueError("qt.asarray_chkfinite: array must not contain infs or NaNs")
+    return t
 
 
 def from_dlpack(obj, /, *, device=None, copy=None) -> Tensor:

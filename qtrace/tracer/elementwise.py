@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..graph.primitives import COMPARISONS, ELEMENTWISE_UFUNCS, broadcast_shapes, ufunc_of
@@ -187,6 +189,8 @@ def fold(name: str, nodes, out_dtype, weak: bool):
     values = [np.array(n.params[0], dtype=n.dtype) for n in nodes]
     with np.errstate(all="ignore"):
         result = ufunc_of(name)(*values)
+    if isinstance(result, tuple):  # frexp: the primitive is the first output
+        result = result[0]
     return const_node(result.item(), out_dtype, nodes[0].device, weak)
 
 
@@ -219,11 +223,298 @@ def _signbit(x) -> Tensor:
 
 
 FUNCTIONS["signbit"] = _signbit
+
+
+def _composites():
+    from . import composites  # (imported when called: composites is built on this module)
+    return composites
+
+
+def _loop_operands(name: str, *args):
+    """The operands converted to the loop dtypes of ``numpy.<name>``, and its (first) output dtype."""
+    return _composites()._ufunc_operands(name, getattr(np, name), *args)
+
+
+def frexp_exponent(t: Tensor) -> Tensor:
+    """The int32 exponent of ``numpy.frexp`` of a float tensor (primitive ``frexp_exponent``)."""
+    n = t._node
+    return wrap(record("frexp_exponent", (n,), (), n.shape, dtypes.int32))
+
+
+def frexp(x, /) -> tuple:
+    """``numpy.frexp``: ``(mantissa, exponent)`` with ``x == mantissa * 2**exponent``,
+    ``0.5 <= |mantissa| < 1`` and an int32 exponent; zeros, infinities and NaN give
+    ``(x, 0)``. Integers are converted to float64. No ``out=``.
+
+    Example:
+        >>> import qtrace as qt
+        >>> m, e = qt.frexp(qt.asarray([8.0, -0.75]))
+        >>> m.tolist(), e.tolist(), str(e.dtype)
+        ([0.5, -0.75], [4, 0], 'int32')
+    """
+    (t,), _ = _loop_operands("frexp", x)
+    return apply1("frexp", t), frexp_exponent(t)
+
+
+FUNCTIONS["frexp"] = frexp
+_DOCS = {  # examples for the primitives the generic docstring's example does not fit
+    "fmod": ("the remainder of C's truncated division: it has the sign of ``x1`` (``remainder`` "
+             "has the divisor's); an integer divisor of 0 gives 0",
+             "qt.fmod(qt.asarray([-7, 7]), 3).tolist()", "[-1, 1]"),
+    "ldexp": ("``x1 * 2**x2`` for an integer ``x2`` (rounded once, exact where representable)",
+              "qt.ldexp(qt.asarray([0.75, 1.0]), qt.asarray([2, -3])).tolist()", "[3.0, 0.125]"),
+    "gcd": ("the greatest common divisor of the absolute values (integers only; gcd(0, 0) is 0)",
+            "qt.gcd(qt.asarray([12, -20, 0]), 8).tolist()", "[4, 4, 8]"),
+    "lcm": ("the least common multiple of the absolute values (integers only; 0 with a 0 "
+            "operand; wraps on overflow as NumPy's)", "qt.lcm(qt.asarray([4, -6, 0]), 6).tolist()",
+            "[12, 6, 0]"),
+    "bitwise_count": ("the number of 1-bits of ``|x|`` (integers only), as uint8",
+                      "qt.bitwise_count(qt.asarray([7, -1, 0])).tolist()", "[3, 1, 0]"),
+    "cbrt": ("the real cube root (negative for negative ``x``)",
+             "qt.cbrt(qt.asarray([-8.0, 27.0])).tolist()", "[-2.0, 3.0]"),
+    # integer-only functions of SPEC §2 (the generic example's float operands do not fit)
+    "invert": ("bitwise NOT (``numpy.bitwise_not`` is the same ufunc; logical NOT for bools)",
+               "qt.invert(qt.asarray([0, 5])).tolist()", "[-1, -6]"),
+    "bitwise_and": ("bitwise AND of integers or bools", "qt.bitwise_and(qt.asarray([12, 5]), 6).tolist()",
+                    "[4, 4]"),
+    "bitwise_or": ("bitwise OR of integers or bools", "qt.bitwise_or(qt.asarray([12, 5]), 6).tolist()",
+                   "[14, 7]"),
+    "bitwise_xor": ("bitwise XOR of integers or bools", "qt.bitwise_xor(qt.asarray([12, 5]), 6).tolist()",
+                    "[10, 3]"),
+    "left_shift": ("``x1 << x2`` for integers (0 past the width)",
+                   "qt.left_shift(qt.asarray([1, 3]), 2).tolist()", "[4, 12]"),
+    "right_shift": ("``x1 >> x2`` for integers, arithmetic for signed ones",
+                    "qt.right_shift(qt.asarray([16, -16]), 2).tolist()", "[4, -4]"),
+}
+for _name, (_what, _call, _shown) in _DOCS.items():
+    FUNCTIONS[_name].__doc__ = (
+        f"Elementwise ``numpy.{_name}``: {_what}. Same dtypes, broadcasting and special values "
+        f"as NumPy; no ``out=``.\n\n    Example:\n        >>> import qtrace as qt\n"
+        f"        >>> {_call}\n        {_shown}\n")
 globals().update(FUNCTIONS)
 absolute = FUNCTIONS["abs"]
 true_divide = FUNCTIONS["divide"]
 mod = FUNCTIONS["remainder"]
 conjugate = FUNCTIONS["conj"]
+bitwise_not = FUNCTIONS["invert"]   # NumPy's alias (``numpy.bitwise_not is numpy.invert``)
+
+
+# --- NumPy ufuncs and functions composed of the primitives above -----------------------
+def fabs(x, /) -> Tensor:
+    """``numpy.fabs``: the absolute value as a float (integers become float64; complex
+    numbers are refused, as NumPy does). Its gradient at 0 is 1 (JAX's). No ``out=``.
+
+    Example:
+        >>> import qtrace as qt
+        >>> t = qt.fabs(qt.asarray([-3, 2]))
+        >>> t.tolist(), str(t.dtype)
+        ([3.0, 2.0], 'float64')
+    """
+    (t,), _ = _loop_operands("fabs", x)
+    # |t| as copysign(t + 0, 1): its gradient is JAX's, 1 at both zeros (-0 + 0 is +0)
+    return apply2("copysign", apply2("add", t, 0.0), 1.0)
+
+
+def divmod(x1, x2, /) -> tuple:  # noqa: A001 - NumPy's name
+    """``numpy.divmod``: ``(x1 // x2, x1 % x2)``, NumPy's ``floor_divide`` and ``remainder``.
+    As ``qt.floor_divide``, a float quotient with an infinite operand is ``floor(x1 / x2)``
+    (the Array API's special cases; NumPy gives NaN there). No ``out=``.
+
+    Example:
+        >>> import qtrace as qt
+        >>> q, r = qt.divmod(qt.asarray([7, -7]), 2)
+        >>> q.tolist(), r.tolist()
+        ([3, -4], [1, 1])
+    """
+    (x, y), _ = _loop_operands("divmod", x1, x2)
+    return apply2("floor_divide", x, y), apply2("remainder", x, y)
+
+
+def modf(x, /) -> tuple:
+    """``numpy.modf``: ``(fractional part, integral part)``, both with ``x``'s sign
+    (``modf(-2.0)`` is ``(-0.0, -2.0)``, ``modf(inf)`` is ``(0.0, inf)``); integers become
+    float64. The fractional part's gradient is 1, the integral part's 0 (as JAX). No ``out=``.
+
+    Example:
+        >>> import qtrace as qt
+        >>> f, i = qt.modf(qt.asarray([2.5, -1.25]))
+        >>> f.tolist(), i.tolist()
+        ([0.5, -0.25], [2.0, -1.0])
+    """
+    (t,), _ = _loop_operands("modf", x)
+    whole = apply1("trunc", t)
+    # t - trunc(t) is exact; at integers it is +0, and -(trunc(t) - t) is -0: the one of
+    # t's sign is kept (both have derivative 1)
+    frac = where(_signbit(t), apply1("negative", apply2("subtract", whole, t)),
+                 apply2("subtract", t, whole))
+    zero = apply2("copysign", 0.0, t)   # (no gradient reaches t through the sign)
+    return where(apply1("isinf", t), zero, frac), whole
+
+
+def float_power(x1, x2, /) -> Tensor:
+    """``numpy.float_power``: ``x1 ** x2`` computed in float64 (complex128 for complex
+    operands), whatever the input dtypes. No ``out=``.
+
+    Example:
+        >>> import qtrace as qt
+        >>> t = qt.float_power(qt.asarray([2, 4]), -1)
+        >>> t.tolist(), str(t.dtype)
+        ([0.5, 0.25], 'float64')
+    """
+    (x, y), _ = _loop_operands("float_power", x1, x2)
+    return apply2("power", x, y)
+
+
+def _array(x, out, op: str) -> Tensor:
+    """``x`` as a tensor (as ``numpy.asanyarray``); ``out=`` refused, naming ``op``."""
+    helpers = _composites()
+    helpers._no_out(out, op)
+    return helpers._tensor(x, op)
+
+
+def fix(x, out=None) -> Tensor:
+    """``numpy.fix``: round towards zero (``trunc``); integers and bools are returned as they
+    are, in their dtype. Complex input and ``out=`` are not accepted.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.fix(qt.asarray([2.7, -2.7, -0.2])).tolist()
+        [2.0, -2.0, -0.0]
+    """
+    t = _array(x, out, "fix")
+    if t.dtype.kind == "c":
+        raise TypeError(f"qt.fix: not supported for complex dtype {t.dtype}: complex numbers have "
+                        "no rounding towards zero")
+    return apply1("trunc", t)
+
+
+def isposinf(x, out=None) -> Tensor:
+    """``numpy.isposinf``: where ``x`` is +inf (bool; all False for integers). Complex input
+    (ambiguous, as NumPy says) and ``out=`` are not accepted.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.isposinf(qt.asarray([float("inf"), float("-inf"), 1.0])).tolist()
+        [True, False, False]
+    """
+    return _isinf_signed(x, out, "isposinf", math.inf)
+
+
+def isneginf(x, out=None) -> Tensor:
+    """``numpy.isneginf``: where ``x`` is -inf (bool; all False for integers). Complex input
+    (ambiguous, as NumPy says) and ``out=`` are not accepted.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.isneginf(qt.asarray([float("inf"), float("-inf"), 1.0])).tolist()
+        [False, True, False]
+    """
+    return _isinf_signed(x, out, "isneginf", -math.inf)
+
+
+def _isinf_signed(x, out, op: str, inf: float) -> Tensor:
+    t = _array(x, out, op)
+    if t.dtype.kind == "c":
+        raise TypeError(f"qt.{op}: This operation is not supported for {t.dtype} values because "
+                        "it would be ambiguous.")
+    if t.dtype.kind != "f":
+        return full(t.shape, False, dtypes.bool_, t.device)
+    return apply2("equal", t, inf)
+
+
+def _to_float(t: Tensor) -> Tensor:
+    """Integers and bools as float64 (floats and complex as they are), as NumPy's
+    ``sinc``/``i0`` compute them."""
+    return t if t.dtype.kind in "fc" else astype(t, dtypes.float64)
+
+
+def sinc(x) -> Tensor:
+    """``numpy.sinc``: the normalized sinc ``sin(pi x) / (pi x)``, 1 at 0; integers become
+    float64. The gradient at 0 is 0 (and the second derivative ``-pi**2 / 3``), as JAX's.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.sinc(qt.asarray([0.0, 0.5, 1.0])).numpy().round(6).tolist()
+        [1.0, 0.63662, 0.0]
+    """
+    t = _to_float(_array(x, None, "sinc"))
+    at_zero = apply2("equal", t, 0)
+    y = apply2("multiply", where(at_zero, 1.0, t), math.pi)   # (no 0/0 in either branch)
+    pix = apply2("multiply", t, math.pi)
+    taylor = apply2("subtract", 1.0, apply2("multiply", apply2("multiply", pix, pix), 1.0 / 6.0))
+    return where(at_zero, taylor, apply2("divide", apply1("sin", y), y))
+
+
+# i0: the power series sum (x**2/4)**k / (k!)**2 below _I0_SPLIT, the asymptotic series
+# exp(x) / sqrt(2 pi x) * sum ((2k-1)!!)**2 / (k! (8x)**k) above (both relative error
+# below 1e-16 there: 36 and 30 terms); both have positive terms only
+_I0_SPLIT = 20.0
+_I0_SERIES = [1.0 / math.factorial(k) ** 2 for k in range(37)]
+_I0_ASYMPTOTIC = [math.prod(range(1, 2 * k, 2)) ** 2 / (math.factorial(k) * 8.0 ** k)
+                  for k in range(31)]
+
+
+def _horner(t: Tensor, coeffs) -> Tensor:
+    acc = full((), coeffs[-1], t.dtype, t.device)
+    for c in reversed(coeffs[:-1]):
+        acc = apply2("add", apply2("multiply", acc, t), c)
+    return acc
+
+
+def i0(x) -> Tensor:
+    """``numpy.i0``: the modified Bessel function of the first kind of order 0 (integers
+    become float64; float32 is computed in float64 and rounded). Complex input is not
+    accepted (as NumPy). Large arguments overflow to inf as NumPy's do (from ``x`` ≈ 709.8).
+    Its gradient is ``i1(x)``, through the series.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.i0(qt.asarray([0.0, 1.0, -2.0])).numpy().round(6).tolist()
+        [1.0, 1.266066, 2.279585]
+    """
+    t = _array(x, None, "i0")
+    if t.dtype.kind == "c":
+        raise TypeError(f"qt.i0: not supported for complex values (dtype {t.dtype})")
+    dt = _to_float(t).dtype
+    a = apply1("abs", astype(t, dtypes.float64))
+    small = apply2("less_equal", a, _I0_SPLIT)
+    s = where(small, a, 0.0)   # each branch sees arguments of its own range only
+    series = _horner(apply2("multiply", apply2("multiply", s, s), 0.25), _I0_SERIES)
+    big = where(small, _I0_SPLIT, a)
+    tail = _horner(apply1("reciprocal", big), _I0_ASYMPTOTIC)
+    # (exp(x) * ...) / sqrt(x): inf where exp(x) overflows, as NumPy's
+    scaled = apply2("multiply", apply1("exp", big), apply2("multiply", tail, 1 / math.sqrt(2 * math.pi)))
+    asymptotic = apply2("divide", scaled, apply1("sqrt", big))
+    r = where(small, series, asymptotic)
+    return r if r.dtype == dt else astype(r, dt)
+
+
+def spacing(x, /) -> Tensor:
+    """``numpy.spacing``: the distance from ``x`` to the next float away from zero (the
+    smallest subnormal, positive, at ±0; ``±inf`` at ``±max``; NaN at infinities and NaN);
+    integers become float64. Zero gradient. No ``out=``.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.spacing(qt.asarray([1.0, -4.0])).tolist() == [2.0 ** -52, -(2.0 ** -50)]
+        True
+    """
+    (t,), dt = _loop_operands("spacing", x)
+    fi = np.finfo(dt)
+    p = fi.nmant + 1
+    e = frexp_exponent(t)   # |x| in [2**(e-1), 2**e): its ulp is 2**(e - p)
+    tiniest = int(fi.minexp) - p + 1   # the exponent of the smallest subnormal (also at 0)
+    k = where(apply2("equal", t, 0), tiniest, apply2("maximum", apply2("subtract", e, p), tiniest))
+    sign = where(apply2("less", t, 0), full((), -1.0, dt, t.device), full((), 1.0, dt, t.device))
+    r = apply2("ldexp", sign, k)
+    r = where(apply2("equal", apply1("abs", t), float(fi.max)), apply2("multiply", sign, math.inf), r)
+    return where(apply1("isfinite", t), r, math.nan)
+
+
+NUMPY_UFUNCS = {np.fabs: fabs, np.divmod: divmod, np.modf: modf, np.float_power: float_power,
+                np.spacing: spacing}
+NUMPY_FUNCTIONS = {np.fix: fix, np.isposinf: isposinf, np.isneginf: isneginf, np.sinc: sinc,
+                   np.i0: i0}
 
 
 def stop_gradient(x) -> Tensor:

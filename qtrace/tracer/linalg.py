@@ -50,3 +50,45 @@ def dot(a, b):
         raise ValueError(f"qt.dot: only 1-D and 2-D operands are supported (use qt.matmul or "
                          f"qt.tensordot for stacks), got shapes {oa.node.shape} and {ob.node.shape}")
     return matmul(a, b)
+
+
+def _vector(t, op: str, position: int, need: int):
+    if t.ndim < need:
+        raise ValueError(f"qt.{op}: operand {position} has {t.ndim} dimension(s), it needs at least "
+                         f"{need} (shape {t.shape})")
+    return t
+
+
+def matvec(x1, x2, /):
+    """``numpy.matvec``: matrix-vector products ``x1 @ x2`` of stacks, signature
+    ``(m,n),(n)->(m)`` (the leading axes broadcast). NumPy's ufunc keywords (``out``,
+    ``axes``, ...) are not accepted.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.matvec(qt.asarray([[1.0, 2.0], [3.0, 4.0]]), qt.asarray([1.0, 1.0])).tolist()
+        [3.0, 7.0]
+    """
+    from .shape_ops import as_tensor, expand_dims
+    a = _vector(as_tensor(x1, "matvec"), "matvec", 0, 2)
+    v = _vector(as_tensor(x2, "matvec"), "matvec", 1, 1)
+    return matmul(a, expand_dims(v, -1))[..., 0]
+
+
+def vecmat(x1, x2, /):
+    """``numpy.vecmat``: vector-matrix products ``conj(x1) @ x2`` of stacks, signature
+    ``(n),(n,m)->(m)`` (the vector is conjugated, as NumPy does; the leading axes
+    broadcast). NumPy's ufunc keywords are not accepted.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.vecmat(qt.asarray([1.0, 1.0]), qt.asarray([[1.0, 2.0], [3.0, 4.0]])).tolist()
+        [4.0, 6.0]
+    """
+    from .elementwise import conj
+    from .shape_ops import as_tensor, expand_dims
+    v = _vector(as_tensor(x1, "vecmat"), "vecmat", 0, 1)
+    a = _vector(as_tensor(x2, "vecmat"), "vecmat", 1, 2)
+    if v.dtype.kind == "c":
+        v = conj(v)
+    return matmul(expand_dims(v, -2), a)[..., 0, :]

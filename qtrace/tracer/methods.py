@@ -8,7 +8,20 @@ from ..config import config
 from ..graph import buffers
 from ..graph import native as graph_native
 from ..graph import node as graph_node
-from . import array_api, composites, context, convert, indexing, linalg, pending, reductions, shape_ops, views
+from . import (
+    array_api,
+    composites,
+    context,
+    convert,
+    indexing,
+    linalg,
+    pending,
+    reductions,
+    selecting,
+    shape_ops,
+    sorting,
+    views,
+)
 from . import elementwise as ew
 from . import tensor as tensor_module
 from .convert import astype, cast
@@ -121,6 +134,8 @@ Tensor.__neg__ = lambda self: ew.apply1("negative", self)
 Tensor.__pos__ = lambda self: ew.apply1("positive", self)
 Tensor.__abs__ = lambda self: ew.apply1("abs", self)
 Tensor.__invert__ = lambda self: ew.apply1("invert", self)
+Tensor.__divmod__ = lambda self, other: ew.divmod(self, other)
+Tensor.__rdivmod__ = lambda self, other: ew.divmod(other, self)
 Tensor.__getitem__ = _fast("getitem", indexing.getitem)
 Tensor.__setitem__ = _fast("setitem", indexing.setitem)
 Tensor.at = property(indexing.AtProperty,
@@ -200,7 +215,30 @@ def _fill(self, value) -> None:
     indexing.setitem(self, Ellipsis, value)
 
 
+def _sort(self, axis=-1, kind=None, order=None, *, stable=None) -> None:
+    """``ndarray.sort``: sorted along ``axis`` in place (seen by every view)."""
+    indexing.setitem(self, Ellipsis, sorting.numpy_sort(self, axis, kind, order, stable=stable))
+
+
+def _partition(self, kth, axis=-1, kind="introselect", order=None) -> None:
+    """``ndarray.partition``: partitioned around ``kth`` in place (a full sort, one of the
+    partitions NumPy allows; seen by every view)."""
+    indexing.setitem(self, Ellipsis, selecting.partition(self, kth, axis, kind, order))
+
+
 Tensor.fill = _fill
+Tensor.sort = _sort
+Tensor.partition = _partition
+Tensor.argsort = sorting.numpy_argsort
+Tensor.argpartition = selecting.argpartition
+Tensor.searchsorted = sorting.searchsorted
+Tensor.take = sorting.take
+Tensor.nonzero = sorting.nonzero
+Tensor.put = selecting.put
+Tensor.choose = selecting.choose
+Tensor.compress = lambda self, condition, axis=None, out=None: selecting.compress(condition, self, axis, out)
+
+
 def _copy(self) -> Tensor:
     """``ndarray.copy``: a new array with this one's value (values are immutable nodes: a
     new owner of the node is a copy; nothing is computed or moved until it is needed)."""

@@ -98,6 +98,16 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
         result = UFUNC_TO_QT[ufunc](shape_ops.reshape(a, a.shape + (1,) * b.ndim), b)
     else:
         raise _unsupported(name)
+    if isinstance(result, tuple):  # divmod, modf, frexp: one result per output
+        if dtype is not None:
+            raise _unsupported(f"{name} with ['dtype']")
+        if out is None:
+            return result
+        targets = out if isinstance(out, tuple) else (out,)
+        if len(targets) != len(result):
+            raise ValueError(f"{name}: out= needs {len(result)} targets (one per output), got "
+                             f"{len(targets)}")
+        return tuple(r if t is None else _write_out(t, r, name) for t, r in zip(targets, result))
     if dtype is not None:
         result = astype(result, dtype)
     if out is None:
@@ -196,7 +206,7 @@ Tensor.__array_function__ = array_function
 Tensor.__dlpack__ = dlpack
 Tensor.__dlpack_device__ = dlpack_device
 Tensor.__cuda_array_interface__ = property(cuda_array_interface)
-for _module in (composites, functional, rearrange, grids, statistics, selecting, numerical):
+for _module in (composites, functional, rearrange, grids, statistics, selecting, numerical, elementwise):
     FUNCTIONS.update(_module.NUMPY_FUNCTIONS)
     UFUNC_TO_QT.update(_module.NUMPY_UFUNCS)
 FUNCTIONS.update({  # numpy.linalg, sorting and complex parts on tensors
@@ -205,36 +215,28 @@ FUNCTIONS.update({  # numpy.linalg, sorting and complex parts on tensors
     np.linalg.eigvalsh: linalg_ext.eigvalsh, np.linalg.slogdet: linalg_ext.slogdet,
     np.linalg.pinv: linalg_ext.pinv, np.linalg.qr: linalg_ext.qr, np.linalg.svd: linalg_ext.svd,
     np.linalg.matrix_power: linalg_ext.matrix_power, np.linalg.matrix_rank: linalg_ext.matrix_rank,
-    np.sort: sorting.numpy_sort, np.argsort: sorting.numpy_argsort, np.searchsorted: sorting.searchsorted,
-    np.take: sorting.take, np.take_along_axis: sorting.take_along_axis,
+    np.sort: sorting.numpy_sort, np.argsort: sorting.numpy_argsort,
+    np.searchsorted: sorting.searchsorted, np.take: sorting.take,
+    np.take_along_axis: sorting.take_along_axis,
     np.count_nonzero: sorting.count_nonzero, np.nonzero: sorting.nonzero, np.isin: sorting.isin,
     np.real: array_api.real, np.imag: array_api.imag, np.angle: array_api.angle,
+    np.iscomplex: array_api.iscomplex, np.isreal: array_api.isreal,
+    np.real_if_close: array_api.real_if_close, np.sort_complex: sorting.sort_complex,
     **fft_ext.NUMPY_FUNCTIONS,  # numpy.fft (NumPy's positional signatures)
 })
+# NumPy's gufuncs of vector products (matvec and vecmat are NumPy 2.2's)
+UFUNC_TO_QT.update({getattr(np, name): fn for name, fn in (
+    ("vecdot", linalg_ext.vecdot), ("matvec", linalg.matvec), ("vecmat", linalg.vecmat))
+    if hasattr(np, name)})
 # what a program asks of an array without computing anything new
 FUNCTIONS.update({
     np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim, np.size: lambda a, axis=None: (
         a.size if axis is None else a.shape[axis]),
     np.result_type: lambda *xs: np.result_type(*(x.dtype if isinstance(x, Tensor) else x for x in xs)),
-    np.iscomplexobj: lambda x: False, np.isrealobj: lambda x: True,
-    np.copyto: lambda dst, src, casting="same_kind", where=True: _copyto(dst, src, casting, where),
+    np.iscomplexobj: array_api.iscomplexobj, np.isrealobj: array_api.isrealobj,
     np.may_share_memory: lambda a, b, max_work=None: _shares(a, b),
     np.shares_memory: lambda a, b, max_work=None: _shares(a, b),
 })
-
-
-def _copyto(dst, src, casting, where):
-    if not isinstance(dst, Tensor):
-        raise TypeError("numpy.copyto: a qt.Tensor source needs a qt.Tensor destination; "
-                        "convert with np.asarray first")
-    value = shape_ops.as_tensor(src, "copyto")
-    if casting != "unsafe" and not np.can_cast(value.dtype, dst.dtype, casting):
-        raise TypeError(f"numpy.copyto: Cannot cast from {value.dtype!r} to {dst.dtype!r} according "
-                        f"to the rule {casting!r}")
-    if where is True:
-        indexing.setitem(dst, Ellipsis, value)
-    else:
-        indexing.setitem(dst, Ellipsis, elementwise.where(where, value, dst))
 
 
 def _shares(a, b) -> bool:

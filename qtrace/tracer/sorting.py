@@ -45,6 +45,23 @@ def sort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True)
     return _sort_pair(t, normalize_axis(axis, t.ndim, "sort"), descending)[0]
 
 
+
+def sort_complex(a) -> Tensor:
+    """``numpy.sort_complex``: sorted along the last axis by real part, then imaginary part,
+    as a complex array (complex64 for int8/int16/uint8/uint16 input, else complex128, as
+    NumPy converts).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.sort_complex(qt.asarray([3, 1, 2])).tolist()
+        [(1+0j), (2+0j), (3+0j)]
+    """
+    t = as_tensor(a, "sort_complex")
+    s = sort(t)
+    if t.dtype.kind == "c":
+        return s
+    return astype(s, np.complex64 if t.dtype.char in "bhBH" else np.complex128)
+
 def argsort(x, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
     """``argsort`` (Array API; ``numpy.argsort``): the stable permutation sorting ``axis``.
 
@@ -75,8 +92,9 @@ def numpy_argsort(a, axis=-1, kind=None, order=None, *, stable=None) -> Tensor:
     return argsort(reshape(t, -1) if axis is None else t, axis=-1 if axis is None else axis)
 
 
-def searchsorted(x1, x2, /, *, side: str = "left", sorter=None) -> Tensor:
-    """``searchsorted`` (Array API): indices inserting ``x2`` into the sorted 1-D ``x1``.
+def searchsorted(x1, x2, /, side: str = "left", sorter=None) -> Tensor:
+    """``searchsorted`` (Array API; ``numpy.searchsorted``): indices inserting ``x2`` into the
+    sorted 1-D ``x1`` (``side`` and ``sorter`` may be given by position, as NumPy allows).
 
     Example:
         >>> import qtrace as qt
@@ -129,22 +147,39 @@ def take_along_axis(x, indices, /, *, axis: int = -1) -> Tensor:
     return gather_at(t, _coordinates(shape, ax, idx))
 
 
-def take(x, indices, /, *, axis: int | None = None) -> Tensor:
-    """``take`` (Array API; ``numpy.take``): elements at ``indices`` along ``axis``.
+def take(x, indices, /, axis: int | None = None, out=None, mode: str = "raise") -> Tensor:
+    """``take`` (Array API; ``numpy.take``): elements at ``indices`` along ``axis`` (of the
+    flattened array for ``axis=None``). ``mode``: ``'raise'`` (an index out of range raises
+    ``IndexError``, found by the kernel for indices held in tensors), ``'wrap'`` (indices
+    modulo the axis length) or ``'clip'`` (clipped into the axis). ``out=`` is not supported.
 
     Example:
         >>> import qtrace as qt
         >>> qt.take(qt.asarray([5, 6, 7]), qt.asarray([2, 0])).tolist()
         [7, 5]
+        >>> qt.take(qt.asarray([5, 6, 7]), [4, -4], mode="wrap").tolist()
+        [6, 6]
     """
-    t = as_tensor(x, "take")
+    if out is not None:
+        raise TypeError("qt.take: out= is not supported (assign the result instead)")
+    if mode not in ("raise", "wrap", "clip"):
+        raise ValueError(f"qt.take: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
+    t, idx = as_tensor(x, "take"), as_tensor(indices, "take")
     if axis is None:
         if t.ndim > 1:
             t = reshape(t, -1)
         axis = 0
     ax = normalize_axis(axis, t.ndim, "take")
-    key = (slice(None),) * ax + (as_tensor(indices, "take"),)
-    return t[key]
+    if mode != "raise":
+        n = t.shape[ax]
+        if n == 0:
+            if idx.size:
+                raise IndexError("qt.take: cannot do a non-empty take from an empty axis")
+        elif mode == "wrap":
+            idx = apply("remainder", idx, n)
+        else:
+            idx = apply("minimum", apply("maximum", idx, 0), n - 1)
+    return t[(slice(None),) * ax + (idx,)]
 
 
 def count_nonzero(x, /, *, axis=None, keepdims: bool = False) -> Tensor:

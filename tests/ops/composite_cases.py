@@ -83,7 +83,7 @@ def _inputs(case: Case, rng, dtype, gen=None) -> list:
 
 
 def _as64(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.float64) if a.dtype == np.float32 else a
+    return a.astype({np.float32: np.float64, np.complex64: np.complex128}.get(a.dtype.type, a.dtype))
 
 
 def _check_forward(got, want, want64, tol: float, what: str) -> None:
@@ -97,6 +97,10 @@ def _check_forward(got, want, want64, tol: float, what: str) -> None:
         v = g.numpy()
         if w.dtype.kind in "iub":
             np.testing.assert_array_equal(v, w, err_msg=what)
+            continue
+        if w.dtype.kind == "c":   # (both parts compared)
+            np.testing.assert_allclose(v.astype(np.complex128), np.asarray(w64, dtype=np.complex128),
+                                       rtol=tol, atol=tol, equal_nan=True, err_msg=what)
             continue
         ref = np.asarray(w64, dtype=np.float64)
         np.testing.assert_allclose(v.astype(np.float64), ref, rtol=tol, atol=tol, equal_nan=True,

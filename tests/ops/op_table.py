@@ -320,6 +320,51 @@ ELEMENTWISE += [
                  lambda c, x: np.where(c, x, 0), ("bool", "real"), arg_dtypes={0: "bool"}),
 ]
 
+
+
+# NumPy ufuncs added after SPEC §2 (new primitives): exact ones (fmod, ldexp, frexp, the
+# integer functions) compare exactly.
+def _ldexp(xp, x, n):
+    """``ldexp`` with the exponent cast to int32: the gradient suite draws every argument
+    as float64 (nothing reaches the exponent either way)."""
+    return xp.ldexp(x, xp.astype(n, "int32"))
+
+
+def _integer_ufunc(ufunc):
+    """``ufunc`` raising a plain ``TypeError`` where NumPy raises its subclass for a missing
+    loop (``gcd(int32, float32)``: ``_UFuncNoLoopError``); qtrace raises ``TypeError``."""
+    def ref(*args):
+        try:
+            return ufunc(*args)
+        except TypeError as err:
+            raise TypeError(str(err)) from None
+    ref.__name__ = ufunc.__name__
+    return ref
+
+
+def _frexp_mantissa(xp, x):
+    return xp.frexp(x)[0]
+
+
+def _frexp_exponent(xp, x):
+    return xp.frexp(x)[1]
+
+
+ELEMENTWISE += [
+    _elementwise("cbrt", _qt("cbrt"), np.cbrt, ("real",)),
+    _elementwise("fmod", _qt("fmod"), np.fmod, ("real", "nonzero"), tol=EXACT),
+    _elementwise("gcd", _qt("gcd"), _integer_ufunc(np.gcd), ("real", "real")),
+    _elementwise("lcm", _qt("lcm"), _integer_ufunc(np.lcm), ("real", "real")),
+    _elementwise("bitwise_count", _qt("bitwise_count"), np.bitwise_count, ("real",)),
+    _elementwise("ldexp", partial(_ldexp, qt), partial(_ldexp, np), ("real", "real"), tol=EXACT,
+                 arg_dtypes={1: "int32"}),
+    _elementwise("frexp:mantissa", partial(_frexp_mantissa, qt), partial(_frexp_mantissa, np),
+                 ("real",), tol=EXACT),
+    _elementwise("frexp:exponent", partial(_frexp_exponent, qt), partial(_frexp_exponent, np),
+                 ("real",), tol=EXACT, candidates=DTYPES[:-1],
+                 note="bool: NumPy's mantissa is float16, which qtrace leaves out (SPEC §1)"),
+]
+
 # Operators: the same Python expression runs on tensors and on arrays.
 _OPS_BINARY = {
     "+": (operator.add, "add"), "-": (operator.sub, "subtract"), "*": (operator.mul, "multiply"),
