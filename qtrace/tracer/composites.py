@@ -1019,25 +1019,27 @@ def identity(n, dtype=None, *, like=None) -> Tensor:
 
 
 def _diagonal(t: Tensor, offset: int, axis1: int, axis2: int, op: str) -> Tensor:
-    """The ``offset`` diagonal of axes ``axis1``/``axis2``, as the last axis (a strided view)."""
+    """The ``offset`` diagonal of axes ``axis1``/``axis2``, as the last axis: a view of ``t``
+    (the view step ``diagonal``, :func:`qtrace.tracer.views.diagonal_node`)."""
     a1, a2 = normalize_axis(axis1, t.ndim, op), normalize_axis(axis2, t.ndim, op)
     if a1 == a2:
         raise ValueError(f"qt.{op}: axis1 and axis2 cannot be the same (both {a1})")
-    x = transpose(t, [a for a in range(t.ndim) if a not in (a1, a2)] + [a1, a2])
-    n, m = x.shape[-2:]
-    if offset >= 0:
-        length, start = max(0, min(n, m - offset)), offset
-    else:
-        length, start = max(0, min(n + offset, m)), -offset * m
-    flat = reshape(x, x.shape[:-2] + (n * m,))
-    if length == 0:
-        return flat[..., 0:0]
-    return flat[..., start: start + (length - 1) * (m + 1) + 1: m + 1]
+    rows, cols = t.shape[a1], t.shape[a2]
+    length = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
+    shape = tuple(d for i, d in enumerate(t.shape) if i not in (a1, a2)) + (length,)
+    return views.view_chain(t, (("diagonal", offset, a1, a2, shape),))
+
+
+def read_only_diagonal(t: Tensor, offset: int, axis1: int, axis2: int, op: str) -> Tensor:
+    """:func:`_diagonal` as NumPy returns it from ``diagonal`` and ``diag``: a read-only view
+    (it follows later writes to ``t``; a write through it raises ``ValueError``)."""
+    d = _diagonal(t, offset, axis1, axis2, op)
+    return views.view_chain(d, ((views.READ_ONLY, d.shape),))
 
 
 def diag(v, k=0) -> Tensor:
-    """``numpy.diag``: the ``k``-th diagonal of a 2-D input, or a 2-D matrix with a 1-D input
-    on its ``k``-th diagonal.
+    """``numpy.diag``: the ``k``-th diagonal of a 2-D input (a read-only view, as NumPy's), or
+    a 2-D matrix with a 1-D input on its ``k``-th diagonal.
 
     Example:
         >>> import qtrace as qt
@@ -1049,7 +1051,7 @@ def diag(v, k=0) -> Tensor:
     t = _tensor(v, "diag")
     k = _int(k, "diag", "k")
     if t.ndim == 2:
-        return _diagonal(t, k, 0, 1, "diag")
+        return read_only_diagonal(t, k, 0, 1, "diag")
     if t.ndim != 1:
         raise ValueError(f"qt.diag: input must be 1-D or 2-D, got shape {t.shape}")
     n = t.shape[0]

@@ -16,6 +16,7 @@ from . import (
     indexing,
     linalg,
     pending,
+    rearrange,
     reductions,
     selecting,
     shape_ops,
@@ -183,6 +184,7 @@ Tensor.var = composites.var
 Tensor.std = composites.std
 Tensor.repeat = composites.repeat
 Tensor.trace = composites.trace
+Tensor.diagonal = rearrange.diagonal
 Tensor.cumprod = composites.cumprod
 
 

@@ -230,8 +230,6 @@ UFUNC_TO_QT.update({getattr(np, name): fn for name, fn in (
     if hasattr(np, name)})
 # what a program asks of an array without computing anything new
 FUNCTIONS.update({
-    np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim, np.size: lambda a, axis=None: (
-        a.size if axis is None else a.shape[axis]),
     np.result_type: lambda *xs: np.result_type(*(x.dtype if isinstance(x, Tensor) else x for x in xs)),
     np.iscomplexobj: array_api.iscomplexobj, np.isrealobj: array_api.isrealobj,
     np.may_share_memory: lambda a, b, max_work=None: _shares(a, b),

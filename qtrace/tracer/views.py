@@ -10,6 +10,8 @@ derive it from the base:
     ``("reshape", shape)``               a reshape NumPy would make without copying
     ``("transpose", perm)``              ``.T``, ``transpose``, ``swapaxes``, ``moveaxis``
     ``("broadcast", shape)``             ``broadcast_to`` (read-only, as in NumPy)
+    ``("diagonal", offset, axis1, axis2, shape)``  ``numpy.diagonal`` (followed by a
+                                         ``broadcast`` to its own shape: read-only)
 
 A write through any of them (``v[key] = x``, ``v += x``) is *functionalized*, as
 PyTorch's lazy back ends do it: the view's new value is pushed back through the inverse
@@ -37,8 +39,8 @@ from .context import record, special
 from .tensor import Tensor
 
 READ_ONLY = "broadcast"
-READ_ONLY_MESSAGE = ("assignment destination is read-only (a qt.broadcast_to view, or the "
-                     ".real/.imag of a complex tensor: write the whole tensor instead)")
+READ_ONLY_MESSAGE = ("assignment destination is read-only (a qt.broadcast_to or qt.diagonal view, "
+                     "or the .real/.imag of a complex tensor: write the whole tensor instead)")
 
 
 _views_lock = threading.RLock()   # guards every Storage's list of views
@@ -164,6 +166,19 @@ def _within(starts, steps, shape, r_starts, r_steps, r_shape):
     return tuple(inner_starts), tuple(inner_steps)
 
 
+def diagonal_node(n: Node, offset: int, axis1: int, axis2: int, shape: tuple) -> Node:
+    """The node of the ``offset`` diagonal of ``n``'s axes ``axis1``/``axis2`` (non-negative,
+    different), as the last axis of ``shape``: the other axes, then the two flattened, then
+    every ``cols + 1``-th element from the diagonal's first."""
+    perm = tuple(a for a in range(n.ndim) if a not in (axis1, axis2)) + (axis1, axis2)
+    x = transpose_node(n, perm)
+    rows, cols = x.shape[-2:]
+    flat = reshape_node(x, x.shape[:-2] + (rows * cols,))
+    start = (offset if offset >= 0 else -offset * cols) if shape[-1] else 0
+    lead = len(shape) - 1
+    return slice_node(flat, (0,) * lead + (start,), (1,) * lead + (cols + 1,), shape)
+
+
 def update_node(parent: Node, new: Node, starts: tuple, steps: tuple) -> Node:
     """``parent`` with the strided region ``starts + k*steps`` (``new``'s shape) replaced by ``new``."""
     if new.shape == parent.shape and not any(starts) and all(s == 1 for s in steps):
@@ -186,6 +201,8 @@ def apply_step(n: Node, step: tuple) -> Node:
         return reshape_node(n, step[1])
     if kind == "transpose":
         return transpose_node(n, step[1])
+    if kind == "diagonal":
+        return diagonal_node(n, *step[1:])
     return broadcast_node(n, step[1])
 
 
@@ -409,7 +426,14 @@ _NUMPY_STEP = {
     "reshape": lambda step: (_reshape_view, step[1]),
     "transpose": lambda step: (_transpose_view, step[1]),
     "broadcast": lambda step: (np.broadcast_to, step[1]),
+    "diagonal": lambda step: (_diagonal_view, step[1:4]),
 }
+
+
+def _diagonal_view(arr, how: tuple):
+    """``arr.diagonal(offset, axis1, axis2)``: a read-only view (NumPy and CuPy arrays)."""
+    return arr.diagonal(*how)
+
 
 # (struct of a base, view steps) -> (NumPy steps, a leaf without buffer with the view's
 # signature, whether NumPy's aligned flag is the alignment check)
@@ -438,6 +462,10 @@ def strides_of(base_shape: tuple, steps: tuple, reshape_to: tuple | None = None)
             strides = (0,) * lead + tuple(0 if d == 1 and n != 1 else s
                                           for s, d, n in zip(strides, shape, step[1][lead:]))
             shape = step[1]
+        elif kind == "diagonal":
+            _, _, a1, a2, shape = step
+            strides = tuple(s for a, s in enumerate(strides) if a not in (a1, a2)) + (
+                strides[a1] + strides[a2],)
         else:
             strides = _reshaped_strides(shape, strides, step[1])
             if strides is None:

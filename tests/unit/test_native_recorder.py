@@ -663,10 +663,11 @@ def test_a_repeated_loop_finds_every_table_entry_by_identity(rng, fusion, monkey
     (``qt.asarray``: NumPy makes a new shape tuple for each). Once two passes have interned
     them, a third finds every node structure, parsed key, shared tuple and scalar operand
     (``0.25 * ...``) in the tables keyed by identity (``table_stats`` counts the lookups); a
-    miss hashes the parts by value instead. Tables whose two-entry sets overlapped, or a shape tuple new with each input
-    array, made 7-50% of the lookups miss on every pass; with sets of four, keys miss
-    every pass only where five of a pass's keys share a set (here about once in a million
-    runs: ~40 distinct tuples in 1,024 sets, fewer keys elsewhere). The values are
+    miss hashes the parts by value instead. Tables whose two-entry sets overlapped, or a
+    shape tuple new with each input array, made 7-50% of the lookups miss on every pass;
+    with sets of four, keys miss every pass only where five of a pass's keys share a set
+    (here about once in a million runs: ~40 distinct tuples in 1,024 sets, fewer keys
+    elsewhere). The values are
     NumPy's."""
     from qtrace.graph import node as graph_node
 
