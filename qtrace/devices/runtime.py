@@ -342,6 +342,8 @@ class Plan:
         for step in self.steps:
             kind = type(step)
             if kind is ViewStep:
+                if bufs[step.src] is None:  # an empty value: no task ran to allocate it
+                    bufs[step.src] = rt.empty(*self.slot_meta[step.src])
                 bufs[step.dst] = view_of(bufs[step.src], step.chain, rt.xp)
             elif kind is LibraryCall:  # its results become the output slots' buffers
                 n_in = step.n_in

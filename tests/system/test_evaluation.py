@@ -234,3 +234,15 @@ def test_matmul_writes_into_the_runtimes_buffers(rng, monkeypatch):
     want = i @ b[:, :5].astype(np.float32)
     assert got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shapes", [((0, 1), (1, 3)), ((2, 0), (0, 3)), ((0, 4), (4, 0))])
+def test_matrix_products_of_empty_constants(shapes, fusion):
+    """An empty operand made by ``zeros`` (a constant no task computes) read through a view by
+    the matrix product: its buffer is allocated empty (it was None: AttributeError), and an
+    empty contracted axis gives zeros, as NumPy."""
+    (n, k), (k2, m) = shapes
+    got = qt.zeros(n * k).reshape(n, k).T.T @ qt.zeros((m, k2)).T
+    want = np.zeros((n, k)) @ np.zeros((k2, m))
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got.numpy(), want)
