@@ -34,6 +34,7 @@ from .context import tracing
 from .convert import astype, input_node, operand, place, promote, wrap
 from .creation import _device, arange, full, ones
 from .shape_ops import broadcast_to, concatenate, expand_dims, moveaxis, normalize_axis, reshape, stack
+from .sorting import nonzero
 from .tensor import Tensor
 
 
@@ -233,6 +234,22 @@ def triu_indices_from(arr, k=0) -> tuple:
     """
     t = _matrix(arr, "triu_indices_from")
     return _tri_indices(t.shape[0], k, t.shape[1], "triu_indices_from", False, t.device)
+
+
+def mask_indices(n, mask_func, k=0, *, device=None) -> tuple:
+    """``numpy.mask_indices``: the indices (one int64 array per axis) of the non-zero
+    elements of ``mask_func(ones((n, n)), k)`` — ``qt.triu``/``qt.tril`` (or NumPy's, which
+    dispatch here) give the upper or lower triangle. How many there are depends on the
+    mask's values: it is evaluated (inside ``qt.jit`` use :func:`triu_indices`).
+
+    Example:
+        >>> import qtrace as qt
+        >>> [i.tolist() for i in qt.mask_indices(3, qt.triu, 1)]
+        [[0, 0, 1], [1, 2, 2]]
+    """
+    n = _int(n, "mask_indices", "n")
+    mask = mask_func(ones((n, n), dtypes.int64, _device(device)), k)
+    return nonzero(_ew.apply("not_equal", _tensor(mask, "mask_indices"), 0))
 
 
 def diag_indices(n, ndim=2, *, device=None) -> tuple:
@@ -452,6 +469,27 @@ def hanning(M, *, device=None) -> Tensor:
     return _cosine_window(M, "hanning", device, (0.5, 0.5))
 
 
+def kaiser(M, beta, *, device=None) -> Tensor:
+    """``numpy.kaiser``: the Kaiser window of ``M`` points with shape parameter ``beta``,
+    ``i0(beta * sqrt(1 - (n / (M - 1))**2)) / i0(beta)`` for ``n = 1 - M, 3 - M, ..., M - 1``
+    (float64). ``beta`` may be a tensor (0-d): the window is differentiable in it.
+
+    Example:
+        >>> import qtrace as qt
+        >>> [round(v, 6) for v in qt.kaiser(3, 5.0).tolist()]
+        [0.036777, 1.0, 0.036777]
+    """
+    n, den = _window_points(M, "kaiser", device)
+    if n is None:
+        return den
+    b = astype(_tensor(beta, "kaiser"), dtypes.float64)
+    if b.ndim:
+        raise ValueError(f"qt.kaiser: beta must be a number (0-d), got shape {b.shape}")
+    r = _ew.apply("divide", n, den)
+    arg = _ew.apply("multiply", b, _ew.apply("sqrt", _ew.apply("subtract", 1.0, _ew.apply("square", r))))
+    return _ew.apply("divide", _ew.i0(arg), _ew.i0(b))
+
+
 NUMPY_FUNCTIONS = {
     np.tri: tri, np.vander: vander, np.indices: indices, np.ix_: ix_,
     np.tril_indices: tril_indices, np.triu_indices: triu_indices,
@@ -459,11 +497,12 @@ NUMPY_FUNCTIONS = {
     np.diag_indices: diag_indices, np.diag_indices_from: diag_indices_from,
     np.logspace: logspace, np.geomspace: geomspace, np.fromfunction: fromfunction,
     np.bartlett: bartlett, np.blackman: blackman, np.hamming: hamming, np.hanning: hanning,
+    np.kaiser: kaiser, np.mask_indices: mask_indices,
 }
 NUMPY_UFUNCS: dict = {}
 
 __all__: list[str] = [
     "bartlett", "blackman", "diag_indices", "diag_indices_from", "fromfunction", "geomspace",
-    "hamming", "hanning", "indices", "ix_", "logspace", "tri", "tril_indices", "tril_indices_from",
-    "triu_indices", "triu_indices_from", "vander",
+    "hamming", "hanning", "indices", "ix_", "kaiser", "logspace", "mask_indices", "tri",
+    "tril_indices", "tril_indices_from", "triu_indices", "triu_indices_from", "vander",
 ]

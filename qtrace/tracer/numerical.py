@@ -751,6 +751,88 @@ def polymul(a1, a2, *, trim_leading_zeros=True) -> Tensor:
     return _convolve(_atleast(x, 1), _atleast(y, 1), "full", "polymul", False)
 
 
+def _outside_jit(op: str, why: str) -> None:
+    if tracing():
+        raise TracerError(f"qt.{op}: {why}, which a function traced by qt.jit cannot have; call "
+                          "it outside qt.jit")
+
+
+def poly(seq_of_zeros):
+    """``numpy.poly``: the coefficients (highest power first, leading 1) of the monic
+    polynomial with the given roots, in NumPy's dtype (float64 for integers; real for
+    complex roots that come in conjugate pairs). An empty sequence gives ``1.0``.
+
+    The characteristic polynomial of a square matrix (NumPy's 2-D form) needs general
+    eigenvalues, which qtrace does not compute: it raises ``TypeError``. For complex roots,
+    whether the result is real depends on their values: they are evaluated (inside
+    ``qt.jit`` it raises ``TracerError``).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.poly(qt.asarray([1.0, 2.0, 3.0])).tolist()
+        [1.0, -6.0, 11.0, -6.0]
+    """
+    z = _atleast(_tensor(seq_of_zeros, "poly"), 1)
+    if z.ndim != 1:
+        if z.ndim == 2 and z.shape[0] == z.shape[1] and z.shape[0]:
+            raise TypeError("qt.poly: the characteristic polynomial of a matrix needs its general "
+                            "eigenvalues, which qtrace does not compute (qt.linalg.eigvalsh gives a "
+                            "symmetric matrix's: pass those)")
+        raise ValueError(f"qt.poly: input must be 1d or non-empty square 2d array, got shape {z.shape}")
+    if z.shape[0] == 0:
+        return 1.0
+    dt = np.dtype(np.mintypecode(z.dtype.char))
+    z = astype(z, dt)
+    a = _full((1,), 1, dt, device=z.device)
+    for i in range(z.shape[0]):   # a(x) * (x - z_i)
+        zero = zeros((1,), dt, device=z.device)
+        a = _ap("subtract", concatenate([a, zero]), _ap("multiply", z[i], concatenate([zero, a])))
+    if dt.kind == "c":
+        _outside_jit("poly", "whether the coefficients are real depends on the roots' values")
+        roots = np.asarray(z)
+        if np.all(np.sort(roots) == np.sort(roots.conjugate())):
+            a = _real(a)
+    return a
+
+
+def polydiv(u, v) -> tuple:
+    """``numpy.polydiv``: quotient and remainder of dividing polynomial ``u`` by ``v``
+    (coefficients highest power first), as floats of NumPy's dtype. ``poly1d`` objects are
+    not supported.
+
+    As NumPy, leading remainder coefficients within ``1e-8`` of zero are dropped: the
+    remainder's length depends on the values, so they are evaluated (inside ``qt.jit`` it
+    raises ``TracerError``). The quotient is differentiable in ``u`` and ``v``.
+
+    Example:
+        >>> import qtrace as qt
+        >>> q, r = qt.polydiv(qt.asarray([1.0, 3.0, 2.0]), qt.asarray([1.0, 1.0]))
+        >>> q.tolist(), r.tolist()
+        ([1.0, 2.0], [0.0])
+    """
+    x, y = _atleast(_tensor(u, "polydiv"), 1), _atleast(_tensor(v, "polydiv"), 1)
+    if x.ndim != 1 or y.ndim != 1:
+        raise ValueError(f"qt.polydiv: polynomials must be 1-D, got shapes {x.shape} and {y.shape}")
+    _outside_jit("polydiv", "the remainder's length depends on the data")
+    dt = np.result_type(np.result_type(x.dtype, 0.0), np.result_type(y.dtype, 0.0))
+    x, y = astype(x, dt), astype(y, dt)
+    m, n = x.shape[0] - 1, y.shape[0] - 1
+    scale = _ap("divide", 1.0, y[0])
+    q = [None] * max(m - n + 1, 1)
+    r = x
+    for k in range(m - n + 1):
+        d = _ap("multiply", scale, r[k])
+        q[k] = d
+        r = concatenate([r[:k], _ap("subtract", r[k:k + n + 1], _ap("multiply", d, y)), r[k + n + 1:]])
+    quotient = reshape(concatenate([_atleast(e, 1) if e is not None else zeros((1,), dt, device=x.device)
+                                    for e in q]), (len(q),))
+    values = np.asarray(r)
+    lead = 0
+    while lead < values.shape[0] - 1 and np.allclose(values[lead], 0, rtol=1e-14):
+        lead += 1
+    return quotient, r[lead:]
+
+
 def polyder(p, m=1) -> Tensor:
     """``numpy.polyder``: the ``m``-th derivative of a polynomial (coefficients highest power
     first; ``m`` a Python integer). ``poly1d`` objects are not supported.
@@ -870,11 +952,11 @@ NUMPY_FUNCTIONS: dict = {
     np.einsum: einsum, np.vdot: vdot, np.convolve: convolve, np.correlate: correlate,
     np.interp: interp, np.gradient: gradient, np.trapezoid: trapezoid, np.polyval: polyval,
     np.polyadd: polyadd, np.polysub: polysub, np.polymul: polymul, np.polyder: polyder,
-    np.polyint: polyint, np.polyfit: polyfit,
+    np.polyint: polyint, np.polyfit: polyfit, np.poly: poly, np.polydiv: polydiv,
 }
 NUMPY_UFUNCS: dict = {}
 
 __all__: list[str] = [
-    "convolve", "correlate", "einsum", "gradient", "interp", "polyadd", "polyder", "polyfit",
-    "polyint", "polymul", "polysub", "polyval", "trapezoid", "vdot",
+    "convolve", "correlate", "einsum", "gradient", "interp", "poly", "polyadd", "polyder",
+    "polydiv", "polyfit", "polyint", "polymul", "polysub", "polyval", "trapezoid", "vdot",
 ]

@@ -33,6 +33,7 @@ CASES = [
     Case("vander-empty", lambda xp, x: xp.vander(x), [(0,)], grad=None),
     # logspace / geomspace of array endpoints
     Case("logspace", lambda xp, a, b: xp.logspace(a, b, 5), [(), ()]),
+    Case("kaiser-beta", lambda xp, b: xp.kaiser(6, b * 3.0), [()], dtypes=("float64",), grad="fd"),
     Case("logspace-arrays", lambda xp, a, b: xp.logspace(a, b, 4, base=2.0, axis=-1), [(2,), (3, 1)]),
     Case("logspace-noend", lambda xp, a, b: xp.logspace(a, b, 3, endpoint=False, axis=1), [(2,), ()],
          grad="fd"),
@@ -112,6 +113,13 @@ CREATION = [
     ("hanning", lambda xp: xp.hanning(10)),
     ("hanning-float-M", lambda xp: xp.hanning(5.5)),
     ("hamming-one", lambda xp: xp.hamming(1)),
+    ("kaiser", lambda xp: xp.kaiser(9, 8.6)),
+    ("kaiser-even-zero-beta", lambda xp: xp.kaiser(4, 0.0)),
+    ("kaiser-one", lambda xp: xp.kaiser(1, 3.0)),
+    ("kaiser-empty", lambda xp: xp.kaiser(0, 3.0)),
+    ("mask_indices-triu", lambda xp: xp.mask_indices(4, xp.triu, 1)),
+    ("mask_indices-tril", lambda xp: xp.mask_indices(3, xp.tril, -1)),
+    ("mask_indices-numpy-fn", lambda xp: xp.mask_indices(3, np.triu)),
     ("blackman-empty", lambda xp: xp.blackman(0)),
     ("bartlett-negative", lambda xp: xp.bartlett(-2)),
 ]
@@ -249,6 +257,8 @@ ERRORS = [
     (lambda: qt.geomspace(1, 2, qt.asarray(3)), TypeError, "qt.geomspace: num"),
     (lambda: qt.fromfunction(lambda i: i, (2,), like=[1]), TypeError, "qt.fromfunction: like="),
     (lambda: qt.hanning(qt.asarray(3)), TypeError, "qt.hanning: M must be a Python or NumPy number"),
+    (lambda: qt.kaiser(3, qt.ones(2)), ValueError, r"qt.kaiser: beta must be a number \(0-d\)"),
+    (lambda: qt.jit(lambda: qt.mask_indices(3, qt.triu))(), qt.TracerError, "qt.nonzero: the result's shape"),
     (lambda: qt.bartlett("three"), TypeError, "qt.bartlett: M must be a real number"),
 ]
 

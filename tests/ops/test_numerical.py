@@ -190,6 +190,14 @@ CASES = [
     Case("polyfit-rcond", lambda xp, x, y: xp.polyfit(x, y, 2, rcond=1e-3), [(7,), (7,)],
          dtypes=F64, grad=None),
     Case("polyfit-exact", lambda xp, x, y: xp.polyfit(x, y, 2), [(3,), (3,)], dtypes=F64, grad=None),
+    Case("poly", lambda xp, z: xp.poly(z), [(4,)], dtypes=ALL),
+    Case("poly-one", lambda xp, z: xp.poly(z), [(1,)], dtypes=F64, grad=None),
+    Case("polydiv", lambda xp, u, v: xp.polydiv(u, v), [(5,), (3,)], dtypes=("float64", "int32"),
+         gen=positive, grad="fd"),
+    Case("polydiv-short", lambda xp, u, v: xp.polydiv(u, v), [(2,), (3,)], dtypes=F64, gen=positive,
+         grad=None),
+    Case("polydiv-exact", lambda xp, r, v: xp.polydiv(xp.polymul(r, v), v), [(3,), (2,)], dtypes=F64,
+         gen=positive, grad=None),
 ]
 
 
@@ -351,6 +359,11 @@ def test_jit_grad(rng, fusion):
 # --- errors --------------------------------------------------------------------------
 O2, O3 = qt.ones((2, 3)), qt.ones(3)
 ERRORS = [
+    (lambda: qt.poly(qt.ones((2, 2))), TypeError, "qt.poly: the characteristic polynomial of a matrix"),
+    (lambda: qt.poly(qt.ones((2, 3))), ValueError, "qt.poly: input must be 1d or non-empty square 2d"),
+    (lambda: qt.polydiv(qt.ones((2, 2)), qt.ones(2)), ValueError, "qt.polydiv: polynomials must be 1-D"),
+    (lambda: qt.jit(qt.polydiv)(qt.ones(3), qt.ones(2)), qt.TracerError, "qt.polydiv: the remainder's"),
+    (lambda: qt.jit(qt.poly)(qt.asarray([1j, -1j])), qt.TracerError, "qt.poly: whether the coefficients"),
     (lambda: qt.einsum(), ValueError, "qt.einsum: must specify"),
     (lambda: qt.einsum("ij,jk", O2), ValueError, "qt.einsum: .*2 operands, 1 given"),
     (lambda: qt.einsum("ij", O2, O2), ValueError, "qt.einsum: .*1 operands, 2 given"),
