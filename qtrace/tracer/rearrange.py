@@ -178,6 +178,15 @@ def _index_values(obj, op: str) -> np.ndarray:
     return idx
 
 
+def _flat_or_axis(arr, axis, op: str) -> tuple:
+    """``(t, ax)``: ``arr`` as a tensor and the axis ``op`` works along — the flattened
+    array's only axis for ``axis=None``, as NumPy's ``delete``/``insert``."""
+    t = _tensor(arr, op)
+    if axis is None:
+        return (ravel(t) if t.ndim != 1 else t), 0
+    return t, normalize_axis(axis, t.ndim, op)
+
+
 def delete(arr, obj, axis=None) -> Tensor:
     """``numpy.delete``: ``arr`` without the sub-arrays at ``obj`` (an index, a slice, an
     integer array, or a boolean mask as long as the axis) along ``axis`` (flattened if None).
@@ -190,13 +199,7 @@ def delete(arr, obj, axis=None) -> Tensor:
         >>> qt.delete(qt.arange(6).reshape(2, 3), [0, 2], axis=1).tolist()
         [[1], [4]]
     """
-    t = _tensor(arr, "delete")
-    if axis is None:
-        if t.ndim != 1:
-            t = ravel(t)
-        ax = 0
-    else:
-        ax = normalize_axis(axis, t.ndim, "delete")
+    t, ax = _flat_or_axis(arr, axis, "delete")
     n = t.shape[ax]
     keep = np.ones(n, dtype=bool)
     if isinstance(obj, slice):
@@ -243,13 +246,7 @@ def insert(arr, obj, values, axis=None) -> Tensor:
         >>> qt.insert(qt.arange(4), [1, 3], [8, 9]).tolist()
         [0, 8, 1, 2, 9, 3]
     """
-    t = _tensor(arr, "insert")
-    if axis is None:
-        if t.ndim != 1:
-            t = ravel(t)
-        ax = 0
-    else:
-        ax = normalize_axis(axis, t.ndim, "insert")
+    t, ax = _flat_or_axis(arr, axis, "insert")
     n = t.shape[ax]
     v = _tensor(values, "insert")
     if v.dtype != t.dtype:

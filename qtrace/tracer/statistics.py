@@ -480,6 +480,17 @@ def _with_initial(r: Tensor, initial, prim: str) -> Tensor:
     return _ap(prim, r, _const(initial, r.dtype, r))
 
 
+def _nan_reduce(op: str, prim: str, fill, combine: str, a, axis, dtype, out, keepdims, initial,
+                where) -> Tensor:
+    """``op`` (``nansum``/``nanprod``): reduction ``prim`` of ``a`` with NaNs replaced by
+    ``fill``, then NumPy's ``initial`` combined by ``combine``."""
+    _no_out(out, op)
+    _no_where(where, op)
+    t = _nan_filled(_tensor(a, op), fill)
+    r = _red.reduce_as(prim, op, t, axis, dtype, _keep(keepdims))
+    return _with_initial(r, initial, combine)
+
+
 def nansum(a, axis=None, dtype=None, out=None, keepdims=np._NoValue, initial=np._NoValue,
            where=np._NoValue) -> Tensor:
     """``numpy.nansum``: ``sum`` treating NaNs as zero (``where=`` and ``out=`` are not supported).
@@ -489,11 +500,7 @@ def nansum(a, axis=None, dtype=None, out=None, keepdims=np._NoValue, initial=np.
         >>> qt.nansum(qt.asarray([1.0, float("nan"), 2.5])).item()
         3.5
     """
-    _no_out(out, "nansum")
-    _no_where(where, "nansum")
-    t = _nan_filled(_tensor(a, "nansum"), 0)
-    r = _red.reduce_as("reduce_sum", "nansum", t, axis, dtype, _keep(keepdims))
-    return _with_initial(r, initial, "add")
+    return _nan_reduce("nansum", "reduce_sum", 0, "add", a, axis, dtype, out, keepdims, initial, where)
 
 
 def nanprod(a, axis=None, dtype=None, out=None, keepdims=np._NoValue, initial=np._NoValue,
@@ -505,11 +512,8 @@ def nanprod(a, axis=None, dtype=None, out=None, keepdims=np._NoValue, initial=np
         >>> qt.nanprod(qt.asarray([2.0, float("nan"), 3.0])).item()
         6.0
     """
-    _no_out(out, "nanprod")
-    _no_where(where, "nanprod")
-    t = _nan_filled(_tensor(a, "nanprod"), 1)
-    r = _red.reduce_as("reduce_prod", "nanprod", t, axis, dtype, _keep(keepdims))
-    return _with_initial(r, initial, "multiply")
+    return _nan_reduce("nanprod", "reduce_prod", 1, "multiply", a, axis, dtype, out, keepdims, initial,
+                       where)
 
 
 def nancumsum(a, axis=None, dtype=None, out=None) -> Tensor:

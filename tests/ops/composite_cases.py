@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import qtrace as qt
 
@@ -185,3 +186,15 @@ def run_gradient(case: Case, rng) -> None:
             assert g.shape == xs[i].shape and g.dtype == np.float64
             np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol,
                                        err_msg=f"{case.id}: d/darg{i} on {[x.tolist() for x in xs]}")
+
+
+def forward_params(cases, keep=None) -> list:
+    """``pytest.param(case, dtype)`` for each case in each of its dtypes (those ``keep(case,
+    dtype)`` accepts), with ids ``<case>-<dtype>``: what ``run_forward`` is parametrized by."""
+    return [pytest.param(c, dt, id=f"{c.id}-{dt}") for c in cases for dt in c.dtypes
+            if keep is None or keep(c, dt)]
+
+
+def gradient_params(cases) -> list:
+    """``pytest.param(case)`` for each case with a gradient check: ``run_gradient``'s."""
+    return [pytest.param(c, id=c.id) for c in cases if c.grad]

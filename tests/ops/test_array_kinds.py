@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from composite_cases import Case, normal, run_forward, run_gradient
+from composite_cases import (
+    Case,
+    forward_params,
+    gradient_params,
+    normal,
+    run_forward,
+    run_gradient,
+)
 
 import qtrace as qt
 
@@ -48,18 +55,16 @@ CASES = [
          grad=None),
     Case("sort_complex-2d", lambda xp, x: xp.real(xp.sort_complex(x)), [(3, 4)], dtypes=("float64",)),
 ]
-FORWARD = [(c, dt) for c in CASES for dt in c.dtypes]
 
 
-@pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{dt}" for c, dt in FORWARD])
+@pytest.mark.parametrize("case,dtype", forward_params(CASES))
 def test_forward(case, dtype, rng, fusion):
     run_forward(case, dtype, rng)
 
 
-GRADS = [c for c in CASES if c.grad]
 
 
-@pytest.mark.parametrize("case", GRADS, ids=[c.id for c in GRADS])
+@pytest.mark.parametrize("case", gradient_params(CASES))
 def test_gradient(case, rng, fusion):
     run_gradient(case, rng)
 

@@ -26,6 +26,8 @@ import pytest
 from composite_cases import (
     Case,
     _check_forward,
+    forward_params,
+    gradient_params,
     positive,
     run_forward,
     run_gradient,
@@ -253,11 +255,10 @@ CREATION = [
 
 # --- helpers -------------------------------------------------------------------------
 # --- forward -------------------------------------------------------------------------
-FORWARD = [(c, dt) for c in CASES for dt in c.dtypes]
 
 
 @pytest.mark.filterwarnings("ignore:Degrees of freedom <= 0")
-@pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{dt}" for c, dt in FORWARD])
+@pytest.mark.parametrize("case,dtype", forward_params(CASES))
 def test_forward(case, dtype, rng, fusion):
     run_forward(case, dtype, rng)
 
@@ -335,10 +336,9 @@ def test_numpy_dispatch(rng, fusion):
 
 
 # --- gradients -----------------------------------------------------------------------
-GRADS = [c for c in CASES if c.grad]
 
 
-@pytest.mark.parametrize("case", GRADS, ids=[c.id for c in GRADS])
+@pytest.mark.parametrize("case", gradient_params(CASES))
 def test_gradient(case, rng, fusion):
     run_gradient(case, rng)
 

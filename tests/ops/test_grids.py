@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from composite_cases import Case, _check_forward, positive, run_forward, run_gradient
+from composite_cases import (
+    Case,
+    _check_forward,
+    forward_params,
+    gradient_params,
+    positive,
+    run_forward,
+    run_gradient,
+)
 
 import qtrace as qt
 
@@ -62,8 +70,6 @@ CASES = [
          grad=None),
 ]
 
-FORWARD = [(c, dt) for c in CASES for dt in c.dtypes]
-GRADS = [c for c in CASES if c.grad]
 
 # creation functions (no array input): compared with NumPy's result
 CREATION = [
@@ -124,12 +130,12 @@ CREATION = [
 ]
 
 
-@pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{dt}" for c, dt in FORWARD])
+@pytest.mark.parametrize("case,dtype", forward_params(CASES))
 def test_forward(case, dtype, rng, fusion):
     run_forward(case, dtype, rng)
 
 
-@pytest.mark.parametrize("case", GRADS, ids=[c.id for c in GRADS])
+@pytest.mark.parametrize("case", gradient_params(CASES))
 def test_gradient(case, rng, fusion):
     run_gradient(case, rng)
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from composite_cases import Case, run_forward, run_gradient
+from composite_cases import (
+    Case,
+    forward_params,
+    gradient_params,
+    run_forward,
+    run_gradient,
+)
 
 import qtrace as qt
 
@@ -40,18 +46,16 @@ CASES = [
          gen=_complex, grad=None),
     Case("vecdot-ufunc", lambda xp, a, b: xp.vecdot(a, b), [(3, 4), (4,)]),
 ]
-FORWARD = [(c, dt) for c in CASES for dt in c.dtypes]
 
 
-@pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{dt}" for c, dt in FORWARD])
+@pytest.mark.parametrize("case,dtype", forward_params(CASES))
 def test_forward(case, dtype, rng, fusion):
     run_forward(case, dtype, rng)
 
 
-GRADS = [c for c in CASES if c.grad]
 
 
-@pytest.mark.parametrize("case", GRADS, ids=[c.id for c in GRADS])
+@pytest.mark.parametrize("case", gradient_params(CASES))
 def test_gradient(case, rng, fusion):
     run_gradient(case, rng)
 

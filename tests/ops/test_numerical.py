@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from composite_cases import (
     Case,
+    forward_params,
+    gradient_params,
     positive,
     run_forward,
     run_gradient,
@@ -201,20 +203,18 @@ CASES = [
 ]
 
 
-FORWARD = [(c, dt) for c in CASES for dt in c.dtypes]
 
 
 @pytest.mark.filterwarnings("ignore::numpy.exceptions.RankWarning")
-@pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{dt}" for c, dt in FORWARD])
+@pytest.mark.parametrize("case,dtype", forward_params(CASES))
 def test_forward(case, dtype, rng, fusion):
     run_forward(case, dtype, rng)
 
 
-GRADS = [c for c in CASES if c.grad]
 
 
 @pytest.mark.filterwarnings("ignore::numpy.exceptions.RankWarning")
-@pytest.mark.parametrize("case", GRADS, ids=[c.id for c in GRADS])
+@pytest.mark.parametrize("case", gradient_params(CASES))
 def test_gradient(case, rng, fusion):
     run_gradient(case, rng)
 

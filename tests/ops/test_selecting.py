@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from composite_cases import Case, _check_forward, run_forward, run_gradient
+from composite_cases import (
+    Case,
+    _check_forward,
+    forward_params,
+    gradient_params,
+    run_forward,
+    run_gradient,
+)
 
 import qtrace as qt
 from qtrace.tracer import protocols, selecting
@@ -185,10 +192,10 @@ CASES = [
 WITH_FLOAT32 = {"select", "piecewise", "piecewise-sqrt", "choose", "compress-axis", "extract",
                 "unravel_index", "copyto-where", "putmask", "place", "put", "put_along_axis",
                 "fill_diagonal", "unique-values", "set-floats", "lexsort-axis", "partition"}
-FORWARD = [(c, dt) for c in CASES for dt in c.dtypes if dt != "float32" or c.id in WITH_FLOAT32]
 
 
-@pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{dt}" for c, dt in FORWARD])
+@pytest.mark.parametrize("case,dtype", forward_params(
+    CASES, lambda c, dt: dt != "float32" or c.id in WITH_FLOAT32))
 def test_forward(case, dtype, rng, fusion):
     run_forward(case, dtype, rng)
 
@@ -277,10 +284,9 @@ NO_GRAD = {"choose-0d", "choose-bcast", "choose-clip", "choose-tensor-index", "c
            "piecewise", "piecewise-0d", "piecewise-args", "piecewise-otherwise", "piecewise-single",
            "place-view", "put-clip", "put-cycle", "put_along_axis-0", "putmask", "putmask-view",
            "select-bcast", "select-default", "select-one"}
-GRADS = [c for c in CASES if c.grad and c.id not in NO_GRAD]
 
 
-@pytest.mark.parametrize("case", GRADS, ids=[c.id for c in GRADS])
+@pytest.mark.parametrize("case", gradient_params([c for c in CASES if c.id not in NO_GRAD]))
 def test_gradient(case, rng, fusion):
     run_gradient(case, rng)
 

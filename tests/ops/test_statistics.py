@@ -17,7 +17,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from composite_cases import Case, _check_forward, normal, positive, run_forward, run_gradient, specials
+from composite_cases import (
+    Case,
+    _check_forward,
+    forward_params,
+    gradient_params,
+    normal,
+    positive,
+    run_forward,
+    run_gradient,
+    specials,
+)
 
 import qtrace as qt
 
@@ -212,21 +222,19 @@ CASES = [
 
 
 # --- forward -------------------------------------------------------------------------
-FORWARD = [(c, dt) for c in CASES for dt in c.dtypes]
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{dt}" for c, dt in FORWARD])
+@pytest.mark.parametrize("case,dtype", forward_params(CASES))
 def test_forward(case, dtype, rng, fusion):
     run_forward(case, dtype, rng)
 
 
 # --- gradients -----------------------------------------------------------------------
-GRADS = [c for c in CASES if c.grad]
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("case", GRADS, ids=[c.id for c in GRADS])
+@pytest.mark.parametrize("case", gradient_params(CASES))
 def test_gradient(case, rng, fusion):
     run_gradient(case, rng)
 

@@ -18,7 +18,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from composite_cases import Case, _check_forward, positive, run_forward, run_gradient, specials, wide
+from composite_cases import (
+    Case,
+    _check_forward,
+    forward_params,
+    gradient_params,
+    positive,
+    run_forward,
+    run_gradient,
+    specials,
+    wide,
+)
 
 import qtrace as qt
 
@@ -159,16 +169,14 @@ CASES = [
     Case("i0-large", lambda xp, x: xp.i0(x * 30), [(24,)], dtypes=("float64",), gen=wide, grad=None),
     Case("i0-special", lambda xp, x: xp.i0(x), [(24,)], dtypes=FLOATS, gen=specials, grad=None),
 ]
-FORWARD = [(c, dt) for c in CASES for dt in c.dtypes]
-GRADS = [c for c in CASES if c.grad]
 
 
-@pytest.mark.parametrize("case,dtype", FORWARD, ids=[f"{c.id}-{dt}" for c, dt in FORWARD])
+@pytest.mark.parametrize("case,dtype", forward_params(CASES))
 def test_forward(case, dtype, rng, fusion):
     run_forward(case, dtype, rng)
 
 
-@pytest.mark.parametrize("case", GRADS, ids=[c.id for c in GRADS])
+@pytest.mark.parametrize("case", gradient_params(CASES))
 def test_gradient(case, rng, fusion):
     run_gradient(case, rng)
 
