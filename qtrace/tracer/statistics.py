@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import builtins
 import math
 import warnings
 
@@ -944,22 +945,125 @@ def histogram(a, bins=10, range=None, density=None, weights=None):  # noqa: A002
     """
     t, w = _hist_input(a, weights, "histogram")
     edges, bounds = _edges(t, bins, range, "histogram")
+    idx, keep = _bin_of(t, edges, bounds)
+    nb = edges.shape[0] - 1
+    ntype = dtypes.int64 if w is None else w.dtype
+    ones = astype(keep, ntype) if w is None else _ew.where(keep, w, _const(0, ntype, w))
+    n = scatter_at(zeros((max(nb, 0),), ntype, device=t.device), ones, [idx], "add")
+    if density:
+        n = _ap("divide", _ap("divide", n, _widths(edges)), _red.sum(n))
+    return n, edges
+
+
+def _bin_of(t: Tensor, edges: Tensor, bounds) -> tuple:
+    """``(index, inside)``: the bin of each value of 1-D ``t`` (``edges[i] <= x < edges[i+1]``,
+    the last bin also holding its right edge) and whether it lies in any bin."""
     nb = edges.shape[0] - 1
     x = astype(t, edges.dtype) if bounds is not None and t.dtype != edges.dtype else t
     first, last = bounds if bounds is not None else (edges[0], edges[nb])
-    keep = _ap("logical_and", _ap("greater_equal", t, first), _ap("less_equal", t, last))
+    inside = _ap("logical_and", _ap("greater_equal", t, first), _ap("less_equal", t, last))
     if nb > 1:
         inner = reshape(edges[1:nb], (1, nb - 1))
         idx = _red.sum(_ap("greater_equal", reshape(x, (x.shape[0], 1)), inner), axis=1, dtype=dtypes.int64)
     else:
         idx = zeros(x.shape, dtypes.int64, device=t.device)
-    ntype = dtypes.int64 if w is None else w.dtype
-    ones = astype(keep, ntype) if w is None else _ew.where(keep, w, _const(0, ntype, w))
-    n = scatter_at(zeros((max(nb, 0),), ntype, device=t.device), ones, [idx], "add")
+    return idx, inside
+
+
+def _widths(edges: Tensor) -> Tensor:
+    return astype(_ap("subtract", edges[1:], edges[:-1]), dtypes.float64)
+
+
+def histogramdd(sample, bins=10, range=None, density=None, weights=None):  # noqa: A002 - NumPy's name
+    """``numpy.histogramdd``: counts (or summed ``weights``) of ``D``-dimensional points in the
+    cells of a grid of bins, as float64, and the list of each dimension's edges.
+
+    ``sample`` is an ``(N, D)`` array, or a sequence of ``D`` coordinate arrays of ``N``
+    points; ``bins`` an integer (every dimension), or one per dimension (an integer or the
+    edges); ``range`` one ``(min, max)`` (or None) per dimension. Each dimension is binned
+    as :func:`histogram` bins (its last bin holds its right edge; points outside any bin are
+    left out); with integer bins and no range the edges come lazily from the data, so the
+    counts stay lazy. ``density=True`` divides by the total and each cell's volume.
+
+    Example:
+        >>> import qtrace as qt
+        >>> h, (ex, ey) = qt.histogramdd(qt.asarray([[0.0, 0.0], [1.0, 1.0], [1.0, 0.2]]), bins=2)
+        >>> h.tolist()
+        [[1.0, 0.0], [1.0, 1.0]]
+    """
+    op = "histogramdd"
+    if isinstance(sample, (Tensor, np.ndarray)):
+        pts = _tensor(sample, op)
+        if pts.ndim != 2:
+            raise ValueError(f"qt.{op}: sample must be an (N, D) array or a sequence of D arrays, "
+                             f"got shape {pts.shape}")
+        cols = [pts[:, d] for d in builtins.range(pts.shape[1])]
+    else:
+        cols = [reshape(_tensor(c, op), (-1,)) for c in sample]
+        if len({c.shape[0] for c in cols}) > 1:
+            raise ValueError(f"qt.{op}: the coordinate arrays differ in length: "
+                             f"{[c.shape[0] for c in cols]}")
+    dims = len(cols)
+    for c in cols:
+        _real(c, op)
+    try:   # (NumPy's rule: anything with a length is one entry per dimension)
+        bins_d = list(bins) if len(bins) == dims else None
+    except TypeError:
+        bins_d = [bins] * dims
+    if bins_d is None:
+        raise ValueError(f"qt.{op}: the dimension of bins must be equal to the dimension of the "
+                         f"sample x ({dims}), got {len(bins)}")
+    ranges = [None] * dims if range is None else list(range)
+    if len(ranges) != dims:
+        raise ValueError(f"qt.{op}: range must have one entry per dimension ({dims}), got {len(ranges)}")
+    w = None
+    if weights is not None:
+        w = reshape(astype(_tensor(weights, op), dtypes.float64), (-1,))
+        if cols and w.shape[0] != cols[0].shape[0]:
+            raise ValueError(f"qt.{op}: weights must have one entry per point ({cols[0].shape[0]}), "
+                             f"got {w.shape[0]}")
+    edges_d, flat, inside, size = [], None, None, 1
+    for c, b, r in zip(cols, bins_d, ranges):
+        if r is not None and not isinstance(b, Tensor) and np.ndim(b) == 0:
+            c = astype(c, dtypes.float64)   # (NumPy's linspace of the range's numbers: float64)
+        edges, bounds = _edges(c, b, r, op)
+        idx, keep = _bin_of(c, edges, bounds)
+        nb = edges.shape[0] - 1
+        flat = idx if flat is None else _ap("add", _ap("multiply", flat, nb), idx)
+        inside = keep if inside is None else _ap("logical_and", inside, keep)
+        edges_d.append(edges)
+        size *= max(nb, 0)
+    shape = tuple(e.shape[0] - 1 for e in edges_d)
+    device = cols[0].device if cols else None
+    ones = astype(inside, dtypes.float64) if w is None else _ew.where(inside, w, 0.0)
+    hist = reshape(scatter_at(zeros((size,), dtypes.float64, device=device), ones, [flat], "add"), shape)
     if density:
-        width = astype(_ap("subtract", edges[1:], edges[:nb]), dtypes.float64)
-        n = _ap("divide", _ap("divide", n, width), _red.sum(n))
-    return n, edges
+        volume = None
+        for d, e in enumerate(edges_d):
+            wd = reshape(_widths(e), tuple(-1 if k == d else 1 for k in builtins.range(dims)))
+            volume = wd if volume is None else _ap("multiply", volume, wd)
+        hist = _ap("divide", _ap("divide", hist, _red.sum(hist)), volume)
+    return hist, edges_d
+
+
+def histogram2d(x, y, bins=10, range=None, density=None, weights=None):  # noqa: A002 - NumPy's name
+    """``numpy.histogram2d``: :func:`histogramdd` of the points ``(x[i], y[i])``, returned as
+    ``(H, xedges, yedges)``; ``bins`` an integer, a pair of integers, edges for both, or a
+    pair of edges.
+
+    Example:
+        >>> import qtrace as qt
+        >>> h, xe, ye = qt.histogram2d(qt.asarray([0.0, 1.0, 1.0]), qt.asarray([0.0, 1.0, 0.2]), bins=2)
+        >>> h.tolist()
+        [[1.0, 0.0], [1.0, 1.0]]
+    """
+    try:   # (NumPy's rule: a length other than 1 or 2 is one array of edges for both)
+        if len(bins) not in (1, 2):
+            bins = [bins, bins]
+    except TypeError:
+        pass
+    hist, (xedges, yedges) = histogramdd([x, y], bins, range, density, weights)
+    return hist, xedges, yedges
 
 
 def bincount(x, /, weights=None, minlength=0) -> Tensor:
@@ -1063,12 +1167,13 @@ NUMPY_FUNCTIONS: dict = {
     np.nanmean: nanmean, np.nanvar: nanvar, np.nanstd: nanstd, np.nanmax: nanmax, np.nanmin: nanmin,
     np.nanargmax: nanargmax, np.nanargmin: nanargmin, np.cov: cov, np.corrcoef: corrcoef,
     np.histogram: histogram, np.histogram_bin_edges: histogram_bin_edges, np.bincount: bincount,
-    np.digitize: digitize,
+    np.digitize: digitize, np.histogramdd: histogramdd, np.histogram2d: histogram2d,
 }
 NUMPY_UFUNCS: dict = {}
 
 __all__: list[str] = [
-    "bincount", "corrcoef", "cov", "digitize", "histogram", "histogram_bin_edges", "median",
+    "bincount", "corrcoef", "cov", "digitize", "histogram", "histogram2d", "histogram_bin_edges",
+    "histogramdd", "median",
     "nanargmax", "nanargmin", "nancumprod", "nancumsum", "nanmax", "nanmean", "nanmedian",
     "nanmin", "nanpercentile", "nanprod", "nanquantile", "nanstd", "nansum", "nanvar",
     "percentile", "ptp", "quantile",

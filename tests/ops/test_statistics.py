@@ -74,6 +74,12 @@ def _by_method(xp, x, m):
             xp.quantile(x, 1, axis=0, method=m), xp.nanquantile(with_nans, qs[1:4], axis=-1, method=m))
 
 
+def _flat_hist(result) -> tuple:
+    """``histogramdd``'s ``(hist, [edges, ...])`` as one flat tuple of arrays."""
+    hist, edges = result
+    return (hist, *edges)
+
+
 def C(*args, **kwargs) -> Case:
     """A case whose gradient is checked by finite differences (JAX: ``JAX_GRADS``)."""
     kwargs.setdefault("grad", "fd")
@@ -208,6 +214,19 @@ CASES = [
                                              *xp.histogram(a, bins=[-1, 0, 2], density=True, weights=w)),
       [(12,), (12,)], grad_args=(1,)),
     C("histogram_bin_edges", lambda xp, a: xp.histogram_bin_edges(a, bins=6), [(3, 4)]),
+    C("histogramdd", lambda xp, p: (*_flat_hist(xp.histogramdd(p, bins=3)),
+                                    *_flat_hist(xp.histogramdd(p, bins=[2, [-1.0, 0.0, 1.5], 4],
+                                                               range=[(-1, 1), None, None])),
+                                    *_flat_hist(xp.histogramdd(p[:, :2], bins=4, density=True))),
+      [(30, 3)], **HIST),
+    C("histogramdd-seq-weights", lambda xp, x, y, w: (
+        *_flat_hist(xp.histogramdd([x, y], bins=(3, 2), weights=w)),
+        *_flat_hist(xp.histogramdd([x, y], bins=2, weights=w, density=True))),
+      [(15,), (15,), (15,)], dtypes=F, grad_args=(2,)),
+    C("histogram2d", lambda xp, x, y: (*xp.histogram2d(x, y), *xp.histogram2d(x, y, bins=[3, 4]),
+                                       *xp.histogram2d(x, y, bins=[-2.0, 0.0, 0.5, 2.0]),
+                                       *xp.histogram2d(x, y, bins=3, range=[(-1, 1), (-2, 2)])),
+      [(25,), (25,)], **HIST),
     # bincount / digitize
     C("bincount", lambda xp, x: (xp.bincount(x), xp.bincount(x, minlength=10)), [(8,)],
       dtypes=("int32", "uint8", "bool"), gen=counts, grad=None),
@@ -395,6 +414,12 @@ ERRORS = [
     (lambda: qt.cov(qt.ones((2, 3)), aweights=[1, 2]), RuntimeError, r"qt.cov: incompatible numbers"),
     (lambda: qt.cov(qt.ones((2, 3)), qt.ones((2, 4))), ValueError, "qt.cov: m and y"),
     (lambda: qt.histogram(qt.ones(3), bins="auto"), ValueError, "qt.histogram: string bin estimators"),
+    (lambda: qt.histogramdd(qt.ones((4, 2)), bins=[2, 3, 4]), ValueError,
+     r"qt.histogramdd: the dimension of bins must be equal to the dimension of the sample x \(2\), got 3"),
+    (lambda: qt.histogramdd(qt.ones((4, 2, 1))), ValueError, r"qt.histogramdd: sample must be an \(N, D\)"),
+    (lambda: qt.histogramdd([qt.ones(3), qt.ones(4)]), ValueError, "coordinate arrays differ in length"),
+    (lambda: qt.histogramdd(qt.ones((4, 2)), weights=qt.ones(3)), ValueError, "one entry per point"),
+    (lambda: qt.histogramdd(qt.ones((4, 2)), range=[(0, 1)]), ValueError, "range must have one entry"),
     (lambda: qt.histogram(qt.ones(3), bins=0), ValueError, "qt.histogram: bins must be positive"),
     (lambda: qt.histogram(qt.ones(3), bins=2.5), TypeError, "qt.histogram: bins"),
     (lambda: qt.histogram(qt.ones(3), bins=qt.asarray(3)), TypeError, "qt.histogram: bins must be a Python"),
