@@ -269,6 +269,13 @@ def angle(z, deg: bool = False) -> Tensor:
     return ew.apply2("multiply", out, 180.0 / np.pi) if deg else out
 
 
+def abs_squared(t: Tensor) -> Tensor:
+    """``abs(t) ** 2``, real (``real(t * conj(t))`` for complex ``t``), differentiable at 0."""
+    if t.dtype.kind == "c":
+        return real(ew.apply2("multiply", t, ew.apply1("conj", t)))
+    return ew.apply2("multiply", t, t)
+
+
 def iscomplex(x) -> Tensor:
     """``numpy.iscomplex``: where the imaginary part is non-zero (all False for a real array).
 

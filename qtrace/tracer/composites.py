@@ -32,6 +32,7 @@ from ..graph.device import Device
 from . import dtypes, views
 from . import elementwise as _ew
 from . import reductions as _red
+from .array_api import abs_squared
 from .context import tracing
 from .convert import astype, const_node, input_node, operand, place, wrap
 from .creation import arange, full, zeros
@@ -68,6 +69,26 @@ def _tensor(x, op: str) -> Tensor:
     if isinstance(x, (list, tuple)) and _holds_tensor(x):
         return stack([_tensor(v, op) for v in x])
     return wrap(input_node(x, op))
+
+
+def _written_values(values, dtype, op: str, device, casting: str = "unsafe") -> Tensor:
+    """``values`` about to be written into an array of ``dtype`` by ``op`` (``put``,
+    ``insert``, ...), converted as NumPy converts them: Python numbers and lists of them as
+    ``numpy.array(values, dtype)`` does (an integer out of range raises ``OverflowError``, a
+    complex number into a real array ``TypeError``), arrays and tensors by ``casting``
+    (``'unsafe'``: any; ``'safe'``: ``putmask``'s and ``place``'s rule)."""
+    if not isinstance(values, (Tensor, np.ndarray)) and not _holds_tensor(values):
+        try:
+            host = np.array(values, dtype=dtype)
+        except (OverflowError, TypeError, ValueError) as err:
+            raise type(err)(f"qt.{op}: {err}") from None
+        return wrap(input_node(host, op, device=device, owned=True))
+    v = _tensor(values, op) if isinstance(values, Tensor) or _holds_tensor(values) else \
+        wrap(input_node(values, op, device=device))
+    if casting != "unsafe" and not np.can_cast(v.dtype, dtype, casting):
+        raise TypeError(f"qt.{op}: Cannot cast array data from {v.dtype!r} to {np.dtype(dtype)!r} "
+                        f"according to the rule {casting!r}")
+    return v
 
 
 def _holds_tensor(x) -> bool:
@@ -845,7 +866,7 @@ def _var(op, a, axis, dtype, out, ddof, keepdims, where, mean, correction) -> Te
     if dtype is not None:
         dt = dtypes.canonical(dtype, f"qt.{op}")
     else:
-        dt = t.dtype if t.dtype.kind == "f" else dtypes.float64
+        dt = t.dtype if t.dtype.kind in "fc" else dtypes.float64
     x = t if t.dtype == dt else astype(t, dt)
     count = 1
     for ax in axes:
@@ -855,7 +876,7 @@ def _var(op, a, axis, dtype, out, ddof, keepdims, where, mean, correction) -> Te
     else:
         mu = _red.mean(x, axis=axes, keepdims=True)
     d = _ew.apply("subtract", x, mu)
-    total = _red.sum(_ew.apply("multiply", d, d), axis=axes, keepdims=keepdims)
+    total = _red.sum(abs_squared(d), axis=axes, keepdims=keepdims)   # (real for complex input)
     return _ew.apply("divide", total, float(max(count - ddof, 0)))
 
 

@@ -40,7 +40,7 @@ from ..graph.primitives import broadcast_shapes
 from . import dtypes, library
 from . import elementwise as _ew
 from . import reductions as _red
-from .array_api import real as _real
+from .array_api import abs_squared
 from .composites import _diagonal
 from .composites import cross as _np_cross
 from .composites import eye as _eye
@@ -120,13 +120,6 @@ def _numeric(x, name: str) -> Tensor:
 def real_dtype(dt) -> np.dtype:
     """The real floating dtype of ``dt``'s precision (float32 for complex64)."""
     return np.dtype(np.finfo(dt).dtype)
-
-
-def _abs2(t: Tensor) -> Tensor:
-    """``abs(t) ** 2`` (real), differentiable at 0."""
-    if t.dtype.kind == "c":
-        return _real(_ew.multiply(t, _ew.conj(t)))
-    return _ew.multiply(t, t)
 
 
 def _matrix(t: Tensor, name: str) -> Tensor:
@@ -365,7 +358,7 @@ def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2) -> Tensor:
     axes = normalize_axes(tuple(axis) if isinstance(axis, list) else axis, t.ndim, "linalg.vector_norm")
     red = dict(axis=axes, keepdims=keepdims)
     if ord == 2:
-        return _ew.sqrt(_red.sum(_abs2(t), **red))
+        return _ew.sqrt(_red.sum(abs_squared(t), **red))
     a = _ew.abs(t)
     if ord == 1:
         return _red.sum(a, **red)
@@ -397,7 +390,7 @@ def matrix_norm(x, /, *, keepdims: bool = False, ord="fro") -> Tensor:
     t = _matrix(_floating(x, "matrix_norm"), "matrix_norm")
     if isinstance(ord, str):
         if ord == "fro":
-            out = _ew.sqrt(_red.sum(_abs2(t), axis=(-2, -1)))
+            out = _ew.sqrt(_red.sum(abs_squared(t), axis=(-2, -1)))
         elif ord == "nuc":
             out = _red.sum(svdvals(t), axis=-1)
         else:

@@ -30,7 +30,17 @@ from ..errors import TracerError
 from . import dtypes, views
 from . import elementwise as _ew
 from . import reductions as _red
-from .composites import _along, _holds_tensor, _int, _ints, _split, _tensor, diag, read_only_diagonal
+from .composites import (
+    _along,
+    _holds_tensor,
+    _int,
+    _ints,
+    _split,
+    _tensor,
+    _written_values,
+    diag,
+    read_only_diagonal,
+)
 from .context import tracing
 from .convert import astype
 from .creation import arange, copy, zeros
@@ -248,7 +258,7 @@ def insert(arr, obj, values, axis=None) -> Tensor:
     """
     t, ax = _flat_or_axis(arr, axis, "insert")
     n = t.shape[ax]
-    v = _tensor(values, "insert")
+    v = _written_values(values, t.dtype, "insert", t.device)
     if v.dtype != t.dtype:
         v = astype(v, t.dtype)
     if v.ndim < t.ndim:

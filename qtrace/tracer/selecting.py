@@ -42,7 +42,7 @@ from ..graph.primitives import broadcast_shapes
 from . import dtypes, views
 from . import elementwise as _ew
 from . import reductions as _red
-from .composites import _along, _holds_tensor, _int, _ints, _no_out, _tensor
+from .composites import _along, _holds_tensor, _int, _ints, _no_out, _tensor, _written_values
 from .context import tracing
 from .convert import astype, cast, held, input_node, operand, promote, wrap
 from .creation import full, zeros
@@ -583,7 +583,7 @@ def putmask(a, mask, values) -> None:
     if isinstance(a, np.ndarray):
         return _into_ndarray(a, "putmask", putmask, mask, values)
     m = _flat_mask(mask, a, "putmask")
-    v = _on(values, "putmask", a.device)
+    v = _written_values(values, a.dtype, "putmask", a.device, "safe")
     if v.size == 0 or a.size == 0:
         return None
     vals = reshape(_cyclic(v, a.size, a.dtype), a.shape)
@@ -610,7 +610,7 @@ def place(arr, mask, vals) -> None:
     if isinstance(arr, np.ndarray):
         return _into_ndarray(arr, "place", place, mask, vals)
     m = _flat_mask(mask, arr, "place")
-    v = ravel(_on(vals, "place", arr.device))
+    v = ravel(_written_values(vals, arr.dtype, "place", arr.device, "safe"))
     if v.size == 0:
         if _values(m, "place").any():
             raise ValueError("qt.place: Cannot insert from an empty array!")
@@ -656,7 +656,7 @@ def put(a, ind, v, mode="raise") -> None:
     if isinstance(a, np.ndarray):
         return _into_ndarray(a, "put", put, ind, v, mode)
     idx = ravel(_int_tensor(ind, "put", "ind", a.device))
-    vals = _on(v, "put", a.device)
+    vals = _written_values(v, a.dtype, "put", a.device)
     if idx.size == 0 or vals.size == 0:
         return None
     n = a.size
@@ -727,7 +727,7 @@ def put_along_axis(arr, indices, values, axis) -> None:
     key = tuple(idx if k == ax else np.arange(d, dtype=np.int64).reshape(
         tuple(d if j == k else 1 for j in range(len(shape)))) for k, d in enumerate(shape))
     op = "qt.put_along_axis"
-    vals = _on(values, op, arr.device)
+    vals = _written_values(values, arr.dtype, "put_along_axis", arr.device)
 
     def update(cur):
         target = _flat(cur) if flat else cur
@@ -765,7 +765,7 @@ def fill_diagonal(a, val, wrap=False) -> None:
         step = 1 + sum(math.prod(a.shape[:k]) for k in range(1, a.ndim))
         end = a.size
     count = len(range(0, end, step))
-    v = _on(val, "fill_diagonal", a.device)
+    v = _written_values(val, a.dtype, "fill_diagonal", a.device)
     if v.size == 0 or count == 0:
         return None
     vals = _cyclic(v, count, a.dtype)

@@ -32,6 +32,9 @@ from ..errors import TracerError
 from . import dtypes
 from . import elementwise as _ew
 from . import reductions as _red
+from .array_api import abs_squared, complex_from_parts
+from .array_api import imag as _imag
+from .array_api import real as _real_part
 from .composites import _NOVALUE, _given, _int, _no_out, _tensor, average, cumprod, var
 from .context import tracing
 from .convert import astype, input_node, wrap
@@ -624,7 +627,7 @@ def _nanvar(op, a, axis, dtype, out, ddof, keepdims, where, mean, correction) ->
     if d.dtype != t.dtype:   # (NumPy subtracts in place)
         d = astype(d, t.dtype)
     d = _ew.where(_ap("isnan", t), _const(0, d.dtype, d), d)
-    total = _red.reduce_as("reduce_sum", op, _ap("multiply", d, d), axis, dtype, keep)
+    total = _red.reduce_as("reduce_sum", op, abs_squared(d), axis, dtype, keep)
     dof = _ap("subtract", cnt if keep else reshape(cnt, total.shape), ddof)
     r = _ap("divide", total, astype(dof, total.dtype))
     return _ew.where(_ap("less_equal", dof, 0), _const(math.nan, r.dtype, r), r)
@@ -815,7 +818,8 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
         Xc = astype(Xc, X.dtype)
     Xw = Xc if w is None else _ap("multiply", Xc, w)
     common = np.result_type(Xc.dtype, Xw.dtype)
-    c = matmul(astype(Xc, common), transpose(astype(Xw, common)))
+    Xw = astype(Xw, common)
+    c = matmul(astype(Xc, common), transpose(_ap("conj", Xw) if common.kind == "c" else Xw))
     c = astype(_ap("multiply", c, scale), c.dtype)
     return squeeze(c)
 
@@ -834,8 +838,10 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None) -> Tensor:
         return _ap("divide", c, c)
     n = c.shape[0]
     d = reshape(c, (n * n,))[:: n + 1] if n else reshape(c, (0,))
-    std = _ap("sqrt", d)
+    std = _ap("sqrt", _real_part(d))
     c = _ap("divide", _ap("divide", c, reshape(std, (n, 1))), reshape(std, (1, n)))
+    if c.dtype.kind == "c":   # (NumPy clips the two parts)
+        return complex_from_parts(_ew.clip(_real_part(c), -1, 1), _ew.clip(_imag(c), -1, 1))
     return _ew.clip(c, -1, 1)
 
 

@@ -27,11 +27,15 @@ NAN, INF = float("nan"), float("inf")
 
 # --- inputs --------------------------------------------------------------------------
 def normal(rng, shape, dtype):
+    """Standard normal values (complex: both parts), small integers, random bools."""
     if np.dtype(dtype).kind == "b":
         return rng.random(shape) < 0.5
     if np.dtype(dtype).kind in "iu":
         return rng.integers(-9, 10, shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
+    x = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":   # (a zero imaginary part could not catch a missing conj)
+        x = x + 1j * rng.standard_normal(shape)
+    return x.astype(dtype)
 
 
 def wide(rng, shape, dtype):
@@ -44,6 +48,16 @@ def positive(rng, shape, dtype):
     if np.dtype(dtype).kind in "iub":
         return rng.integers(1, 4, shape).astype(dtype)
     return rng.uniform(0.5, 1.5, shape).astype(dtype)
+
+
+def separated(rng, shape, dtype):
+    """Positive values in (0.5, 1.5), any two at least ``0.5 / size`` apart (a random order of
+    jittered steps): finite differences of order statistics never cross a tie."""
+    if np.dtype(dtype).kind in "iub":
+        return positive(rng, shape, dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    steps = rng.permutation(n) + rng.uniform(0.25, 0.75, n)
+    return (0.5 + steps / max(n, 1)).reshape(shape).astype(dtype)
 
 
 def specials(rng, shape, dtype):

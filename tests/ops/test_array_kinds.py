@@ -56,6 +56,8 @@ CASES = [
          dtypes=("int8", "uint16", "int32", "float32", "float64", "complex128"), gen=_complexish,
          grad=None),
     Case("sort_complex-2d", lambda xp, x: xp.real(xp.sort_complex(x)), [(3, 4)], dtypes=("float64",)),
+    Case("sort_complex-2d-complex", lambda xp, x: xp.sort_complex(x), [(3, 4)], dtypes=("complex128",),
+         grad=None),
 ]
 
 

@@ -432,3 +432,20 @@ def test_errors(fn, exc, match):
     with pytest.raises(exc, match=match):
         fn()
 
+
+
+@pytest.mark.parametrize("dtype,value", [("int8", 300), ("float64", 1 + 2j), ("int64", np.array([1.7])),
+                                          ("int32", 2.5)])
+def test_inserted_values_convert_as_numpy_converts_them(dtype, value, fusion):
+    """``insert``'s values take the array's dtype as NumPy's ``array(values, dtype)`` does:
+    OverflowError or TypeError for Python numbers that do not fit, truncation otherwise."""
+    base = np.arange(3).astype(dtype)
+    try:
+        want = np.insert(base, 1, value)
+    except Exception as err:  # noqa: BLE001 - NumPy's exception is the expectation
+        with pytest.raises(type(err), match="qt.insert: "):
+            qt.insert(qt.asarray(base), 1, value)
+        return
+    got = qt.insert(qt.asarray(base), 1, value)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.numpy(), want)

@@ -600,3 +600,35 @@ def test_errors_match_numpy_types():
             np_fn()
         with pytest.raises(want.type):
             qt_fn()
+
+
+_CONVERSIONS = [
+    ("put", lambda xp, a, v: xp.put(a, [0, 2], v)),
+    ("put_along_axis", lambda xp, a, v: xp.put_along_axis(a, np.array([0]), v, 0)),
+    ("fill_diagonal", lambda xp, a, v: xp.fill_diagonal(a.reshape(2, 2), v)),
+    ("putmask", lambda xp, a, v: xp.putmask(a, np.array([True, False, True, False]), v)),
+    ("place", lambda xp, a, v: xp.place(a, np.array([True, False, True, False]), v)),
+]
+
+
+@pytest.mark.parametrize("name,fn", _CONVERSIONS, ids=[c[0] for c in _CONVERSIONS])
+@pytest.mark.parametrize("dtype,value", [("int8", 300), ("uint8", -1), ("float64", 1 + 2j),
+                                          ("int64", 1.75), ("int32", np.array([1.5])),
+                                          ("int8", np.array([7], np.int64))])
+def test_values_convert_as_numpy_converts_them(name, fn, dtype, value, fusion):
+    """Values written in place convert as NumPy converts them: a Python integer out of the
+    destination's range raises OverflowError, a complex number into a real array TypeError,
+    a float into an integer array truncates; arrays cast unsafely, but ``putmask``'s and
+    ``place``'s by the 'safe' rule (TypeError) — the same exception as NumPy's, or the same
+    values."""
+    want = np.zeros(4, dtype)
+    try:
+        fn(np, want, value)
+    except Exception as err:  # noqa: BLE001 - NumPy's exception is the expectation
+        with pytest.raises(type(err), match=f"qt.{name}: "):
+            fn(qt, qt.zeros(4, dtype=dtype), value)
+        return
+    got = qt.zeros(4, dtype=dtype)
+    fn(qt, got, value)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.numpy(), want)

@@ -26,6 +26,7 @@ from composite_cases import (
     positive,
     run_forward,
     run_gradient,
+    separated,
     specials,
 )
 
@@ -81,8 +82,12 @@ def _flat_hist(result) -> tuple:
 
 
 def C(*args, **kwargs) -> Case:
-    """A case whose gradient is checked by finite differences (JAX: ``JAX_GRADS``)."""
+    """A case whose gradient is checked by finite differences (JAX: ``JAX_GRADS``), on
+    well-separated values unless the case draws its own (a near-tie within the step would
+    swap the order statistics between the two evaluations)."""
     kwargs.setdefault("grad", "fd")
+    if kwargs.get("gen") in (None, positive):
+        kwargs.setdefault("grad_gen", separated)
     return Case(*args, **kwargs)
 
 
