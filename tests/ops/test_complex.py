@@ -603,11 +603,12 @@ def test_where(dtype, fusion, rng):
           what="where(abs(z) > .5, 2z, conj(w))")
 
 
-def test_numpy_select_is_refused_not_run_behind_the_back(fusion):
-    """qtrace has no select; np.select on a tensor raises TypeError (not silently NumPy)."""
-    t = qt.asarray(np.array([1j, 2]))
-    with pytest.raises(TypeError, match="select"):
-        np.select([np.array([True, False])], [t], 0)
+def test_numpy_select_of_complex_runs_in_qtrace(fusion):
+    """np.select on a complex tensor runs in qtrace (a tensor comes back) with NumPy's values."""
+    z = np.array([1j, 2, 3 - 1j])
+    got = np.select([np.array([True, False, True])], [qt.asarray(z)], 0)
+    assert isinstance(got, qt.Tensor) and got.dtype == np.complex128
+    np.testing.assert_array_equal(got.numpy(), np.select([np.array([True, False, True])], [z], 0))
 
 
 # --- casts -----------------------------------------------------------------------------

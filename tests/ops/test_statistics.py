@@ -149,8 +149,10 @@ CASES = [
     C("nanmedian", lambda xp, x: (xp.nanmedian(x, axis=1), xp.nanmedian(x),
                                   xp.nanmedian(x.reshape(2, 2, 6), axis=(0, 2), keepdims=True)),
       [(4, 6)], gen=nans, grad=None),
+    # (a scalar q over a tuple of axes: with a list, NumPy's result dtype for float32 data is
+    # float32 when its first slice is all NaN and float64 otherwise — it depends on the data)
     C("nanquantile", lambda xp, x: (xp.nanquantile(x, [0.1, 0.5], axis=1),
-                                    xp.nanpercentile(x.reshape(2, 2, 6), [25, 50], axis=(0, 1),
+                                    xp.nanpercentile(x.reshape(2, 2, 6), 25, axis=(0, 1),
                                                      keepdims=True),
                                     xp.nanpercentile(x, 40.0)),
       [(4, 6)], gen=nans, grad=None),
