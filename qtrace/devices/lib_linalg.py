@@ -85,7 +85,12 @@ def _qr(xp, static, x):
 
 @_linalg("solve")
 def _solve(xp, static, a, b):
-    return [xp.linalg.solve(a, b)]  # b is (..., M, K): NumPy 2 broadcasts the stacks
+    # b is (..., M, K): NumPy 2 broadcasts the stacks; CuPy wants them of one shape
+    if xp is not np and a.shape[:-2] != b.shape[:-2]:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        a = xp.ascontiguousarray(xp.broadcast_to(a, batch + a.shape[-2:]))
+        b = xp.ascontiguousarray(xp.broadcast_to(b, batch + b.shape[-2:]))
+    return [xp.linalg.solve(a, b)]
 
 
 @_linalg("svd")

@@ -814,6 +814,7 @@ def test_jit(dtype, fusion, rng):
                  what="jit(const)")
 
 
+@pytest.mark.cpu_only("NumPy imports DLPack exports of host memory only (a GPU tensor's is CUDA memory)")
 @pytest.mark.parametrize("dtype", CDTYPES)
 def test_numpy_round_trip_and_dlpack(dtype, fusion, rng):
     z = random_complex(rng, "unit", dtype, 12).reshape(3, 4)
