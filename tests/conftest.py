@@ -10,10 +10,15 @@ import tempfile
 import zlib
 
 # the disk kernel cache of a test session lives in a private temporary directory (set
-# before qtrace is imported: the setting is read at import), never in the user's cache
-if "QTRACE_CACHE_DIR" not in os.environ:
+# before qtrace is imported: the setting is read at import), never in the user's cache; each
+# pytest-xdist worker (``-n auto``) gets its own, so that tests counting compiles and disk
+# writes see only their own process's (a worker inherits the controller's environment)
+_private = os.environ.get("QTRACE_TEST_PRIVATE_CACHE")
+if "QTRACE_CACHE_DIR" not in os.environ or (
+    os.environ.get("PYTEST_XDIST_WORKER") and os.environ["QTRACE_CACHE_DIR"] == _private
+):
     _cache_dir = tempfile.mkdtemp(prefix="qtrace-test-cache-")
-    os.environ["QTRACE_CACHE_DIR"] = _cache_dir
+    os.environ["QTRACE_CACHE_DIR"] = os.environ["QTRACE_TEST_PRIVATE_CACHE"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 
 # kernels compiled optimised before their first run (tiering off): the suite tests the code

@@ -441,12 +441,10 @@ class KernelEmitter:
         below it (1: in its body, 2: in their bodies, ...) the largest trip count of a loop at
         that depth (what their reverse needs on the adstack: one level each).
         """
-        dts, kind, m, cprog, bprog, ins = (instr.dts, instr.layout, instr.n_state, instr.cond,
-                                           instr.body, instr.per_element)
+        dts, bprog = instr.dts, instr.body
         b = self.b
-        init = [values[i] for i in ins[:m]]
-        lo, hi = (values[ins[m]], values[ins[m + 1]]) if kind == "fori" else (None, None)
-        with self.loads_before_loop((bprog,) if kind == "fori" else (cprog, bprog)):
+        init, lo, hi, inv = _loop_inputs(instr, values)
+        with self.loads_before_loop(_trip_programs(instr)):
             pre = b.block
             head = self.fn.append_basic_block("loop_head")
             body = self.fn.append_basic_block("loop_body")
@@ -456,25 +454,10 @@ class KernelEmitter:
             state = self._phis(self._state_types(dts), init, pre)
             depth = nesting(bprog)
             count, *nested = self._phis([I64] * (1 + depth), [ir.Constant(I64, 0)] * (1 + depth), pre)
-            env = {"state": state, "inv": [values[i] for i in ins[m + (2 if kind == "fori" else 0):]]}
-            if kind == "fori":
-                counter = b.add(lo, count)
-                go = b.icmp_signed("<", counter, hi)
-                env["counter"] = counter
-            else:
-                cv = self.run(cprog.instrs, env)
-                go = cv[cprog.outputs[0]]
-            b.cbranch(go, body, done)
+            env = {"state": state, "inv": inv}
+            b.cbranch(self._go(instr, env, count, lo, hi), body, done)
             b.position_at_end(body)
-            bv = self.run(bprog.instrs, env)
-            new = [bv[o] for o in bprog.outputs]
-            nxt = b.add(count, ir.Constant(I64, 1))
-            most = list(nested)
-            for p, inner in enumerate(bprog.instrs):
-                if inner.kind == "loop":  # its count is at our depth 1, its own depths at ours + 1
-                    below = bv[p][inner.n_state:]
-                    for level, c in enumerate(below):
-                        most[level] = b.select(b.icmp_signed(">", c, most[level]), c, most[level])
+            new, nxt, most = self._trip(instr, env, count, nested)
             latch = b.block
             for p, v in zip(state, new):
                 p.add_incoming(v, latch)
@@ -484,6 +467,26 @@ class KernelEmitter:
             b.branch(head)
             b.position_at_end(done)
             return tuple(state) + (count, *nested)
+
+    def _go(self, instr, env: dict, count, lo, hi) -> ir.Value:
+        """Whether loop ``instr`` takes another trip after ``count`` (i64) trips, from the
+        state in ``env`` (a ``fori`` from ``lo`` to ``hi``: its counter goes in ``env``)."""
+        if instr.layout == "fori":
+            counter = env["counter"] = self.b.add(lo, count)
+            return self.b.icmp_signed("<", counter, hi)
+        return self.run(instr.cond.instrs, env)[instr.cond.outputs[0]]
+
+    def _trip(self, instr, env: dict, count, nested) -> tuple:
+        """One trip of loop ``instr``'s body: the new state, ``count + 1``, and the largest
+        trip counts of the loops nested below it (``nested``: those of the trips before)."""
+        b = self.b
+        bv = self.run(instr.body.instrs, env)
+        most = list(nested)
+        for p, inner in enumerate(instr.body.instrs):
+            if inner.kind == "loop":  # its count is at our depth 1, its own depths at ours + 1
+                for level, c in enumerate(bv[p][inner.n_state:]):
+                    most[level] = b.select(b.icmp_signed(">", c, most[level]), c, most[level])
+        return [bv[o] for o in instr.body.outputs], b.add(count, ir.Constant(I64, 1)), most
 
     def emit_loop_vjp(self, instr, values, outer_env) -> tuple:
         """The adjoint of a per-element loop: replay pushing to the adstack, then pop.
@@ -558,10 +561,7 @@ class KernelEmitter:
 
             # forward replay, pushing the state each iteration of the reverse will need
             if heap is not None:   # a heap row claimed before the loop, where it runs at all
-                if kind == "fori":
-                    runs = b.icmp_signed("<", lo, hi)
-                else:
-                    runs = self.run(cprog.instrs, {"state": init, "inv": inv})[cprog.outputs[0]]
+                runs = self._go(instr, {"state": init, "inv": inv}, ir.Constant(I64, 0), lo, hi)
                 row = heap.claim(row, runs)
             limit = rows_that_fit()
             start_of, within = push_pointers(row)
@@ -578,13 +578,7 @@ class KernelEmitter:
             walked = sorted(start_of)   # (the stacks the replay pushes to: a pointer each)
             at = dict(zip(walked, self._phis([PTR] * len(walked), [start_of[w][0] for w in walked], pre)))
             env = {"state": state, "inv": inv}
-            if kind == "fori":
-                counter = b.add(lo, depth)
-                go = b.icmp_signed("<", counter, hi)
-                env["counter"] = counter
-            else:
-                go = self.run(cprog.instrs, env)[cprog.outputs[0]]
-            b.cbranch(go, room, fdone)
+            b.cbranch(self._go(instr, env, depth, lo, hi), room, fdone)
             head_exit = b.block
             b.position_at_end(room)
             fits = ir.Constant(I1, 1) if limit is None else b.icmp_signed("<", depth, limit)
@@ -1262,6 +1256,20 @@ def lower_task(task, module: ir.Module, name: str, check_bounds: bool,
         entry.linkage = "internal"
         entry.attributes.add("noinline")
     return KernelEmitter(task, module, name, check_bounds, lowering).emit(entry)
+
+
+def _loop_inputs(instr, values) -> tuple:
+    """A per-element loop's inputs among the enclosing program's ``values``: the initial
+    state, the bounds of a ``fori`` (else None, None), the values its programs read."""
+    ins, m = instr.per_element, instr.n_state
+    fori = instr.layout == "fori"
+    lo, hi = (values[ins[m]], values[ins[m + 1]]) if fori else (None, None)
+    return [values[i] for i in ins[:m]], lo, hi, [values[i] for i in ins[m + (2 if fori else 0):]]
+
+
+def _trip_programs(instr) -> tuple:
+    """The programs a forward loop runs on each trip (its condition, unless a ``fori``, and body)."""
+    return (instr.body,) if instr.layout == "fori" else (instr.cond, instr.body)
 
 
 def runs_in_lockstep(task) -> bool:
