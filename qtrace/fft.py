@@ -1,4 +1,5 @@
-"""``qt.fft``: the Array API (2024.12) FFT extension.
+"""``qt.fft``: the Array API (2024.12) FFT extension, and NumPy's two-dimensional transforms
+(``fft2``, ``ifft2``, ``rfft2``, ``irfft2``, with NumPy's signatures).
 
 The transforms run as library tasks (pocketfft through NumPy on the CPU) and are
 differentiable (JAX's convention for complex gradients; see
@@ -17,17 +18,21 @@ Example:
 
 from .tracer.fft_ext import (
     fft,
+    fft2,
     fftfreq,
     fftn,
     fftshift,
     hfft,
     ifft,
+    ifft2,
     ifftn,
     ifftshift,
     ihfft,
     irfft,
+    irfft2,
     irfftn,
     rfft,
+    rfft2,
     rfftfreq,
     rfftn,
 )
@@ -47,4 +52,8 @@ __all__ = [
     "rfftfreq",
     "fftshift",
     "ifftshift",
+    "fft2",
+    "ifft2",
+    "rfft2",
+    "irfft2",
 ]

@@ -6,13 +6,25 @@ from .tracer.random import (
     bits,
     choice,
     default_rng,
+    exponential,
     integers,
     key,
     normal,
     permutation,
+    rand,
+    randint,
+    randn,
+    random,
+    random_sample,
+    ranf,
+    sample,
+    seed,
+    shuffle,
     split,
+    standard_normal,
     uniform,
 )
 
-__all__ = ["Generator", "bernoulli", "bits", "choice", "default_rng", "integers", "key", "normal",
-           "permutation", "split", "uniform"]
+__all__ = ["Generator", "bernoulli", "bits", "choice", "default_rng", "exponential", "integers",
+           "key", "normal", "permutation", "rand", "randint", "randn", "random", "random_sample",
+           "ranf", "sample", "seed", "shuffle", "split", "standard_normal", "uniform"]

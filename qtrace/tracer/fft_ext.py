@@ -52,7 +52,7 @@ from .tensor import Tensor
 
 __all__ = [
     "fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft",
-    "fftfreq", "rfftfreq", "fftshift", "ifftshift",
+    "fftfreq", "rfftfreq", "fftshift", "ifftshift", "fft2", "ifft2", "rfft2", "irfft2",
 ]
 
 NORMS = ("backward", "ortho", "forward")
@@ -490,13 +490,58 @@ def _numpyn(fn):
     return run
 
 
-def _numpy2(fn):
-    def run(a, s=None, axes=(-2, -1), norm=None, out=None):
-        _no_out(out, fn.__name__)
-        return fn(a, s=s, axes=axes, norm=norm)
-    run.__name__ = run.__qualname__ = f"numpy_{fn.__name__}2"
-    run.__doc__ = f"``numpy.fft.{fn.__name__[:-1]}2`` on tensors (``{fn.__name__}`` over two axes)."
-    return run
+# NumPy's two-dimensional transforms (not in the Array API standard): NumPy's signatures
+def fft2(a, s=None, axes=(-2, -1), norm=None, out=None) -> Tensor:
+    """``numpy.fft.fft2``: the two-dimensional discrete Fourier transform, ``fftn`` over
+    ``axes`` (the last two by default); ``norm=None`` is ``"backward"``.
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.fft.fft2(qt.ones((2, 2))).tolist()
+        [[(4+0j), 0j], [0j, 0j]]
+    """
+    _no_out(out, "fft2")
+    return _c2c(a, s, axes, norm, "fft2", False)
+
+
+def ifft2(a, s=None, axes=(-2, -1), norm=None, out=None) -> Tensor:
+    """``numpy.fft.ifft2``: the two-dimensional inverse discrete Fourier transform,
+    ``ifftn`` over ``axes`` (the last two by default).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.fft.ifft2(qt.asarray([[4.0, 0.0], [0.0, 0.0]])).tolist()
+        [[(1+0j), (1+0j)], [(1+0j), (1+0j)]]
+    """
+    _no_out(out, "ifft2")
+    return _c2c(a, s, axes, norm, "ifft2", True)
+
+
+def rfft2(a, s=None, axes=(-2, -1), norm=None, out=None) -> Tensor:
+    """``numpy.fft.rfft2``: the two-dimensional transform of a real input, ``rfftn`` over
+    ``axes`` (the last two by default).
+
+    Example:
+        >>> import qtrace as qt
+        >>> qt.fft.rfft2(qt.ones((2, 4))).tolist()
+        [[(8+0j), 0j, 0j], [0j, 0j, 0j]]
+    """
+    _no_out(out, "rfft2")
+    return _r2c(a, s, axes, norm, "rfft2")
+
+
+def irfft2(a, s=None, axes=(-2, -1), norm=None, out=None) -> Tensor:
+    """``numpy.fft.irfft2``: the inverse of ``rfft2``, ``irfftn`` over ``axes`` (the last
+    two by default).
+
+    Example:
+        >>> import qtrace as qt
+        >>> x = qt.asarray([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
+        >>> bool(qt.allclose(qt.fft.irfft2(qt.fft.rfft2(x)), x))
+        True
+    """
+    _no_out(out, "irfft2")
+    return _c2r(a, s, axes, norm, "irfft2")
 
 
 def _numpy_shift(fn):
@@ -510,7 +555,7 @@ NUMPY_FUNCTIONS = {
     np.fft.fft: _numpy1(fft), np.fft.ifft: _numpy1(ifft), np.fft.rfft: _numpy1(rfft),
     np.fft.irfft: _numpy1(irfft), np.fft.hfft: _numpy1(hfft), np.fft.ihfft: _numpy1(ihfft),
     np.fft.fftn: _numpyn(fftn), np.fft.ifftn: _numpyn(ifftn), np.fft.rfftn: _numpyn(rfftn),
-    np.fft.irfftn: _numpyn(irfftn), np.fft.fft2: _numpy2(fftn), np.fft.ifft2: _numpy2(ifftn),
-    np.fft.rfft2: _numpy2(rfftn), np.fft.irfft2: _numpy2(irfftn),
+    np.fft.irfftn: _numpyn(irfftn), np.fft.fft2: fft2, np.fft.ifft2: ifft2,
+    np.fft.rfft2: rfft2, np.fft.irfft2: irfft2,
     np.fft.fftshift: _numpy_shift(fftshift), np.fft.ifftshift: _numpy_shift(ifftshift),
 }

@@ -25,9 +25,10 @@ import qtrace as qt
 jax.config.update("jax_enable_x64", True)
 
 NORMS = ["backward", "ortho", "forward"]
-C_IN = {"fft", "ifft", "fftn", "ifftn", "irfft", "irfftn", "hfft"}    # complex (or promoted real) inputs
-R_IN = {"rfft", "rfftn", "ihfft"}                                     # real inputs only
-REAL_OUT = {"irfft", "irfftn", "hfft"}
+C_IN = {"fft", "ifft", "fftn", "ifftn", "irfft", "irfftn", "hfft",   # complex (or promoted real) inputs
+        "fft2", "ifft2", "irfft2"}
+R_IN = {"rfft", "rfftn", "ihfft", "rfft2"}                            # real inputs only
+REAL_OUT = {"irfft", "irfftn", "hfft", "irfft2"}
 ONE_D = {"fft", "ifft", "rfft", "irfft", "hfft", "ihfft"}
 
 
@@ -72,6 +73,11 @@ CASES = [
     ("hfft", (4, 2, 3), {"axis": 0, "n": 8}),
     ("ihfft", (8,), {}), ("ihfft", (3, 7), {}), ("ihfft", (3, 5), {"n": 8}),
     ("ihfft", (2, 6, 3), {"n": 4, "axis": -2}),
+    # NumPy's two-dimensional transforms (NumPy's signatures: the last two axes by default)
+    ("fft2", (3, 4), {}), ("fft2", (2, 3, 4), {"axes": (0, 2)}), ("fft2", (3, 5), {"s": (4, 2)}),
+    ("ifft2", (2, 3, 5), {}), ("ifft2", (4, 3), {"s": (5, 6), "axes": (1, 0)}),
+    ("rfft2", (4, 6), {}), ("rfft2", (2, 3, 5), {"s": (3, 4), "axes": (1, 2)}),
+    ("irfft2", (3, 4), {}), ("irfft2", (2, 3, 4), {"s": (4, 6), "axes": (0, 2)}),
 ]
 IDS = [f"{n}-{'x'.join(map(str, s))}-{'-'.join(f'{k}{v}' for k, v in kw.items())}" for n, s, kw in CASES]
 
