@@ -1,4 +1,5 @@
-"""``qt.linalg``: the Array API (2024.12) linear-algebra extension.
+"""``qt.linalg``: the Array API (2024.12) linear-algebra extension, and NumPy's ``norm``,
+``cond``, ``lstsq``, ``multi_dot``, ``tensorinv``, ``tensorsolve`` and ``LinAlgError``.
 
 Factorizations and solvers run as library tasks (LAPACK through NumPy on the CPU);
 the other functions are compositions of qtrace operations. All of them take stacks of
@@ -16,6 +17,15 @@ Example:
     [[0.6, -0.2], [-0.2, 0.4]]
 """
 
+from .tracer.linalg_numpy import (
+    LinAlgError,
+    cond,
+    lstsq,
+    multi_dot,
+    norm,
+    tensorinv,
+    tensorsolve,
+)
 from .tracer.linalg_ext import (
     EighResult,
     QRResult,
@@ -74,4 +84,12 @@ __all__ = [
     "QRResult",
     "SlogdetResult",
     "SVDResult",
+    # NumPy's (numpy.linalg, not in the standard)
+    "cond",
+    "lstsq",
+    "multi_dot",
+    "norm",
+    "tensorinv",
+    "tensorsolve",
+    "LinAlgError",
 ]

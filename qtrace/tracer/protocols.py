@@ -18,6 +18,7 @@ from . import (
     indexing,
     linalg,
     linalg_ext,
+    linalg_numpy,
     numerical,
     rearrange,
     reductions,
@@ -206,7 +207,8 @@ Tensor.__array_function__ = array_function
 Tensor.__dlpack__ = dlpack
 Tensor.__dlpack_device__ = dlpack_device
 Tensor.__cuda_array_interface__ = property(cuda_array_interface)
-for _module in (composites, functional, rearrange, grids, statistics, selecting, numerical, elementwise):
+for _module in (composites, functional, rearrange, grids, statistics, selecting, numerical, elementwise,
+                linalg_numpy):
     FUNCTIONS.update(_module.NUMPY_FUNCTIONS)
     UFUNC_TO_QT.update(_module.NUMPY_UFUNCS)
 FUNCTIONS.update({  # numpy.linalg, sorting and complex parts on tensors
