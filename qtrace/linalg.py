@@ -17,15 +17,6 @@ Example:
     [[0.6, -0.2], [-0.2, 0.4]]
 """
 
-from .tracer.linalg_numpy import (
-    LinAlgError,
-    cond,
-    lstsq,
-    multi_dot,
-    norm,
-    tensorinv,
-    tensorsolve,
-)
 from .tracer.linalg_ext import (
     EighResult,
     QRResult,
@@ -54,6 +45,15 @@ from .tracer.linalg_ext import (
     trace,
     vecdot,
     vector_norm,
+)
+from .tracer.linalg_numpy import (
+    LinAlgError,
+    cond,
+    lstsq,
+    multi_dot,
+    norm,
+    tensorinv,
+    tensorsolve,
 )
 
 __all__ = [
