@@ -166,10 +166,7 @@ def _pinv(node, cts, xs, outs):
 def _cholesky(node, cts, xs, outs):
     """``A = L L^H``: ``gA = sym(L^-H Phi(L^H gL) L^-1)``, ``Phi`` the matrix with the lower
     triangle of its argument (diagonal halved), mirrored (conjugated)."""
-    upper = node.params[1][0]
     l_, gl = outs[0], cts[0]
-    if upper:
-        l_, gl = mH(l_), mH(gl)
     p = tril(matmul(mH(l_), gl))
     p = mul(add(p, mH(tril(p, -1))), 0.5)
     s = la.solve(mH(l_), p)            # L^-H Phi

@@ -34,9 +34,7 @@ def _linalg(name: str):
 
 @_linalg("cholesky")
 def _cholesky(xp, static, x):
-    (upper,) = static
-    low = xp.linalg.cholesky(x)
-    return [xp.conj(xp.swapaxes(low, -1, -2)) if upper else low]
+    return [xp.linalg.cholesky(x)]   # (the lower factor: qt.linalg.cholesky makes the upper one)
 
 
 @_linalg("det")

@@ -14,12 +14,20 @@ Every function accepts stacks of matrices (leading batch dimensions) and complex
 (complex64/complex128: conjugate transposes where the standard's math has them, e.g.
 ``cholesky``'s ``x = L @ L^H``, ``vecdot``'s ``sum(conj(x1) * x2)``). The functions the
 standard defines on floating-point arrays take float32, float64, complex64 and
-complex128 and raise ``TypeError`` for other dtypes (NumPy would convert integers to
-float64; the standard leaves them undefined). Results that are real by definition
+complex128 and, as NumPy does, convert integer and bool inputs to float64 (the standard
+leaves them undefined); the ones defined on numeric arrays (``matmul``, ``matrix_power``,
+``tensordot``, ``vecdot``, ``outer``, ``cross``, ``trace``, ``diagonal``) keep integer
+(and, except ``cross``, bool) dtypes, as NumPy does. Results that are real by definition
 (norms, singular values, eigenvalues of ``eigh``/``eigvalsh``, ``slogdet``'s
 ``logabsdet``) have the real dtype of the input's precision (float32 for complex64,
 float64 for complex128); ``matrix_rank`` is int64. Errors name the function:
 ``qt.linalg.<name>: ...``.
+
+NumPy's extra options are keyword-only parameters here, after the standard's
+(``svd``'s ``compute_uv``/``hermitian``, ``pinv``'s ``rcond``/``hermitian``,
+``matrix_rank``'s ``tol``/``hermitian``, ``eigh``/``eigvalsh``'s ``UPLO``, ``qr``'s
+``mode='r'``); ``NUMPY_FUNCTIONS`` maps ``numpy.linalg``'s functions on tensors to
+wrappers with NumPy's positional signatures (``np.linalg.svd(t, False)``).
 
 Example:
     >>> import qtrace as qt
@@ -45,6 +53,8 @@ from .composites import _diagonal
 from .composites import cross as _np_cross
 from .composites import eye as _eye
 from .composites import outer as _np_outer
+from .composites import tril as _tril
+from .composites import triu as _triu
 from .convert import astype, operand, promote
 from .creation import array as _copy
 from .creation import zeros
@@ -60,6 +70,8 @@ __all__ = [
     "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm",
     "EighResult", "QRResult", "SlogdetResult", "SVDResult",
 ]
+
+_UNSET = object()  # NumPy's ``np._NoValue``: an argument not given
 
 
 # --- results with named fields (the standard's namedtuples) ----------------------------
@@ -98,9 +110,11 @@ def _tensor(x, name: str) -> Tensor:
 
 
 def _floating(x, name: str) -> Tensor:
-    """``x`` as a tensor of a floating dtype (float32/float64/complex64/complex128), else
-    ``TypeError``."""
+    """``x`` as a tensor of a floating dtype (float32/float64/complex64/complex128): integer
+    and bool inputs converted to float64 (NumPy's rule), other dtypes ``TypeError``."""
     t = _tensor(x, name)
+    if t.dtype.kind in "biu":
+        return astype(t, dtypes.float64)
     if t.dtype.kind not in "fc":
         raise TypeError(f"qt.linalg.{name}: expected a floating-point array (float32, float64, complex64 "
                         f"or complex128), got dtype {t.dtype}")
@@ -109,10 +123,10 @@ def _floating(x, name: str) -> Tensor:
     return t
 
 
-def _numeric(x, name: str) -> Tensor:
-    """``x`` as a tensor of a numeric dtype (the standard's numeric dtypes exclude bool)."""
+def _numeric(x, name: str, bool_ok: bool = True) -> Tensor:
+    """``x`` as a tensor of a numeric or (``bool_ok``, as NumPy) bool dtype."""
     t = _tensor(x, name)
-    if t.dtype == dtypes.bool_:
+    if t.dtype == dtypes.bool_ and not bool_ok:
         raise TypeError(f"qt.linalg.{name}: expected a numeric array, got dtype {t.dtype}")
     return t
 
@@ -163,20 +177,44 @@ def mH(x: Tensor) -> Tensor:
     return mT(_ew.conj(x)) if x.dtype.kind == "c" else mT(x)
 
 
-def _rtol(rtol, t: Tensor, name: str):
-    """The relative tolerance of ``matrix_rank``/``pinv``: a Python float or a tensor."""
+def _rtol(rtol, t: Tensor, name: str, what: str = "rtol"):
+    """The relative tolerance of ``matrix_rank``/``pinv`` (or, ``what``, another tolerance
+    of the same form): a Python float or a tensor."""
     if rtol is None:
         return max(t.shape[-2:]) * float(np.finfo(t.dtype).eps)
-    if isinstance(rtol, (int, float)) and not isinstance(rtol, bool):
+    if isinstance(rtol, (int, float, np.integer, np.floating)) and not isinstance(rtol, (bool, np.bool_)):
         return float(rtol)
     r = _tensor(rtol, name)
     if r.dtype.kind != "f":  # the standard: a real floating-point array
-        raise TypeError(f"qt.linalg.{name}: rtol must be a float or a floating-point array, got dtype "
+        raise TypeError(f"qt.linalg.{name}: {what} must be a float or a floating-point array, got dtype "
                         f"{r.dtype}")
     if broadcast_shapes(f"qt.linalg.{name}", r.shape, t.shape[:-2]) != t.shape[:-2]:
-        raise ValueError(f"qt.linalg.{name}: rtol of shape {r.shape} does not broadcast to the stack "
+        raise ValueError(f"qt.linalg.{name}: {what} of shape {r.shape} does not broadcast to the stack "
                          f"shape {t.shape[:-2]}")
     return astype(r, real_dtype(t.dtype))
+
+
+def _uplo(UPLO, name: str) -> bool:
+    """NumPy's ``UPLO`` (``'L'`` or ``'U'``, either case): True for the upper triangle."""
+    u = UPLO.upper() if isinstance(UPLO, str) else UPLO
+    if u not in ("L", "U"):
+        raise ValueError(f"qt.linalg.{name}: UPLO must be 'L' or 'U', got {UPLO!r}")
+    return u == "U"
+
+
+def _hermitian(t: Tensor, name: str) -> Tensor:
+    """The symmetric (complex: Hermitian) matrices NumPy's ``hermitian=True`` reads: each
+    matrix's lower triangle mirrored, its diagonal's real part (LAPACK's ``eigh``). The
+    gradient is the symmetric (Hermitian) one, as ``eigh``'s (and JAX's): the value of the
+    mirrored matrix, the derivative of ``(x + x^H) / 2``."""
+    _square(t, name)
+    low = _tril(t, -1)
+    d = _triu(_tril(t))
+    if t.dtype.kind == "c":
+        d = _ew.multiply(_ew.add(d, _ew.conj(d)), 0.5)
+    mirrored = _ew.add(_ew.add(low, mH(low)), d)
+    sym = _ew.multiply(_ew.add(t, mH(t)), 0.5)
+    return _ew.add(sym, _ew.stop_gradient(_ew.subtract(mirrored, sym)))
 
 
 # --- compositions of qtrace operations --------------------------------------------------
@@ -206,7 +244,7 @@ def diagonal(x, /, *, offset: int = 0) -> Tensor:
 def trace(x, /, *, offset: int = 0, dtype=None) -> Tensor:
     """The sum of the ``offset`` diagonal of each matrix of ``x``.
 
-    Integer inputs sum in the default integer dtype (int64; unsigned ones in uint64),
+    Integer and bool inputs sum in the default integer dtype (int64; unsigned ones in uint64),
     floating (and complex) inputs in their own dtype, unless ``dtype`` is given.
 
     Example:
@@ -218,7 +256,7 @@ def trace(x, /, *, offset: int = 0, dtype=None) -> Tensor:
     d = diagonal(t, offset=offset)
     if dtype is None:
         kind = t.dtype.kind
-        dtype = t.dtype if kind in "fc" else (dtypes.int64 if kind == "i" else np.dtype(np.uint64))
+        dtype = t.dtype if kind in "fc" else (dtypes.int64 if kind in "ib" else np.dtype(np.uint64))
     return _red.sum(d, axis=-1, dtype=dtype)
 
 
@@ -318,7 +356,7 @@ def cross(x1, x2, /, *, axis: int = -1) -> Tensor:
         >>> qt.linalg.cross(qt.asarray([1.0, 0.0, 0.0]), qt.asarray([0.0, 1.0, 0.0])).tolist()
         [0.0, 0.0, 1.0]
     """
-    a, b = _numeric(x1, "cross"), _numeric(x2, "cross")
+    a, b = _numeric(x1, "cross", bool_ok=False), _numeric(x2, "cross", bool_ok=False)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"qt.linalg.cross: inputs must be at least 1-D, got shapes {a.shape} and {b.shape}")
     ax = operator.index(axis)
@@ -410,12 +448,18 @@ def matrix_power(x, n: int, /) -> Tensor:
     """Each square matrix of ``x`` to the integer power ``n`` (repeated squaring; ``n < 0``
     powers the inverse, ``n == 0`` gives identity matrices).
 
+    Integer and bool matrices keep their dtype for ``n >= 0`` (bool: ``matmul``'s logical
+    product) and give float64 for ``n < 0`` (the inverse's), as NumPy.
+
     Example:
         >>> import qtrace as qt
         >>> qt.linalg.matrix_power(qt.asarray([[1.0, 1.0], [0.0, 1.0]]), 3).tolist()
         [[1.0, 3.0], [0.0, 1.0]]
+        >>> qt.linalg.matrix_power(qt.asarray([[1, 1], [0, 1]]), 2).tolist()
+        [[1, 2], [0, 1]]
     """
-    t = _square(_floating(x, "matrix_power"), "matrix_power")
+    t = _tensor(x, "matrix_power")
+    t = _square(t if t.dtype.kind in "biu" else _floating(t, "matrix_power"), "matrix_power")
     if isinstance(n, Tensor):
         raise TypeError("qt.linalg.matrix_power: n must be a Python integer, not a qt.Tensor")
     try:
@@ -438,21 +482,37 @@ def matrix_power(x, n: int, /) -> Tensor:
         base = matmul(base, base)
 
 
-def matrix_rank(x, /, *, rtol=None) -> Tensor:
+def matrix_rank(x, /, *, rtol=None, tol=None, hermitian: bool = False) -> Tensor:
     """The number of singular values of each matrix larger than ``rtol`` times the largest
     (``rtol`` defaults to ``max(M, N) * eps``; an array broadcasts against the stack), int64.
+
+    NumPy's options: ``tol``, an absolute cutoff instead (a float or an array broadcasting
+    against the stack; not with ``rtol``); ``hermitian=True`` reads each matrix as the
+    symmetric (complex: Hermitian) one of its lower triangle (its singular values are the
+    absolute eigenvalues). A 1-D ``x`` (NumPy) has rank 1 unless all zero.
 
     Example:
         >>> import qtrace as qt
         >>> qt.linalg.matrix_rank(qt.asarray([[1.0, 2.0], [2.0, 4.0]])).item()
         1
+        >>> qt.linalg.matrix_rank(qt.asarray([[1.0, 0.0], [0.0, 1e-3]]), tol=1e-2).item()
+        1
     """
-    t = _matrix(_floating(x, "matrix_rank"), "matrix_rank")
-    tol = _rtol(rtol, t, "matrix_rank")
+    t = _floating(x, "matrix_rank")
+    if tol is not None and rtol is not None:
+        raise ValueError("qt.linalg.matrix_rank: tol and rtol cannot both be given")
+    if t.ndim == 1:  # NumPy: a vector has rank 1 unless all zero
+        return astype(_red.any(_ew.not_equal(t, 0)), dtypes.int64)
+    _matrix(t, "matrix_rank")
+    if hermitian:
+        t = _hermitian(t, "matrix_rank")
+    cut = _rtol(tol, t, "matrix_rank", "tol") if tol is not None else _rtol(rtol, t, "matrix_rank")
     if min(t.shape[-2:]) == 0:
         return zeros(t.shape[:-2], dtypes.int64)
     s = svdvals(t)
-    cutoff = _ew.multiply(tol, _red.max(s, axis=-1))
+    cutoff = cut if tol is not None else _ew.multiply(cut, _red.max(s, axis=-1))
+    if not isinstance(cutoff, Tensor):  # an absolute float
+        return _red.sum(astype(_ew.greater(s, cutoff), dtypes.int64), axis=-1)
     return _red.sum(astype(_ew.greater(s, expand_dims(cutoff, -1)), dtypes.int64), axis=-1)
 
 
@@ -462,8 +522,8 @@ def cholesky(x, /, *, upper: bool = False) -> Tensor:
     ``x``: lower ``L`` with ``x = L @ L^H`` (``upper=True``: upper ``U`` with ``x = U^H @ U``;
     ``^H`` the conjugate transpose, the transpose for real dtypes).
 
-    Only the lower triangle of ``x`` is read (LAPACK); the gradient is the symmetric
-    (Hermitian) one.
+    Only the lower triangle of ``x`` is read (``upper=True``: the upper one, as NumPy); the
+    gradient is the symmetric (Hermitian) one.
     A matrix that is not positive definite raises ``numpy.linalg.LinAlgError`` when the
     factor is computed.
 
@@ -471,9 +531,13 @@ def cholesky(x, /, *, upper: bool = False) -> Tensor:
         >>> import qtrace as qt
         >>> qt.linalg.cholesky(qt.asarray([[4.0, 2.0], [2.0, 5.0]])).tolist()
         [[2.0, 0.0], [1.0, 2.0]]
+        >>> qt.linalg.cholesky(qt.asarray([[4.0, 2.0], [0.0, 5.0]]), upper=True).tolist()
+        [[2.0, 1.0], [0.0, 2.0]]
     """
     t = _square(_floating(x, "cholesky"), "cholesky")
-    return _lib("cholesky", [t], (bool(upper),), [(t.shape, t.dtype)])[0]
+    if upper:  # U = L^H for L the factor of x^H, whose lower triangle is x's upper one conjugated
+        return mH(_lib("cholesky", [mH(t)], (), [(t.shape, t.dtype)])[0])
+    return _lib("cholesky", [t], (), [(t.shape, t.dtype)])[0]
 
 
 def det(x, /) -> Tensor:
@@ -510,10 +574,10 @@ def slogdet(x, /) -> SlogdetResult:
     return SlogdetResult(sign, logabsdet)
 
 
-def eigh(x, /) -> EighResult:
+def eigh(x, /, *, UPLO: str = "L") -> EighResult:
     """Eigenvalues (ascending, real) and orthonormal eigenvectors (columns) of each symmetric
     (complex: Hermitian) matrix of ``x``; an ``(eigenvalues, eigenvectors)`` namedtuple.
-    Only the lower triangle is read.
+    Only the lower triangle is read (NumPy's ``UPLO='U'``: the upper one).
 
     Eigenvectors are unique up to sign (complex: a phase) only, for distinct eigenvalues;
     the gradient assumes distinct eigenvalues (it divides by their differences), is the
@@ -525,21 +589,29 @@ def eigh(x, /) -> EighResult:
         >>> w, v = qt.linalg.eigh(qt.asarray([[2.0, 0.0], [0.0, 1.0]]))
         >>> w.tolist(), abs(v).tolist()
         ([1.0, 2.0], [[0.0, 1.0], [1.0, 0.0]])
+        >>> qt.linalg.eigh(qt.asarray([[2.0, 1.0], [0.0, 2.0]]), UPLO="U").eigenvalues.tolist()
+        [1.0, 3.0]
     """
     t = _square(_floating(x, "eigh"), "eigh")
+    if _uplo(UPLO, "eigh"):  # x^H's lower triangle is x's upper one, conjugated
+        t = mH(t)
     return EighResult(*_lib("eigh", [t], (), [(t.shape[:-1], real_dtype(t.dtype)), (t.shape, t.dtype)]))
 
 
-def eigvalsh(x, /) -> Tensor:
+def eigvalsh(x, /, *, UPLO: str = "L") -> Tensor:
     """The eigenvalues (ascending, real) of each symmetric (complex: Hermitian) matrix of
-    ``x`` (lower triangle read).
+    ``x`` (lower triangle read; NumPy's ``UPLO='U'``: the upper one).
 
     Example:
         >>> import qtrace as qt
         >>> qt.linalg.eigvalsh(qt.asarray([[2.0, 1.0], [1.0, 2.0]])).tolist()
         [1.0, 3.0]
+        >>> qt.linalg.eigvalsh(qt.asarray([[2.0, 0.0], [1.0, 2.0]]), UPLO="U").tolist()
+        [2.0, 2.0]
     """
     t = _square(_floating(x, "eigvalsh"), "eigvalsh")
+    if _uplo(UPLO, "eigvalsh"):
+        t = mH(t)
     return _lib("eigvalsh", [t], (), [(t.shape[:-1], real_dtype(t.dtype))])[0]
 
 
@@ -556,10 +628,15 @@ def inv(x, /) -> Tensor:
     return _lib("inv", [t], (), [(t.shape, t.dtype)])[0]
 
 
-def pinv(x, /, *, rtol=None) -> Tensor:
+def pinv(x, /, *, rtol=None, rcond=None, hermitian: bool = False) -> Tensor:
     """The Moore-Penrose pseudo-inverse of each matrix of ``x`` (shape ``(..., N, M)``): by
     SVD, singular values at most ``rtol`` times the largest count as zero (``rtol``
     defaults to ``max(M, N) * eps``; an array broadcasts against the stack).
+
+    NumPy's options: ``rcond``, the same relative cutoff under NumPy's older name (not
+    with ``rtol``; ``numpy.linalg.pinv``'s default ``1e-15`` applies only through NumPy's
+    signature, ``np.linalg.pinv(t)``); ``hermitian=True`` reads each matrix as the
+    symmetric (complex: Hermitian) one of its lower triangle.
 
     The gradient is the one of constant rank (Golub and Pereyra).
 
@@ -567,8 +644,17 @@ def pinv(x, /, *, rtol=None) -> Tensor:
         >>> import qtrace as qt
         >>> qt.linalg.pinv(qt.asarray([[1.0, 0.0], [0.0, 0.0]])).tolist()
         [[1.0, 0.0], [0.0, 0.0]]
+        >>> qt.linalg.pinv(qt.asarray([[1.0, 0.0], [0.0, 1e-3]]), rcond=1e-2).tolist()
+        [[1.0, 0.0], [0.0, 0.0]]
     """
     t = _matrix(_floating(x, "pinv"), "pinv")
+    if rcond is not None:
+        if rtol is not None:
+            raise ValueError("qt.linalg.pinv: rtol and rcond cannot both be given (rcond is NumPy's "
+                             "name of rtol)")
+        rtol = rcond
+    if hermitian:
+        t = _hermitian(t, "pinv")
     tol = _rtol(rtol, t, "pinv")
     out = [(t.shape[:-2] + (t.shape[-1], t.shape[-2]), t.dtype)]
     if isinstance(tol, Tensor):
@@ -576,11 +662,13 @@ def pinv(x, /, *, rtol=None) -> Tensor:
     return _lib("pinv", [t], (tol,), out)[0]
 
 
-def qr(x, /, *, mode: str = "reduced") -> QRResult:
+def qr(x, /, *, mode: str = "reduced"):
     """The QR decomposition of each matrix of ``x``: ``Q`` with orthonormal columns and upper
     triangular ``R`` (with a real diagonal for complex ``x``); a ``(Q, R)`` namedtuple.
     ``mode='reduced'``: shapes ``(..., M, K)`` and ``(..., K, N)`` with ``K = min(M, N)``;
-    ``'complete'``: ``(..., M, M)``, ``(..., M, N)``.
+    ``'complete'``: ``(..., M, M)``, ``(..., M, N)``; NumPy's ``'r'``: ``R`` alone (a
+    tensor, shape ``(..., K, N)``). NumPy's ``'raw'`` (LAPACK's Householder reflectors)
+    raises ``NotImplementedError``.
 
     Unique up to the signs of ``R``'s diagonal (Householder, as LAPACK). Gradients: both
     modes of square and wide matrices, reduced mode of tall ones (complete mode of a tall
@@ -591,14 +679,21 @@ def qr(x, /, *, mode: str = "reduced") -> QRResult:
         >>> q, r = qt.linalg.qr(qt.asarray([[3.0, 1.0], [4.0, 2.0]]))
         >>> abs(r).round(12).tolist()
         [[5.0, 2.2], [0.0, 0.4]]
+        >>> abs(qt.linalg.qr(qt.asarray([[3.0], [4.0]]), mode="r")).tolist()
+        [[5.0]]
     """
     t = _matrix(_floating(x, "qr"), "qr")
-    if mode not in ("reduced", "complete"):
-        raise ValueError(f"qt.linalg.qr: mode must be 'reduced' or 'complete', got {mode!r}")
+    if mode == "raw":
+        raise NotImplementedError("qt.linalg.qr: mode='raw' (LAPACK's Householder reflectors and tau) "
+                                  "is not supported; use 'reduced', 'complete' or 'r'")
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"qt.linalg.qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
     *batch, m, n = t.shape
     batch = tuple(batch)
+    lib_mode = "reduced" if mode == "r" else mode
     q = m if mode == "complete" else min(m, n)
-    return QRResult(*_lib("qr", [t], (mode,), [(batch + (m, q), t.dtype), (batch + (q, n), t.dtype)]))
+    res = QRResult(*_lib("qr", [t], (lib_mode,), [(batch + (m, q), t.dtype), (batch + (q, n), t.dtype)]))
+    return res.R if mode == "r" else res
 
 
 def solve(x1, x2, /) -> Tensor:
@@ -629,11 +724,16 @@ def solve(x1, x2, /) -> Tensor:
     return reshape(out, batch + (m,)) if vector else out
 
 
-def svd(x, /, *, full_matrices: bool = True) -> SVDResult:
+def svd(x, /, *, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False):
     """The singular value decomposition ``x = U @ diag(S) @ Vh`` of each matrix of ``x``; a
     ``(U, S, Vh)`` namedtuple with ``S`` descending (real, also for complex ``x``).
     ``full_matrices=True``: ``U`` is ``(..., M, M)`` and ``Vh`` ``(..., N, N)``; ``False``:
     ``(..., M, K)`` and ``(..., K, N)``.
+
+    NumPy's options: ``compute_uv=False`` returns ``S`` alone (``svdvals``);
+    ``hermitian=True`` reads each (square) matrix as the symmetric (complex: Hermitian)
+    one of its lower triangle, as NumPy's ``eigh``-based path does (the singular vectors
+    may differ from NumPy's in sign or phase, as always).
 
     Singular vectors are unique up to sign (complex: a phase shared by a column of ``U``
     and a row of ``Vh``), for distinct singular values. Gradients of ``U`` and ``Vh``
@@ -647,8 +747,14 @@ def svd(x, /, *, full_matrices: bool = True) -> SVDResult:
         >>> import qtrace as qt
         >>> qt.linalg.svd(qt.asarray([[3.0, 0.0], [0.0, -4.0]])).S.tolist()
         [4.0, 3.0]
+        >>> qt.linalg.svd(qt.asarray([[3.0, 0.0], [0.0, -4.0]]), compute_uv=False).tolist()
+        [4.0, 3.0]
     """
     t = _matrix(_floating(x, "svd"), "svd")
+    if hermitian:
+        t = _hermitian(t, "svd")
+    if not compute_uv:
+        return svdvals(t)
     *batch, m, n = t.shape
     batch, k = tuple(batch), min(m, n)
     u, v = (m, n) if full_matrices else (k, k)
@@ -667,3 +773,50 @@ def svdvals(x, /) -> Tensor:
     """
     t = _matrix(_floating(x, "svdvals"), "svdvals")
     return _lib("svdvals", [t], (), [(t.shape[:-2] + (min(t.shape[-2:]),), real_dtype(t.dtype))])[0]
+
+
+# --- numpy.linalg on tensors: NumPy's signatures, mapped onto the functions above --------
+def _numpy_svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    return svd(a, full_matrices=full_matrices, compute_uv=compute_uv, hermitian=hermitian)
+
+
+def _numpy_pinv(a, rcond=None, hermitian=False, *, rtol=_UNSET):
+    if rtol is _UNSET:  # NumPy 2's default: rcond=1e-15 unless rtol is given
+        return pinv(a, rcond=1e-15 if rcond is None else rcond, hermitian=hermitian)
+    return pinv(a, rtol=rtol, rcond=rcond, hermitian=hermitian)
+
+
+def _numpy_matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
+    return matrix_rank(A, rtol=rtol, tol=tol, hermitian=hermitian)
+
+
+def _numpy_qr(a, mode="reduced"):
+    return qr(a, mode=mode)
+
+
+def _numpy_eigh(a, UPLO="L"):
+    return eigh(a, UPLO=UPLO)
+
+
+def _numpy_eigvalsh(a, UPLO="L"):
+    return eigvalsh(a, UPLO=UPLO)
+
+
+for _fn in (_numpy_svd, _numpy_pinv, _numpy_matrix_rank, _numpy_qr, _numpy_eigh, _numpy_eigvalsh):
+    _name = _fn.__name__.removeprefix("_numpy_")
+    _fn.__name__ = _fn.__qualname__ = f"numpy_{_name}"
+    _fn.__doc__ = f"``numpy.linalg.{_name}`` on tensors, NumPy's signature (see ``{_name}``)."
+
+# numpy.linalg's functions on tensors (``__array_function__``); NumPy 2's Array API ones
+# have the standard's signatures, the others NumPy's (the wrappers above)
+NUMPY_FUNCTIONS: dict = {
+    np.linalg.inv: inv, np.linalg.det: det, np.linalg.solve: solve, np.linalg.slogdet: slogdet,
+    np.linalg.cholesky: cholesky, np.linalg.matrix_power: matrix_power,
+    np.linalg.eigh: _numpy_eigh, np.linalg.eigvalsh: _numpy_eigvalsh, np.linalg.pinv: _numpy_pinv,
+    np.linalg.qr: _numpy_qr, np.linalg.svd: _numpy_svd, np.linalg.matrix_rank: _numpy_matrix_rank,
+    **{getattr(np.linalg, name): fn for name, fn in (
+        ("svdvals", svdvals), ("matrix_norm", matrix_norm), ("vector_norm", vector_norm),
+        ("matrix_transpose", matrix_transpose), ("diagonal", diagonal), ("trace", trace),
+        ("outer", outer), ("cross", cross), ("tensordot", tensordot), ("vecdot", vecdot),
+        ("matmul", matmul)) if hasattr(np.linalg, name)},
+}

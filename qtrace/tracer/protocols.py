@@ -212,11 +212,7 @@ for _module in (composites, functional, rearrange, grids, statistics, selecting,
     FUNCTIONS.update(_module.NUMPY_FUNCTIONS)
     UFUNC_TO_QT.update(_module.NUMPY_UFUNCS)
 FUNCTIONS.update({  # numpy.linalg, sorting and complex parts on tensors
-    np.linalg.inv: linalg_ext.inv, np.linalg.det: linalg_ext.det, np.linalg.solve: linalg_ext.solve,
-    np.linalg.cholesky: linalg_ext.cholesky, np.linalg.eigh: linalg_ext.eigh,
-    np.linalg.eigvalsh: linalg_ext.eigvalsh, np.linalg.slogdet: linalg_ext.slogdet,
-    np.linalg.pinv: linalg_ext.pinv, np.linalg.qr: linalg_ext.qr, np.linalg.svd: linalg_ext.svd,
-    np.linalg.matrix_power: linalg_ext.matrix_power, np.linalg.matrix_rank: linalg_ext.matrix_rank,
+    **linalg_ext.NUMPY_FUNCTIONS,  # numpy.linalg (NumPy's positional signatures)
     np.sort: sorting.numpy_sort, np.argsort: sorting.numpy_argsort,
     np.searchsorted: sorting.searchsorted, np.take: sorting.take,
     np.take_along_axis: sorting.take_along_axis,
