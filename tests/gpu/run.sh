@@ -19,7 +19,7 @@ JAX_PLATFORMS=cpu python3 -m pytest -q -p no:cacheprovider -k "cuda${GPU_K:+ and
     tests/ops/test_grids.py tests/ops/test_functional.py tests/ops/test_matvec.py \
     tests/ops/test_array_kinds.py tests/ops/test_tensor_methods.py tests/ops/test_linalg_ext.py \
     tests/ops/test_fft.py tests/ops/test_random.py tests/ops/test_random_legacy.py \
-    tests/ops/test_linalg_numpy.py \
+    tests/ops/test_linalg_numpy.py tests/ops/test_linalg_numpy_signatures.py \
     tests/system/test_fusion_rules.py tests/system/test_ad.py tests/system/test_loops.py \
     tests/system/test_jit.py tests/system/test_loop_residuals.py
 suite=$?
