@@ -286,8 +286,8 @@ class Generator:
     def normal(self, loc=0.0, scale=1.0, size=None) -> Tensor:
         return _legacy_normal(loc, scale, size, self._key)
 
-    def integers(self, low, high=None, size=None, dtype=None) -> Tensor:
-        return integers(self._next(), low, high, _shape(size), dtype)
+    def integers(self, low, high=None, size=None, dtype=np.int64, endpoint: bool = False) -> Tensor:
+        return _randint(low, high, size, dtype, self._key, endpoint, "Generator.integers")
 
     def choice(self, a, size=None, replace: bool = True, p=None) -> Tensor:
         return _legacy_choice(a, size, replace, p, self._key)
@@ -613,24 +613,33 @@ def randint(low, high=None, size=None, dtype=int) -> Tensor:
         ('int64', True)
     """
     _legacy("randint")
+    return _randint(low, high, size, dtype)
+
+
+def _randint(low, high=None, size=None, dtype=int, source: _HostKey | None = None,
+             endpoint: bool = False, op: str = "randint") -> Tensor:
+    """``randint`` drawing from ``source`` (default: the hidden generator); ``endpoint``:
+    ``high`` included (``Generator.integers``)."""
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"qt.random.randint: data type {dtype!r} not understood") from None
+        raise TypeError(f"qt.random.{op}: data type {dtype!r} not understood") from None
     if dt.kind not in "iub" or dt not in dtypes.SUPPORTED:
-        raise TypeError(f"qt.random.randint: Unsupported dtype {dt!r} for randint")
-    sizes = _size(size, "randint")
-    lo, hi = (_int_values(0, "randint"), _int_values(low, "randint")) if high is None else \
-        (_int_values(low, "randint"), _int_values(high, "randint"))
+        raise TypeError(f"qt.random.{op}: Unsupported dtype {dt!r} for {op}")
+    sizes = _size(size, op)
+    lo, hi = (_int_values(0, op), _int_values(low, op)) if high is None else \
+        (_int_values(low, op), _int_values(high, op))
+    if endpoint:
+        hi = np.asarray(hi + 1, dtype=object)   # (a 0-d array plus one is a Python int)
     least, most = (0, 1) if dt.kind == "b" else (int(np.iinfo(dt).min), int(np.iinfo(dt).max))
     if np.any(lo < least):
-        raise ValueError(f"qt.random.randint: low is out of bounds for {dt}")
+        raise ValueError(f"qt.random.{op}: low is out of bounds for {dt}")
     if np.any(hi > most + 1):
-        raise ValueError(f"qt.random.randint: high is out of bounds for {dt}")
+        raise ValueError(f"qt.random.{op}: high is out of bounds for {dt}")
     if np.any(lo >= hi):
-        raise ValueError("qt.random.randint: high <= 0" if high is None else "qt.random.randint: low >= high")
-    shape = _out_shape("randint", sizes, lo, hi)
-    bits64 = bits(_draw_key("randint"), shape)
+        raise ValueError(f"qt.random.{op}: high <= 0" if high is None else f"qt.random.{op}: low >= high")
+    shape = _out_shape(op, sizes, lo, hi)
+    bits64 = bits(_draw_key(op, source), shape)
     span = hi - lo                                   # in [1, 2**64]: 2**64 takes every bit pattern
     if lo.ndim == 0 and hi.ndim == 0:
         r = bits64 if span == 1 << 64 else ew.apply2("remainder", bits64, np.uint64(span))

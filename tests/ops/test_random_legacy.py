@@ -501,3 +501,24 @@ def test_public_names_have_examples():
                  "standard_normal", "exponential", "shuffle", "normal", "uniform", "choice", "permutation"):
         assert name in qt.random.__all__
         assert "Example:" in getattr(qt.random, name).__doc__
+
+
+def test_generator_methods_follow_numpy(fusion):
+    """``default_rng``'s methods share the legacy functions' NumPy rules: ``integers`` with
+    ``endpoint``, array bounds and the whole ``uint64`` range; ``uniform`` with array bounds;
+    ``normal`` refusing a negative scale; ``choice`` checking ``p``."""
+    g = qt.random.default_rng(11)
+    v = g.integers(1, 6, size=4000, endpoint=True).numpy()
+    assert v.dtype == np.int64 and v.min() == 1 and v.max() == 6
+    w = g.integers(np.array([0, 10]), np.array([5, 20]), size=(500, 2)).numpy()
+    assert (w[:, 0] < 5).all() and (w[:, 1] >= 10).all() and (w[:, 1] < 20).all()
+    big = g.integers(0, 2**64, size=2000, dtype=np.uint64).numpy()
+    assert big.dtype == np.uint64 and big.max() > 2**63   # (the top half is reached)
+    with pytest.raises(ValueError, match="^qt.random.Generator.integers: low >= high"):
+        g.integers(5, 3)
+    u = g.uniform(np.array([0.0, 10.0]), 11.0, size=(400, 2)).numpy()
+    assert (u[:, 0] < 11).all() and (u[:, 1] >= 10).all()
+    with pytest.raises(ValueError, match="scale < 0"):
+        g.normal(0.0, -1.0, size=3)
+    with pytest.raises(ValueError, match="probabilities do not sum to 1"):
+        g.choice(3, size=2, p=[0.5, 0.5, 0.5])
