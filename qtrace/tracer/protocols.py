@@ -215,7 +215,7 @@ FUNCTIONS.update({  # numpy.linalg, sorting and complex parts on tensors
     **linalg_ext.NUMPY_FUNCTIONS,  # numpy.linalg (NumPy's positional signatures)
     np.sort: sorting.numpy_sort, np.argsort: sorting.numpy_argsort,
     np.searchsorted: sorting.searchsorted, np.take: sorting.take,
-    np.take_along_axis: sorting.take_along_axis,
+    np.take_along_axis: sorting.numpy_take_along_axis,
     np.count_nonzero: sorting.count_nonzero, np.nonzero: sorting.nonzero, np.isin: sorting.isin,
     np.real: array_api.real, np.imag: array_api.imag, np.angle: array_api.angle,
     np.iscomplex: array_api.iscomplex, np.isreal: array_api.isreal,

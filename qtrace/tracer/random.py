@@ -12,10 +12,10 @@ does not compile a new kernel, and inside ``qt.jit`` a key passed as an argument
 numbers on every call.
 
 **For NumPy programs**, ``qt.random.default_rng(seed)`` returns a :class:`Generator` with
-NumPy's method names (``random``, ``uniform``, ``normal``, ``standard_normal``,
-``integers``, ``choice``, ``permutation``, ``shuffle`` is not provided); it holds a key
-and splits it at every call. It cannot be used inside ``qt.jit`` (its key would be
-frozen into the trace): pass keys there.
+NumPy's method names and rules (``random``, ``uniform``, ``normal``, ``standard_normal``,
+``integers``, ``choice``, ``permutation``, ``shuffle``, ``exponential``,
+``standard_exponential``); it holds a key on the host and splits it at every call. It
+cannot be used inside ``qt.jit`` (its key would be frozen into the trace): pass keys there.
 
 **NumPy's legacy global-state API** (``np.random.seed``, ``rand``, ``randn``, ``randint``,
 ``random``/``random_sample``/``ranf``/``sample``, ``standard_normal``, ``normal``,
@@ -295,6 +295,16 @@ class Generator:
     def permutation(self, x) -> Tensor:
         return _legacy_permutation(x, self._key)
 
+    def shuffle(self, x) -> None:
+        """Permute ``x`` in place along its first axis (as :func:`shuffle`)."""
+        _shuffle(x, self._key, "Generator.shuffle")
+
+    def exponential(self, scale=1.0, size=None) -> Tensor:
+        return _exponential(scale, size, self._key, "Generator.exponential")
+
+    def standard_exponential(self, size=None) -> Tensor:
+        return _exponential(1.0, size, self._key, "Generator.standard_exponential")
+
 
 def default_rng(seed: int = 0) -> Generator:
     """A :class:`Generator` seeded with ``seed`` (NumPy's spelling)."""
@@ -555,11 +565,17 @@ def exponential(scale=1.0, size=None) -> Tensor:
         (True, True)
     """
     _legacy("exponential")
-    sizes = _size(size, "exponential")
-    s = _float_param(scale, "exponential")
-    _nonnegative(s, "exponential", "scale")
-    shape = _out_shape("exponential", sizes, s)
-    u = _unit(_draw_key("exponential"), shape, dtypes.float64)
+    return _exponential(scale, size)
+
+
+def _exponential(scale=1.0, size=None, source: _HostKey | None = None,
+                 op: str = "exponential") -> Tensor:
+    """``exponential`` drawing from ``source`` (default: the hidden generator)."""
+    sizes = _size(size, op)
+    s = _float_param(scale, op)
+    _nonnegative(s, op, "scale")
+    shape = _out_shape(op, sizes, s)
+    u = _unit(_draw_key(op, source), shape, dtypes.float64)
     e = ew.apply1("negative", ew.apply1("log1p", ew.apply1("negative", u)))
     return e if _is(s, 1.0) else ew.apply2("multiply", e, s)
 
@@ -745,27 +761,32 @@ def shuffle(x) -> None:
         >>> sorted(v.tolist()) == list(range(10)) and v.tolist() == x.tolist()
         True
     """
+    _legacy("shuffle")
+    _shuffle(x)
+
+
+def _shuffle(x, source: _HostKey | None = None, op: str = "shuffle") -> None:
+    """``shuffle`` drawing from ``source`` (default: the hidden generator)."""
     from .selecting import _write
     from .sorting import take
-    _legacy("shuffle")
     if isinstance(x, (Tensor, np.ndarray)):
         if x.ndim == 0:
-            raise TypeError("qt.random.shuffle: len() of unsized object")
+            raise TypeError(f"qt.random.{op}: len() of unsized object")
         if isinstance(x, np.ndarray) and not x.flags.writeable:
-            raise ValueError("qt.random.shuffle: assignment destination is read-only")
-        order = _keyed_permutation(_draw_key("shuffle"), x.shape[0])
+            raise ValueError(f"qt.random.{op}: assignment destination is read-only")
+        order = _keyed_permutation(_draw_key(op, source), x.shape[0])
         if isinstance(x, Tensor):
-            _write(x, "random.shuffle", lambda cur: take(cur, order, axis=0))
+            _write(x, f"random.{op}", lambda cur: take(cur, order, axis=0))
             return None
         from ..graph import buffers
         x[...] = x[np.asarray(order)]
         buffers.bump(x)
         return None
     if isinstance(x, list):
-        order = np.asarray(_keyed_permutation(_draw_key("shuffle"), len(x)))
+        order = np.asarray(_keyed_permutation(_draw_key(op, source), len(x)))
         x[:] = [x[i] for i in order]
         return None
-    raise TypeError(f"qt.random.shuffle: x must be a qt.Tensor, a NumPy array or a list, got "
+    raise TypeError(f"qt.random.{op}: x must be a qt.Tensor, a NumPy array or a list, got "
                     f"{type(x).__name__}")
 
 

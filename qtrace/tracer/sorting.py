@@ -147,6 +147,15 @@ def take_along_axis(x, indices, /, *, axis: int = -1) -> Tensor:
     return gather_at(t, _coordinates(shape, ax, idx))
 
 
+
+def numpy_take_along_axis(arr, indices, axis=-1) -> Tensor:
+    """``numpy.take_along_axis(arr, indices, axis)`` on tensors: ``axis`` positional too,
+    ``None`` for the flattened array (``indices`` 1-D), as NumPy's."""
+    if axis is None:
+        from .shape_ops import reshape
+        return take_along_axis(reshape(as_tensor(arr, "take_along_axis"), (-1,)), indices, axis=0)
+    return take_along_axis(arr, indices, axis=axis)
+
 def take(x, indices, /, axis: int | None = None, out=None, mode: str = "raise") -> Tensor:
     """``take`` (Array API; ``numpy.take``): elements at ``indices`` along ``axis`` (of the
     flattened array for ``axis=None``). ``mode``: ``'raise'`` (an index out of range raises

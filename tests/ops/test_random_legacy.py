@@ -522,3 +522,19 @@ def test_generator_methods_follow_numpy(fusion):
         g.normal(0.0, -1.0, size=3)
     with pytest.raises(ValueError, match="probabilities do not sum to 1"):
         g.choice(3, size=2, p=[0.5, 0.5, 0.5])
+
+
+def test_generator_shuffle_and_exponential(fusion):
+    """``Generator.shuffle`` writes in place (a view sees it); ``exponential`` has mean
+    ``scale`` (within 5 standard errors) and refuses a negative scale."""
+    g = qt.random.default_rng(21)
+    x = qt.arange(12.0)
+    v = x[3:]
+    g.shuffle(x)
+    assert sorted(x.tolist()) == list(range(12)) and v.tolist() == x.tolist()[3:]
+    assert x.tolist() != list(range(12))
+    e = g.exponential(2.0, size=40_000).numpy()
+    assert e.min() >= 0 and abs(e.mean() - 2.0) < 5 * 2.0 / np.sqrt(e.size)
+    assert g.standard_exponential((2, 3)).shape == (2, 3)
+    with pytest.raises(ValueError, match="scale < 0"):
+        g.exponential(-1.0)

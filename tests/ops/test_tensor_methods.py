@@ -95,3 +95,18 @@ def test_take_errors():
         qt.ones(3).take([0], mode="bounce")
     with pytest.raises(IndexError, match="qt.take: cannot do a non-empty take from an empty axis"):
         qt.ones((2, 0)).take([0], axis=1, mode="wrap")
+
+
+def test_numpy_take_along_axis_positional_and_flat(rng, fusion):
+    """``np.take_along_axis(t, idx, axis)`` on tensors: the axis positional (NumPy's
+    signature), and ``axis=None`` on the flattened array; gradients reach ``t``."""
+    a = rng.standard_normal((3, 5))
+    idx = np.argsort(a, axis=1)
+    got = np.take_along_axis(qt.asarray(a), qt.asarray(idx), 1)
+    assert isinstance(got, qt.Tensor)
+    np.testing.assert_array_equal(got.numpy(), np.take_along_axis(a, idx, 1))
+    flat = rng.integers(0, a.size, 7)
+    np.testing.assert_array_equal(np.take_along_axis(qt.asarray(a), qt.asarray(flat), None).numpy(),
+                                  np.take_along_axis(a, flat, None))
+    g = qt.grad(lambda t: qt.sum(np.take_along_axis(t, qt.asarray(flat), None)))(qt.asarray(a))
+    np.testing.assert_array_equal(g.numpy(), np.bincount(flat, minlength=a.size).reshape(a.shape))
