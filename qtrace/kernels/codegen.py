@@ -497,19 +497,15 @@ class KernelEmitter:
         that would need more than the stack holds stops its replay, reports the overflow
         in ``status`` (the launch then raises) and never writes past it.
         """
-        dts, kind, m, cprog, bprog, rprog = (instr.dts, instr.layout, instr.n_state, instr.cond,
-                                             instr.body, instr.reverse)
-        ins, pushed, check = instr.per_element, instr.pushed, instr.check
+        dts, kind, m, bprog, rprog = (instr.dts, instr.layout, instr.n_state, instr.body,
+                                      instr.reverse)
+        pushed, check = instr.pushed, instr.check
         b = self.b
         sdt = [np.dtype(d) for d in instr.row_dts]
         types = self._state_types(dts)
-        init = [values[i] for i in ins[:m]]
-        nb = 2 if kind == "fori" else 0
-        lo, hi = (values[ins[m]], values[ins[m + 1]]) if kind == "fori" else (None, None)
-        cts_in = [values[i] for i in ins[m + nb: m + nb + m]]
-        inv = [values[i] for i in ins[m + nb + m:]]
-        programs = (bprog, rprog) if kind == "fori" else (cprog, bprog, rprog)
-        with self.loads_before_loop(programs):   # (the replay's and the reverse's)
+        init, lo, hi, rest = _loop_inputs(instr, values)   # (the rest: cotangents, then reads)
+        cts_in, inv = rest[:m], rest[m:]
+        with self.loads_before_loop(_trip_programs(instr) + (rprog,)):   # (the replay's and the reverse's)
             fbase, ibase = outer_env.get("stack", (ir.Constant(I64, 0), ir.Constant(I64, 0)))
             offsets, fb, ib = stack_rows(instr.row_dts, pushed, rprog)
             fcap = b.load(b.gep(self.scratch, [ir.Constant(I64, 8)], source_etype=I8), typ=I64)

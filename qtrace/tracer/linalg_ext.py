@@ -783,7 +783,9 @@ def _numpy_svd(a, full_matrices=True, compute_uv=True, hermitian=False):
 def _numpy_pinv(a, rcond=None, hermitian=False, *, rtol=_UNSET):
     if rtol is _UNSET:  # NumPy 2's default: rcond=1e-15 unless rtol is given
         return pinv(a, rcond=1e-15 if rcond is None else rcond, hermitian=hermitian)
-    return pinv(a, rtol=rtol, rcond=rcond, hermitian=hermitian)
+    if rcond is not None:   # (NumPy refuses both, rtol=None included)
+        raise ValueError("qt.linalg.pinv: `rtol` and `rcond` can't be both set.")
+    return pinv(a, rtol=rtol, hermitian=hermitian)
 
 
 def _numpy_matrix_rank(A, tol=None, hermitian=False, *, rtol=None):

@@ -63,12 +63,6 @@ _MATRIX_ORDS = (1, -1, 2, -2, math.inf, -math.inf)
 
 
 # --- helpers ---------------------------------------------------------------------------
-def _inexact(x, name: str) -> Tensor:
-    """``x`` as a floating tensor: integers and bools become float64, as in ``numpy.linalg``."""
-    t = _tensor(x, name)
-    return _floating(t if t.dtype.kind in "fc" else astype(t, dtypes.float64), name)
-
-
 def _result_dtype(*ts: Tensor) -> np.dtype:
     """NumPy's result dtype of its LAPACK solvers: single precision only when every input is
     float32/complex64 (integers count as float64), complex when any input is."""
@@ -111,7 +105,7 @@ def norm(x, ord=None, axis=None, keepdims=False) -> Tensor:
         >>> norm(qt.asarray([[1.0, -2.0], [3.0, 4.0]]), ord=float("inf"), axis=(1, 0)).item()
         6.0
     """
-    t = _inexact(x, "norm")
+    t = _floating(x, "norm")
     nd = t.ndim
     if isinstance(ord, (bool, np.bool_)):   # (NumPy compares: True == 1)
         ord = int(ord)
@@ -171,7 +165,7 @@ def cond(x, p=None) -> Tensor:
         >>> cond(qt.asarray([[2.0, 0.0], [0.0, 0.5]]), 1).item()
         4.0
     """
-    t = _inexact(x, "cond")
+    t = _floating(x, "cond")
     if t.ndim < 2:
         raise LinAlgError(f"qt.linalg.cond: {t.ndim}-dimensional array given (shape {t.shape}). Array "
                           "must be at least two-dimensional")
@@ -295,7 +289,7 @@ def lstsq(a, b, rcond=None) -> tuple:
         >>> x.tolist(), res.tolist(), rank.item()
         ([1.0, 2.0], [9.0], 2)
     """
-    at, bt = _inexact(a, "lstsq"), _inexact(b, "lstsq")
+    at, bt = _floating(a, "lstsq"), _floating(b, "lstsq")
     result = _result_dtype(at, bt)
     vector = bt.ndim == 1
     if vector:
@@ -339,7 +333,7 @@ def tensorinv(a, ind=2) -> Tensor:
         >>> tensorinv(a, ind=1).shape
         (2, 3, 6)
     """
-    t = _inexact(a, "tensorinv")
+    t = _floating(a, "tensorinv")
     ind = _int(ind, "linalg.tensorinv", "ind")
     if ind <= 0:
         raise ValueError(f"qt.linalg.tensorinv: Invalid ind argument {ind} (it must be positive)")
@@ -362,7 +356,7 @@ def tensorsolve(a, b, axes=None) -> Tensor:
         >>> tensorsolve(a, qt.ones((2, 3))).tolist()
         [0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
     """
-    at, bt = _inexact(a, "tensorsolve"), _inexact(b, "tensorsolve")
+    at, bt = _floating(a, "tensorsolve"), _floating(b, "tensorsolve")
     an = at.ndim
     if axes is not None:
         moved = _axes_arg(axes, an, "tensorsolve")

@@ -267,47 +267,59 @@ class Generator:
         (2, 2)
     """
 
-    def __init__(self, seed: int = 0):
-        words = key(seed).tolist()   # (the checks and words of key(seed))
-        self._key = _HostKey((int(words[0]), int(words[1])), "qt.random.Generator", "its key")
+    def __init__(self, seed: int | None = None):
+        words = None
+        if seed is not None:
+            w = key(seed).tolist()   # (the checks and words of key(seed))
+            words = (int(w[0]), int(w[1]))
+        self._key = _HostKey(words, "qt.random.Generator", "its key")
+
+    def _live(self) -> _HostKey:
+        """The key, after refusing a call inside ``qt.jit`` (before the arguments are read)."""
+        _refuse_in_jit(self._key.what, self._key.whose)
+        return self._key
 
     def _next(self) -> Tensor:
-        return self._key.next("Generator")
+        return self._live().next("Generator")
 
     def random(self, size=None, dtype=None) -> Tensor:
         return _keyed_uniform(self._next(), _shape(size), dtype)
 
     def uniform(self, low=0.0, high=1.0, size=None) -> Tensor:
-        return _legacy_uniform(low, high, size, self._key)
+        return _legacy_uniform(low, high, size, self._live())
 
     def standard_normal(self, size=None, dtype=None) -> Tensor:
         return _keyed_normal(self._next(), _shape(size), dtype)
 
     def normal(self, loc=0.0, scale=1.0, size=None) -> Tensor:
-        return _legacy_normal(loc, scale, size, self._key)
+        return _legacy_normal(loc, scale, size, self._live())
 
     def integers(self, low, high=None, size=None, dtype=np.int64, endpoint: bool = False) -> Tensor:
-        return _randint(low, high, size, dtype, self._key, endpoint, "Generator.integers")
+        return _randint(low, high, size, np.int64 if dtype is None else dtype, self._live(), endpoint,
+                        "Generator.integers")
 
     def choice(self, a, size=None, replace: bool = True, p=None) -> Tensor:
-        return _legacy_choice(a, size, replace, p, self._key)
+        """Samples of ``a`` (an int ``n``: ``range(n)``; an array: its rows, as NumPy's
+        ``Generator.choice`` with ``axis=0``), as :func:`choice`."""
+        return _legacy_choice(a, size, replace, p, self._live(), rows=True)
 
     def permutation(self, x) -> Tensor:
-        return _legacy_permutation(x, self._key)
+        return _legacy_permutation(x, self._live())
 
     def shuffle(self, x) -> None:
         """Permute ``x`` in place along its first axis (as :func:`shuffle`)."""
-        _shuffle(x, self._key, "Generator.shuffle")
+        _shuffle(x, self._live(), "Generator.shuffle")
 
     def exponential(self, scale=1.0, size=None) -> Tensor:
-        return _exponential(scale, size, self._key, "Generator.exponential")
+        return _exponential(scale, size, self._live(), "Generator.exponential")
 
     def standard_exponential(self, size=None) -> Tensor:
-        return _exponential(1.0, size, self._key, "Generator.standard_exponential")
+        return _exponential(1.0, size, self._live(), "Generator.standard_exponential")
 
 
-def default_rng(seed: int = 0) -> Generator:
-    """A :class:`Generator` seeded with ``seed`` (NumPy's spelling)."""
+def default_rng(seed: int | None = None) -> Generator:
+    """A :class:`Generator` seeded with ``seed`` (NumPy's spelling; ``None``: from the
+    operating system's entropy, as NumPy's)."""
     return Generator(seed)
 
 
@@ -675,13 +687,15 @@ def _randint(low, high=None, size=None, dtype=int, source: _HostKey | None = Non
 
 
 def _legacy_choice(a, size=None, replace: bool = True, p=None,
-                   source: _HostKey | None = None) -> Tensor:
+                   source: _HostKey | None = None, rows: bool = False) -> Tensor:
+    """``choice`` drawing from ``source`` (default: the hidden generator); ``rows``: an
+    array of several dimensions gives rows (``Generator.choice``'s ``axis=0``)."""
     from .sorting import argsort, take
     sizes = _size(size, "choice")
     shape = sizes if sizes is not None else ()
     count = int(np.prod(shape, dtype=np.int64))
     pool = None
-    if isinstance(a, Tensor) and a.ndim == 1:
+    if isinstance(a, Tensor) and (a.ndim == 1 or (rows and a.ndim > 1)):
         pool, n = a, a.shape[0]
     else:
         arr = np.asarray(a)
@@ -690,7 +704,7 @@ def _legacy_choice(a, size=None, replace: bool = True, p=None,
                 n = operator.index(arr.item())
             except TypeError:
                 raise ValueError("qt.random.choice: a must be 1-dimensional or an integer") from None
-        elif arr.ndim > 1:
+        elif arr.ndim > 1 and not rows:
             raise ValueError("qt.random.choice: a must be 1-dimensional")
         else:
             pool, n = arr, arr.shape[0]
@@ -700,7 +714,8 @@ def _legacy_choice(a, size=None, replace: bool = True, p=None,
                          "qt.random.choice: 'a' cannot be empty unless no samples are taken")
     probs = None
     if p is not None:
-        probs = np.asarray(_host(p), dtype=np.float64)
+        given = _host(p)
+        probs = np.asarray(given, dtype=np.float64)
         if probs.ndim != 1:
             raise ValueError("qt.random.choice: 'p' must be 1-dimensional")
         if probs.size != n:
@@ -709,7 +724,8 @@ def _legacy_choice(a, size=None, replace: bool = True, p=None,
             raise ValueError("qt.random.choice: probabilities contain NaN")
         if (probs < 0).any():
             raise ValueError("qt.random.choice: probabilities are not non-negative")
-        if abs(math.fsum(probs) - 1.0) > math.sqrt(np.finfo(np.float64).eps):
+        eps = max(np.finfo(np.float64).eps, np.finfo(given.dtype).eps if given.dtype.kind == "f" else 0)
+        if abs(math.fsum(probs) - 1.0) > math.sqrt(eps):   # (NumPy's tolerance: p's own precision)
             raise ValueError("qt.random.choice: probabilities do not sum to 1")
     if not replace:
         if count > n:
@@ -730,7 +746,7 @@ def _legacy_choice(a, size=None, replace: bool = True, p=None,
         idx = reshape(argsort(race)[:count], shape)
     if pool is None:
         return idx
-    return reshape(take(pool, reshape(idx, -1), axis=0), shape)
+    return reshape(take(pool, reshape(idx, -1), axis=0), tuple(shape) + tuple(pool.shape[1:]))
 
 
 def _legacy_permutation(x, source: _HostKey | None = None) -> Tensor:
@@ -814,7 +830,7 @@ def _keyed_form(op: str, args: tuple, kwargs: dict) -> bool:
     if _is_key(args[0]) or len(args) > _LEGACY_POSITIONAL[op]:
         return True
     if op in ("normal", "uniform") and len(args) >= 2 and _is_shape(args[1]) \
-            and isinstance(args[0], (Tensor, np.ndarray)) and args[0].shape == (2,):
+            and np.shape(args[0]) == (2,):   # (a tensor, an array or a list of two)
         try:
             _key(args[0], op)
         except TypeError as e:

@@ -538,3 +538,25 @@ def test_generator_shuffle_and_exponential(fusion):
     assert g.standard_exponential((2, 3)).shape == (2, 3)
     with pytest.raises(ValueError, match="scale < 0"):
         g.exponential(-1.0)
+
+
+def test_review_fixes(fusion):
+    """``Generator.choice`` of a 2-D array gives rows (NumPy's ``axis=0``); a two-element
+    list with a shape is read as a (bad) key, not as ``loc``; float32 probabilities are
+    checked at float32's tolerance (NumPy's rule); a Generator method refuses ``qt.jit``
+    before reading its arguments; ``default_rng()`` draws its seed from entropy."""
+    g = qt.random.default_rng(5)
+    table = np.arange(12.0).reshape(4, 3)
+    rows = g.choice(qt.asarray(table), size=5).numpy()
+    assert rows.shape == (5, 3) and all(r.tolist() in table.tolist() for r in rows)
+    assert g.choice(table, size=(2, 2), replace=False).shape == (2, 2, 3)
+    with pytest.raises(ValueError, match="a must be 1-dimensional"):
+        qt.random.choice(table, 2)
+    with pytest.raises(TypeError, match="a key is a uint32 tensor"):
+        qt.random.normal([0, 7], (3,))
+    assert qt.random.choice(3, size=4, p=np.array([0.3, 0.3, 0.4000001], np.float32)).shape == (4,)
+    with pytest.raises(ValueError, match="do not sum to 1"):
+        qt.random.choice(3, p=np.array([0.3, 0.3, 0.4000001]))
+    with pytest.raises(qt.TracerError, match="Generator inside qt.jit"):
+        qt.jit(lambda s: g.normal(0.0, s))(qt.ones(2))
+    assert qt.random.default_rng().random(4).tolist() != qt.random.default_rng().random(4).tolist()
