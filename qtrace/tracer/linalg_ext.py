@@ -650,8 +650,7 @@ def pinv(x, /, *, rtol=None, rcond=None, hermitian: bool = False) -> Tensor:
     t = _matrix(_floating(x, "pinv"), "pinv")
     if rcond is not None:
         if rtol is not None:
-            raise ValueError("qt.linalg.pinv: rtol and rcond cannot both be given (rcond is NumPy's "
-                             "name of rtol)")
+            raise ValueError(_PINV_BOTH)
         rtol = rcond
     if hermitian:
         t = _hermitian(t, "pinv")
@@ -780,11 +779,14 @@ def _numpy_svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     return svd(a, full_matrices=full_matrices, compute_uv=compute_uv, hermitian=hermitian)
 
 
+_PINV_BOTH = "qt.linalg.pinv: rtol and rcond cannot both be given (rcond is NumPy's name of rtol)"
+
+
 def _numpy_pinv(a, rcond=None, hermitian=False, *, rtol=_UNSET):
     if rtol is _UNSET:  # NumPy 2's default: rcond=1e-15 unless rtol is given
         return pinv(a, rcond=1e-15 if rcond is None else rcond, hermitian=hermitian)
     if rcond is not None:   # (NumPy refuses both, rtol=None included)
-        raise ValueError("qt.linalg.pinv: `rtol` and `rcond` can't be both set.")
+        raise ValueError(_PINV_BOTH)
     return pinv(a, rtol=rtol, hermitian=hermitian)
 
 

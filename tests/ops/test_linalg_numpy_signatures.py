@@ -467,6 +467,8 @@ ERRORS = {
         r"pinv: rtol and rcond",
     ),
     "np_pinv_both": (lambda: np.linalg.pinv(qt.eye(3), 1e-3, rtol=1e-3), ValueError, r"pinv: rtol and rcond"),
+    "np_pinv_both_none": (lambda: np.linalg.pinv(qt.eye(3), 1e-3, rtol=None), ValueError,
+                          r"pinv: rtol and rcond"),
     "rank_both": (
         lambda: qt.linalg.matrix_rank(qt.eye(3), rtol=0.1, tol=0.1),
         ValueError,
