@@ -369,7 +369,7 @@ def test_more_errors():
 def test_namespace():
     assert set(qt.fft.__all__) == {
         "fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft",
-        "fftfreq", "rfftfreq", "fftshift", "ifftshift"}
+        "fftfreq", "rfftfreq", "fftshift", "ifftshift", "fft2", "ifft2", "rfft2", "irfft2"}
     assert "fft" in qt.__all__
     for name in qt.fft.__all__:
         fn = getattr(qt.fft, name)
