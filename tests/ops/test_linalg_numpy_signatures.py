@@ -28,18 +28,8 @@ import qtrace as qt
 jax.config.update("jax_enable_x64", True)
 
 
-# --- inputs ----------------------------------------------------------------------------
-def normal(rng, shape, cx=False):
-    return rng.normal(size=shape) + 1j * rng.normal(size=shape) if cx else rng.normal(size=shape)
-
-
-def mH(a):
-    return np.conj(np.swapaxes(a, -1, -2))
-
-
-def spd(rng, shape, cx=False):
-    a = normal(rng, shape, cx)
-    return a @ mH(a) + shape[-1] * np.eye(shape[-1])
+# --- inputs (the generators of test_linalg_ext.py, and two more) -----------------------
+from test_linalg_ext import mH, normal, spd  # noqa: E402 - a sibling test module's helpers
 
 
 def symmetric(rng, shape, cx=False):
