@@ -22,7 +22,14 @@ import threading
 import numpy as np
 import pytest
 from test_adstack_versions import COUNTERS, check_b3, counted, sized
-from test_loops import assert_close, b3_numpy, b3_qt, grads, newton_qt
+from test_loops import (
+    assert_close,
+    assert_matches_finite_differences,
+    b3_finite_differences,
+    b3_qt,
+    grads,
+    newton_qt,
+)
 from test_threads import _run_threads
 
 import qtrace as qt
@@ -282,11 +289,9 @@ def test_derived_counts_take_no_extra_launch(kind, fusion, rng):
         first, last = _derived(kind, k, lo, mask, s)
         trips = np.maximum(np.broadcast_to(last - first, (SIZE,)), 0)
         check_b3(got, x, c, trips, f"s={s}")
-        h = 1e-6
-        fd_x = (b3_numpy(x + h, c, trips)[0] - b3_numpy(x - h, c, trips)[0]) / (2 * h)
-        fd_c = (b3_numpy(x, c + h, trips)[0] - b3_numpy(x, c - h, trips)[0]) / (2 * h)
-        assert_close(got[0], fd_x, rtol=1e-6, atol=1e-7, what=f"d/dx vs finite differences, s={s}")
-        assert_close(got[1], fd_c, rtol=1e-6, atol=1e-7, what=f"d/dc vs finite differences, s={s}")
+        fd_x, fd_c = b3_finite_differences(x, c, trips)
+        assert_matches_finite_differences(got[0], fd_x, f"d/dx vs finite differences, s={s}")
+        assert_matches_finite_differences(got[1], fd_c, f"d/dc vs finite differences, s={s}")
     if fusion:
         launches = st["kernel_launches"]
         qn = qt.asarray(trips, copy=True)

@@ -147,7 +147,8 @@ def test_array_function(rng, fusion):
 @pytest.mark.parametrize("call", [
     lambda t: np.roots(t), lambda t: np.linalg.eig(t.reshape(2, 3)[:, :2]),
     lambda t: np.add.reduceat(t, [0, 2]), lambda t: np.sin(t, where=t > 0),
-    lambda t: np.lib.stride_tricks.sliding_window_view(t, 2), lambda t: np.linalg.eigvals(t.reshape(2, 3)[:, :2])])
+    lambda t: np.lib.stride_tricks.sliding_window_view(t, 2),
+    lambda t: np.linalg.eigvals(t.reshape(2, 3)[:, :2])])
 def test_numpy_functions_qtrace_lacks_raise_type_error(rng, call):
     """Never a silent fallback: NumPy would compute on the values and drop laziness and
     gradients; qtrace names the function and says how to proceed."""
