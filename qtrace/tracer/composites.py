@@ -159,8 +159,9 @@ def _ufunc_operands(name: str, ufunc, *args):
 
 def _no_out(out, op: str) -> None:
     if out is not None:
-        raise TypeError(f"qt.{op}: out= is not supported (qtrace tensors are immutable; use the "
-                        "returned tensor)")
+        raise TypeError(f"qt.{op}: out= is not supported by qtrace's own functions: assign the "
+                        f"result (o[...] = qt.{op}(...)), or call NumPy's function on the tensor "
+                        f"(np.{op}(t, out=o) writes into o)")
 
 
 # --- rearranging -----------------------------------------------------------------------

@@ -43,7 +43,7 @@ import numpy as np
 
 from . import dtypes, library
 from . import elementwise as _ew
-from .composites import roll
+from .composites import _no_out, roll
 from .convert import astype
 from .creation import asarray, zeros
 from .creation import copy as _copy
@@ -467,14 +467,9 @@ def ifftshift(x, /, *, axes=None) -> Tensor:
 
 
 # --- NumPy's signatures (``np.fft.fft(t, n, axis, norm)`` on tensors) ------------------
-def _no_out(out, name: str) -> None:
-    if out is not None:
-        raise TypeError(f"qt.fft.{name}: out= is not supported (qtrace arrays are immutable results)")
-
-
 def _numpy1(fn):
     def run(a, n=None, axis=-1, norm=None, out=None):
-        _no_out(out, fn.__name__)
+        _no_out(out, f"fft.{fn.__name__}")
         return fn(a, n=n, axis=axis, norm=norm)
     run.__name__ = run.__qualname__ = f"numpy_{fn.__name__}"
     run.__doc__ = f"``numpy.fft.{fn.__name__}(a, n, axis, norm)`` on tensors (see ``{fn.__name__}``)."
@@ -483,7 +478,7 @@ def _numpy1(fn):
 
 def _numpyn(fn):
     def run(a, s=None, axes=None, norm=None, out=None):
-        _no_out(out, fn.__name__)
+        _no_out(out, f"fft.{fn.__name__}")
         return fn(a, s=s, axes=axes, norm=norm)
     run.__name__ = run.__qualname__ = f"numpy_{fn.__name__}"
     run.__doc__ = f"``numpy.fft.{fn.__name__}(a, s, axes, norm)`` on tensors (see ``{fn.__name__}``)."
@@ -500,7 +495,7 @@ def fft2(a, s=None, axes=(-2, -1), norm=None, out=None) -> Tensor:
         >>> qt.fft.fft2(qt.ones((2, 2))).tolist()
         [[(4+0j), 0j], [0j, 0j]]
     """
-    _no_out(out, "fft2")
+    _no_out(out, "fft.fft2")
     return _c2c(a, s, axes, norm, "fft2", False)
 
 
@@ -513,7 +508,7 @@ def ifft2(a, s=None, axes=(-2, -1), norm=None, out=None) -> Tensor:
         >>> qt.fft.ifft2(qt.asarray([[4.0, 0.0], [0.0, 0.0]])).tolist()
         [[(1+0j), (1+0j)], [(1+0j), (1+0j)]]
     """
-    _no_out(out, "ifft2")
+    _no_out(out, "fft.ifft2")
     return _c2c(a, s, axes, norm, "ifft2", True)
 
 
@@ -526,7 +521,7 @@ def rfft2(a, s=None, axes=(-2, -1), norm=None, out=None) -> Tensor:
         >>> qt.fft.rfft2(qt.ones((2, 4))).tolist()
         [[(8+0j), 0j, 0j], [0j, 0j, 0j]]
     """
-    _no_out(out, "rfft2")
+    _no_out(out, "fft.rfft2")
     return _r2c(a, s, axes, norm, "rfft2")
 
 
@@ -540,7 +535,7 @@ def irfft2(a, s=None, axes=(-2, -1), norm=None, out=None) -> Tensor:
         >>> bool(qt.allclose(qt.fft.irfft2(qt.fft.rfft2(x)), x))
         True
     """
-    _no_out(out, "irfft2")
+    _no_out(out, "fft.irfft2")
     return _c2r(a, s, axes, norm, "irfft2")
 
 

@@ -13,9 +13,11 @@ from . import (
     composites,
     context,
     convert,
+    flatiter,
     indexing,
     linalg,
     pending,
+    protocols,
     rearrange,
     reductions,
     selecting,
@@ -143,6 +145,8 @@ Tensor.at = property(indexing.AtProperty,
                      doc="Functional updates: ``x.at[idx].set/add/multiply/min/max(v)``.")
 
 Tensor.T = property(lambda self: shape_ops.transpose(self), doc="The transpose (axes reversed).")
+Tensor.flat = property(flatiter.FlatIter, flatiter.assign_all,
+                       doc="NumPy's flat iterator: elements read and written by C-order position.")
 Tensor.mT = property(lambda self: shape_ops.swapaxes(self, -1, -2), doc="Transpose of the last two axes.")
 
 
@@ -177,7 +181,16 @@ Tensor.argmin = reductions.argmin
 Tensor.any = reductions.any
 Tensor.all = reductions.all
 Tensor.cumsum = reductions.cumsum
-Tensor.clip = ew.clip
+
+
+def _clip(self, min=None, max=None, out=None, **bounds):  # noqa: A002 - NumPy's names
+    """``ndarray.clip``: values limited to ``[min, max]`` (``qt.clip``); ``out=`` writes the
+    result into ``out`` (``x.clip(0, 1, out=x)`` clips ``x`` in place, seen by every view)."""
+    result = ew.clip(self, min, max, **bounds)
+    return result if out is None else protocols.write_out(out, result, "qt.Tensor.clip")
+
+
+Tensor.clip = _clip
 Tensor.round = ew.round
 Tensor.dot = linalg.dot
 Tensor.var = composites.var

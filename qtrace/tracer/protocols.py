@@ -108,20 +108,21 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
         if len(targets) != len(result):
             raise ValueError(f"{name}: out= needs {len(result)} targets (one per output), got "
                              f"{len(targets)}")
-        return tuple(r if t is None else _write_out(t, r, name) for t, r in zip(targets, result))
+        return tuple(r if t is None else write_out(t, r, name) for t, r in zip(targets, result))
     if dtype is not None:
         result = astype(result, dtype)
     if out is None:
         return result
-    return _write_out(out[0] if isinstance(out, tuple) else out, result, name)
+    return write_out(out[0] if isinstance(out, tuple) else out, result, name)
 
 
-def _write_out(target, result, name: str):
+def write_out(target, result, name: str):
     """NumPy's ``out=``: ``result`` written into ``target`` (same_kind casting, target's shape)."""
+    if isinstance(target, (Tensor, np.ndarray)) and (
+            result.shape != target.shape or not np.can_cast(result.dtype, target.dtype, "same_kind")):
+        raise ValueError(f"{name}: cannot write a result of shape {result.shape} and dtype "
+                         f"{result.dtype} into out= of shape {target.shape} and dtype {target.dtype}")
     if isinstance(target, Tensor):
-        if result.shape != target.shape or not np.can_cast(result.dtype, target.dtype, "same_kind"):
-            raise ValueError(f"{name}: cannot write a result of shape {result.shape} and dtype "
-                             f"{result.dtype} into out= of shape {target.shape} and dtype {target.dtype}")
         views.assign(target, cast(result._node, target.dtype, weak=False))
         return target
     if isinstance(target, np.ndarray):  # a NumPy array asked for the value: computed now
@@ -139,11 +140,24 @@ def _ufunc_at(ufunc, name: str, a, indices, b=None, **kwargs):
 
 
 def array_function(self, func, types, args, kwargs):
-    """NumPy functions qtrace implements run on tensors; value consumers (printing, saving)
-    run in NumPy on the computed values; anything else raises ``TypeError``."""
+    """NumPy functions qtrace implements run on tensors (``out=`` given as a keyword: the
+    result written into it, as NumPy's, a tensor seeing it in place and every view of it);
+    value consumers (printing, saving) run in NumPy on the computed values; anything else
+    raises ``TypeError``."""
     fn = FUNCTIONS.get(func)
     if fn is not None:
-        return fn(*args, **kwargs)
+        if "out" not in kwargs:
+            return fn(*args, **kwargs)
+        kwargs = dict(kwargs)
+        target = kwargs.pop("out")
+        result = fn(*args, **kwargs)
+        if target is None:
+            return result
+        name = f"{func.__module__}.{func.__name__}"
+        if not isinstance(result, Tensor):
+            raise _unsupported(f"{name} with out= (it has several results)")
+        return write_out(target[0] if isinstance(target, tuple) and len(target) == 1 else target,
+                          result, name)
     if func in _VALUE_CONSUMERS:
         return func(*_to_numpy(args), **{k: _to_numpy(v) for k, v in kwargs.items()})
     raise _unsupported(f"numpy.{func.__name__}")

@@ -309,7 +309,11 @@ def test_numpy_protocol(rng):
         close(got.numpy(), getattr(np.fft, name)(z, *args))
     np.testing.assert_array_equal(np.fft.fftshift(t, axes=1).numpy(), np.fft.fftshift(x, axes=1))
     np.testing.assert_array_equal(np.fft.ifftshift(t).numpy(), np.fft.ifftshift(x))
-    with pytest.raises(TypeError, match="^qt.fft.fft: out= is not supported"):
+    for out in (np.empty((3, 6), complex), qt.zeros((3, 6), dtype=qt.complex128)):
+        got = np.fft.fft(t, out=out)   # (NumPy's out=: the result written into it)
+        assert got is out
+        close(np.asarray(out), np.fft.fft(x))
+    with pytest.raises(ValueError, match=r"^numpy\.fft\.fft: cannot write a result of shape \(3, 6\)"):
         np.fft.fft(t, out=np.empty(6, complex))
 
 

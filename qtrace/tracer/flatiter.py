@@ -1,0 +1,123 @@
+"""``Tensor.flat``: NumPy's flat iterator over a tensor, in C order.
+
+``x.flat[k]`` reads element ``k`` of ``x`` counted in C order whatever ``x``'s layout;
+``x.flat[k] = v`` writes it into ``x`` (and so into every view sharing its memory, as
+NumPy's ``flat`` writes into the array); ``x.flat = v`` fills ``x``; ``for v in x.flat``
+visits every element. As NumPy's, a value shorter than the elements it is assigned to is
+repeated (``x.flat[[0, 1, 2]] = [7, 8]`` writes 7, 8, 7).
+
+Example:
+    >>> import numpy as np
+    >>> import qtrace as qt
+    >>> x = qt.asarray(np.arange(6.0).reshape(2, 3))
+    >>> x.T.flat[1].item()            # the transpose's second element in C order
+    3.0
+    >>> x.flat[[0, 4]] = -1.0
+    >>> x.tolist()
+    [[-1.0, 1.0, 2.0], [3.0, -1.0, 5.0]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import elementwise, selecting, shape_ops
+from .tensor import Tensor
+
+
+class FlatIter:
+    """What ``x.flat`` returns: indexing it reads and writes ``x``'s elements by their
+    position in C order (see the module's documentation)."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: Tensor):
+        self.base = base
+
+    def __len__(self) -> int:
+        return self.base.size
+
+    def __iter__(self):
+        return iter(self._flat())
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.asarray(self.base).reshape(-1)
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"qtrace flat iterator over a tensor of shape {self.base.shape}"
+
+    def copy(self) -> Tensor:
+        """A new 1-d tensor of the elements in C order (``ndarray.flat.copy``)."""
+        return self._flat().copy()
+
+    def __getitem__(self, key):
+        return self._flat()[_flat_key(key)]
+
+    def __setitem__(self, key, value) -> None:
+        x = self.base
+        key = _flat_key(key)
+        if isinstance(key, (int, np.integer)) and np.ndim(value) != 0:
+            raise ValueError(f"qt.Tensor.flat: element {key} takes a scalar, got a value of shape "
+                             f"{np.shape(value)} (as NumPy's)")
+        if isinstance(key, Tensor) and key.dtype == np.bool_:
+            if key.shape != (x.size,):
+                raise IndexError(f"qt.Tensor.flat: a boolean index must have shape ({x.size},), "
+                                 f"got {key.shape}")
+            positions = np.flatnonzero(np.asarray(key))   # (their number shapes the write)
+        elif isinstance(key, Tensor):
+            positions = elementwise.where(key < 0, key + x.size, key)
+        else:
+            positions = np.arange(x.size)[key]
+        target = x if x.ndim else shape_ops.reshape(x, (1,))   # (a view: writes reach x)
+        target[_coordinates(positions, target.shape)] = _repeated(value, positions)
+
+    def _flat(self) -> Tensor:
+        return shape_ops.reshape(self.base, (-1,))
+
+
+def assign_all(x: Tensor, value) -> None:
+    """``x.flat = value``: every element of ``x`` from ``value`` (repeated as needed)."""
+    FlatIter(x)[...] = value
+
+
+def _flat_key(key):
+    """A key of ``flat``: integers, slices, ``...``, integer or boolean sequences (NumPy
+    arrays, lists, tensors). Tuples index one axis only, as NumPy's ``flat``."""
+    if isinstance(key, tuple):
+        if len(key) != 1:
+            raise IndexError(f"qt.Tensor.flat: one index expected (the array is seen as 1-d), got {key!r}")
+        key = key[0]
+    if key is Ellipsis:
+        return slice(None)
+    if isinstance(key, (list, np.ndarray)):
+        host = np.asarray(key)
+        if host.dtype != np.bool_ and not np.issubdtype(host.dtype, np.integer):
+            raise IndexError(f"qt.Tensor.flat: indices must be integers or booleans, got {host.dtype}")
+        return host
+    return key
+
+
+def _coordinates(positions, shape: tuple) -> tuple:
+    if isinstance(positions, Tensor):
+        return selecting.unravel_index(positions, shape)
+    return np.unravel_index(positions, shape)
+
+
+def _repeated(value, positions):
+    """``value`` for the elements at ``positions``: as it is when it is a scalar or has one
+    value per position, else repeated (or cut) to their number, as NumPy's ``flat``."""
+    count = int(np.size(positions)) if not isinstance(positions, Tensor) else positions.size
+    shape = np.shape(positions) if not isinstance(positions, Tensor) else positions.shape
+    if isinstance(value, Tensor):
+        if value.size in (1, count) and (value.ndim == 0 or value.size == count):
+            return shape_ops.reshape(value, shape) if value.ndim else value
+        flat = shape_ops.reshape(value, (-1,))
+    else:
+        host = np.asarray(value)
+        if host.size in (1, count) and (host.ndim == 0 or host.size == count):
+            return host.reshape(shape) if host.ndim else value
+        flat = host.reshape(-1)
+    if flat.shape[0] == 0:
+        raise ValueError("qt.Tensor.flat: cannot assign an empty sequence")
+    return flat[np.arange(count) % flat.shape[0]].reshape(shape)

@@ -1,0 +1,202 @@
+"""NumPy's ``ndarray.flat`` and the ``out=`` keyword of NumPy functions, on tensors.
+
+Differential: each case runs the same program on NumPy arrays and on tensors (fresh random
+shapes, layouts, keys and values; fusion on and off) and compares every array the program
+holds at the end — the base and the view written through — exactly. Gradients through a
+flat write against float64 central differences.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qtrace as qt
+
+SHAPES = [(), (7,), (3, 4), (2, 3, 4)]
+LAYOUTS = ["plain", "transposed", "strided"]
+
+
+def _layout(x, layout: str):
+    """A view of ``x`` (NumPy array or tensor) in ``layout`` (as NumPy would make it)."""
+    if layout == "transposed" or x.ndim < 1:
+        return x.T
+    if layout == "strided":
+        return x[::-2] if x.ndim == 1 else x[:, ::2]
+    return x[...]
+
+
+def _keys(rng, size: int):
+    """Flat keys of every kind NumPy's ``flat`` takes, for a view of ``size`` elements."""
+    ints = rng.integers(-size, size, 3)
+    keys = [int(ints[0]), slice(None, None, 2), slice(size - 1, None, -3), Ellipsis,
+            [int(k) for k in ints], ints, rng.random(size) < 0.5]
+    return [k for k in keys if size > 0]
+
+
+def _values(rng, count: int):
+    """Values for ``count`` elements: a scalar, one per element, fewer (NumPy repeats them)."""
+    return [float(rng.standard_normal()), rng.standard_normal(count),
+            rng.standard_normal(max(1, count - 1)), rng.standard_normal(count + 2)]
+
+
+def _as_qt_key(key, as_tensor: bool):
+    if as_tensor and isinstance(key, np.ndarray):
+        return qt.asarray(key)
+    return key
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_flat_reads_match_numpy(shape, layout, fusion, rng):
+    base = rng.standard_normal(shape)
+    ref, got = _layout(base, layout), _layout(qt.asarray(base), layout)
+    assert len(got.flat) == ref.size
+    np.testing.assert_array_equal(np.asarray(got.flat), np.asarray(ref.flat))
+    np.testing.assert_array_equal(got.flat.copy().numpy(), ref.flat.copy())
+    np.testing.assert_array_equal([float(v) for v in got.flat], [float(v) for v in ref.flat])
+    for key in _keys(rng, ref.size):
+        for as_tensor in (False, True):
+            want = ref.flat[key]
+            have = got.flat[_as_qt_key(key, as_tensor)]
+            np.testing.assert_array_equal(np.asarray(have), want, err_msg=f"key {key!r}")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_flat_writes_land_in_the_base_as_numpy(shape, layout, fusion, rng):
+    """``view.flat[key] = value`` writes through the view into its base, NumPy's values
+    repeated to the elements' number; every array held afterwards matches NumPy's."""
+    base = rng.standard_normal(shape)
+    size = _layout(base, layout).size
+    for key in _keys(rng, size):
+        count = np.arange(size)[key if key is not Ellipsis else slice(None)].size
+        for value in _values(rng, count):
+            for as_tensor in (False, True):
+                ref_base = base.copy()
+                ref = _layout(ref_base, layout)
+                got_base = qt.asarray(base.copy())
+                got = _layout(got_base, layout)
+                got_value = qt.asarray(value) if as_tensor and np.ndim(value) else value
+                what = f"key {key!r}, value of shape {np.shape(value)}, tensor operands {as_tensor}"
+                try:
+                    ref.flat[key] = value
+                except ValueError:   # (NumPy: one element takes a scalar only)
+                    with pytest.raises(ValueError, match="takes a scalar"):
+                        got.flat[_as_qt_key(key, as_tensor)] = got_value
+                    continue
+                got.flat[_as_qt_key(key, as_tensor)] = got_value
+                np.testing.assert_array_equal(got_base.numpy(), ref_base, err_msg=what)
+                np.testing.assert_array_equal(got.numpy(), ref, err_msg=what)
+
+
+def test_flat_attribute_assignment_fills_as_numpy(fusion, rng):
+    base = rng.standard_normal((3, 5))
+    for value in (2.5, rng.standard_normal(4), rng.standard_normal(15)):
+        ref, got = base.copy(), qt.asarray(base.copy())
+        ref[:, 1:].flat = value
+        view = got[:, 1:]
+        view.flat = value
+        np.testing.assert_array_equal(got.numpy(), ref)
+
+
+def test_flat_write_inside_jit_reaches_the_caller(fusion, rng):
+    """A jitted step writing its argument through ``flat`` changes the caller's tensor, as
+    NumPy's function would change the caller's array."""
+    def step(a, idx):
+        a.flat[idx] = a.flat[idx] * 2.0 + 1.0
+        return a.sum()
+    base, idx = rng.standard_normal((4, 6)), rng.choice(24, 5, replace=False)
+    ref = base.copy()
+    want = step(ref, idx)
+    got = qt.asarray(base.copy())
+    have = qt.jit(step)(got, qt.asarray(idx))
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-15)
+    np.testing.assert_allclose(have.item(), want, rtol=1e-12)
+
+
+def test_flat_write_gradient_matches_finite_differences(fusion, rng):
+    """d/dy of ``sum(sin(z) * w)`` where ``z.flat[idx] = y ** 2`` (z a transposed view of a
+    copy of x): the gradient flows into y at the written positions and into x elsewhere."""
+    x, w = rng.standard_normal((3, 4)), rng.standard_normal((4, 3))
+    idx = rng.choice(12, 5, replace=False)
+    y = rng.standard_normal(5)
+
+    def loss(xp, x, y):
+        z = xp.asarray(x).copy().T
+        z.flat[idx] = y ** 2
+        return (xp.sin(z) * w).sum()
+    gx, gy = qt.grad(lambda x, y: loss(qt, x, y), argnums=(0, 1))(qt.asarray(x), qt.asarray(y))
+    h = 1e-6
+    for arg, got in ((0, gx), (1, gy)):
+        args = [x, y]
+        fd = np.zeros_like(args[arg])
+        for k in range(args[arg].size):
+            hi, lo = [a.copy() for a in args], [a.copy() for a in args]
+            hi[arg].flat[k] += h
+            lo[arg].flat[k] -= h
+            fd.flat[k] = (loss(np, *hi) - loss(np, *lo)) / (2 * h)
+        np.testing.assert_allclose(got.numpy(), fd, rtol=1e-6, atol=1e-8)
+
+
+def test_flat_rejects_what_numpy_rejects(rng):
+    x = qt.asarray(rng.standard_normal((2, 3)))
+    with pytest.raises(IndexError, match="one index"):
+        x.flat[0, 1]
+    with pytest.raises(IndexError, match="integers or booleans"):
+        x.flat[np.array([0.5])] = 1.0
+    with pytest.raises(IndexError, match="boolean index must have shape"):
+        x.flat[qt.asarray(np.ones(4, bool))] = 1.0
+    with pytest.raises(ValueError, match="empty sequence"):
+        x.flat[[0, 1]] = np.zeros(0)
+
+
+# --- out= --------------------------------------------------------------------------------
+OUT_CASES = {
+    "sum": (lambda xp, a, out: xp.sum(a, axis=0, out=out), lambda a: a.shape[1:]),
+    "mean": (lambda xp, a, out: xp.mean(a, axis=1, out=out), lambda a: a.shape[:1]),
+    "max": (lambda xp, a, out: xp.max(a, out=out), lambda a: ()),
+    "cumsum": (lambda xp, a, out: xp.cumsum(a, axis=1, out=out), lambda a: a.shape),
+    "clip": (lambda xp, a, out: xp.clip(a, -0.5, 0.5, out=out), lambda a: a.shape),
+    "round": (lambda xp, a, out: xp.round(a, 2, out=out), lambda a: a.shape),
+    "dot": (lambda xp, a, out: xp.dot(a, a.T, out=out), lambda a: (a.shape[0],) * 2),
+}
+
+
+@pytest.mark.parametrize("case", list(OUT_CASES))
+def test_numpy_functions_write_out_into_a_view_as_numpy(case, fusion, rng):
+    """``np.f(t, out=view)``: the result lands in the view and its base (NumPy's function
+    called on a tensor dispatches to qtrace's), and is what is returned."""
+    fn, out_shape = OUT_CASES[case]
+    a = rng.standard_normal((4, 5))
+    shape = out_shape(a)
+    big = rng.standard_normal((2,) + shape)
+    ref_big, got_big = big.copy(), qt.asarray(big.copy())
+    ref_ret = fn(np, a, ref_big[1, ...])
+    got_ret = fn(np, qt.asarray(a), got_big[1, ...])
+    np.testing.assert_allclose(got_big.numpy(), ref_big, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(got_ret), ref_ret, rtol=1e-13, atol=1e-15)
+
+
+def test_out_into_the_input_and_into_a_numpy_array(fusion, rng):
+    a = rng.standard_normal(9)
+    ref, got = a.copy(), qt.asarray(a.copy())
+    np.clip(ref, -0.3, 0.3, out=ref)
+    np.clip(got, -0.3, 0.3, out=got)
+    np.testing.assert_array_equal(got.numpy(), ref)
+    ref, got = a.copy(), qt.asarray(a.copy())
+    ref.clip(-0.1, 0.2, out=ref)
+    got.clip(-0.1, 0.2, out=got)
+    np.testing.assert_array_equal(got.numpy(), ref)
+    host = np.zeros(9)
+    returned = np.round(qt.asarray(a), 1, out=host)
+    assert returned is host
+    np.testing.assert_array_equal(host, np.round(a, 1))
+
+
+def test_out_of_the_wrong_shape_names_the_function(rng):
+    t = qt.asarray(rng.standard_normal((3, 4)))
+    with pytest.raises(ValueError, match=r"numpy\.sum: cannot write a result of shape \(4,\)"):
+        np.sum(t, axis=0, out=qt.zeros(3))
+    with pytest.raises(ValueError, match=r"qt\.Tensor\.clip: cannot write"):
+        t.clip(0, 1, out=qt.zeros(5))
