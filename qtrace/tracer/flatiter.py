@@ -69,8 +69,11 @@ class FlatIter:
             positions = elementwise.where(key < 0, key + x.size, key)
         else:
             positions = np.arange(x.size)[key]
+        values = _repeated(value, positions)
+        if not isinstance(positions, Tensor):
+            positions, values = _last_of_each(positions, values)
         target = x if x.ndim else shape_ops.reshape(x, (1,))   # (a view: writes reach x)
-        target[_coordinates(positions, target.shape)] = _repeated(value, positions)
+        target[_coordinates(positions, target.shape)] = values
 
     def _flat(self) -> Tensor:
         return shape_ops.reshape(self.base, (-1,))
@@ -96,6 +99,21 @@ def _flat_key(key):
             raise IndexError(f"qt.Tensor.flat: indices must be integers or booleans, got {host.dtype}")
         return host
     return key
+
+
+def _last_of_each(positions: np.ndarray, values):
+    """Positions written more than once keep the last of their values, as NumPy's ``flat``
+    (a scatter leaves unspecified which of several writes to one element wins: on a GPU
+    they race)."""
+    flat = np.reshape(positions, -1)
+    _, last = np.unique(flat[::-1], return_index=True)
+    if last.size == flat.size:
+        return positions, values
+    keep = np.sort(flat.size - 1 - last)
+    if np.ndim(values) == 0:
+        return flat[keep], values
+    each = shape_ops.reshape(values, (-1,)) if isinstance(values, Tensor) else np.reshape(values, -1)
+    return flat[keep], each[keep]
 
 
 def _coordinates(positions, shape: tuple) -> tuple:

@@ -28,9 +28,10 @@ def _layout(x, layout: str):
 
 def _keys(rng, size: int):
     """Flat keys of every kind NumPy's ``flat`` takes, for a view of ``size`` elements."""
-    ints = rng.integers(-size, size, 3)
+    ints = rng.integers(-size, size, 3)   # (repeats too: NumPy's last write wins)
+    distinct = rng.permutation(size)[:3] - size * (rng.random(min(size, 3)) < 0.5)
     keys = [int(ints[0]), slice(None, None, 2), slice(size - 1, None, -3), Ellipsis,
-            [int(k) for k in ints], ints, rng.random(size) < 0.5]
+            [int(k) for k in ints], distinct, rng.random(size) < 0.5]
     return [k for k in keys if size > 0]
 
 
@@ -41,6 +42,9 @@ def _values(rng, count: int):
 
 
 def _as_qt_key(key, as_tensor: bool):
+    """``key``, its NumPy arrays as tensors when ``as_tensor`` (those keys hold no repeats:
+    which of several writes of a tensor key to one element wins is unspecified, as a
+    scatter's)."""
     if as_tensor and isinstance(key, np.ndarray):
         return qt.asarray(key)
     return key
