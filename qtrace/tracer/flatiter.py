@@ -4,7 +4,9 @@
 ``x.flat[k] = v`` writes it into ``x`` (and so into every view sharing its memory, as
 NumPy's ``flat`` writes into the array); ``x.flat = v`` fills ``x``; ``for v in x.flat``
 visits every element. As NumPy's, a value shorter than the elements it is assigned to is
-repeated (``x.flat[[0, 1, 2]] = [7, 8]`` writes 7, 8, 7).
+repeated (``x.flat[[0, 1, 2]] = [7, 8]`` writes 7, 8, 7), and of several writes to one
+position the last wins — for keys given as Python or NumPy values; a tensor key repeating a
+position leaves unspecified which value wins (a scatter's writes race on a GPU).
 
 Example:
     >>> import numpy as np
@@ -57,18 +59,23 @@ class FlatIter:
     def __setitem__(self, key, value) -> None:
         x = self.base
         key = _flat_key(key)
-        if isinstance(key, (int, np.integer)) and np.ndim(value) != 0:
-            raise ValueError(f"qt.Tensor.flat: element {key} takes a scalar, got a value of shape "
+        if np.ndim(key) == 0 and not isinstance(key, slice) and np.ndim(value) != 0:
+            raise ValueError(f"qt.Tensor.flat: one element takes a scalar, got a value of shape "
                              f"{np.shape(value)} (as NumPy's)")
         if isinstance(key, Tensor) and key.dtype == np.bool_:
             if key.shape != (x.size,):
                 raise IndexError(f"qt.Tensor.flat: a boolean index must have shape ({x.size},), "
                                  f"got {key.shape}")
+            if np.ndim(value) == 0:   # a mask write (jit-able: no count needed)
+                x[shape_ops.reshape(key, x.shape)] = value
+                return
             positions = np.flatnonzero(np.asarray(key))   # (their number shapes the write)
         elif isinstance(key, Tensor):
             positions = elementwise.where(key < 0, key + x.size, key)
         else:
-            positions = np.arange(x.size)[key]
+            positions = _host_positions(key, x.size)
+        if (value.size if isinstance(value, Tensor) else np.size(value)) == 0:
+            return   # (NumPy: an empty value writes nothing)
         values = _repeated(value, positions)
         if not isinstance(positions, Tensor):
             positions, values = _last_of_each(positions, values)
@@ -85,20 +92,44 @@ def assign_all(x: Tensor, value) -> None:
 
 
 def _flat_key(key):
-    """A key of ``flat``: integers, slices, ``...``, integer or boolean sequences (NumPy
-    arrays, lists, tensors). Tuples index one axis only, as NumPy's ``flat``."""
+    """A key of ``flat``: integers, slices, ``...``, integer sequences (lists, NumPy arrays,
+    tensors), boolean NumPy arrays and tensors. Tuples index one axis only, as NumPy's
+    ``flat``; a boolean scalar or list, ``None`` and floats are refused, as NumPy's."""
     if isinstance(key, tuple):
         if len(key) != 1:
             raise IndexError(f"qt.Tensor.flat: one index expected (the array is seen as 1-d), got {key!r}")
         key = key[0]
     if key is Ellipsis:
         return slice(None)
-    if isinstance(key, (list, np.ndarray)):
-        host = np.asarray(key)
-        if host.dtype != np.bool_ and not np.issubdtype(host.dtype, np.integer):
-            raise IndexError(f"qt.Tensor.flat: indices must be integers or booleans, got {host.dtype}")
-        return host
+    if key is None or isinstance(key, (bool, np.bool_)):
+        raise IndexError(f"qt.Tensor.flat: unsupported index {key!r} (as NumPy's flat iterator)")
+    if isinstance(key, list):
+        host = np.asarray(key, dtype=np.int64 if not key else None)
+        if host.dtype == np.bool_:
+            raise IndexError("qt.Tensor.flat: boolean lists are not supported (as NumPy's flat "
+                             "iterator): pass a boolean array")
+        key = host
+    if isinstance(key, np.ndarray) and key.dtype != np.bool_ and not np.issubdtype(key.dtype, np.integer):
+        raise IndexError(f"qt.Tensor.flat: indices must be integers or booleans, got {key.dtype}")
     return key
+
+
+def _host_positions(key, size: int):
+    """The C-order positions a host key selects in ``size`` elements: an integer, or an
+    integer array of the key's shape (negative positions counted from the end)."""
+    if isinstance(key, slice):
+        return np.arange(*key.indices(size))
+    if isinstance(key, np.ndarray) and key.dtype == np.bool_:
+        if key.shape != (size,):
+            raise IndexError(f"qt.Tensor.flat: a boolean index must have shape ({size},), got {key.shape}")
+        return np.flatnonzero(key)
+    positions = np.asarray(key, dtype=np.int64)
+    bad = (positions < -size) | (positions >= size)
+    if bad.any():
+        raise IndexError(f"qt.Tensor.flat: index {int(positions[bad].flat[0])} is out of bounds for "
+                         f"size {size}")
+    positions = np.where(positions < 0, positions + size, positions)
+    return int(positions) if positions.ndim == 0 else positions
 
 
 def _last_of_each(positions: np.ndarray, values):
@@ -128,14 +159,12 @@ def _repeated(value, positions):
     count = int(np.size(positions)) if not isinstance(positions, Tensor) else positions.size
     shape = np.shape(positions) if not isinstance(positions, Tensor) else positions.shape
     if isinstance(value, Tensor):
-        if value.size in (1, count) and (value.ndim == 0 or value.size == count):
+        if value.ndim == 0 or value.size == count:
             return shape_ops.reshape(value, shape) if value.ndim else value
         flat = shape_ops.reshape(value, (-1,))
     else:
         host = np.asarray(value)
-        if host.size in (1, count) and (host.ndim == 0 or host.size == count):
+        if host.ndim == 0 or host.size == count:
             return host.reshape(shape) if host.ndim else value
         flat = host.reshape(-1)
-    if flat.shape[0] == 0:
-        raise ValueError("qt.Tensor.flat: cannot assign an empty sequence")
     return flat[np.arange(count) % flat.shape[0]].reshape(shape)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
+
 import numpy as np
 
 from ..graph import buffers
@@ -117,19 +121,36 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
 
 
 def write_out(target, result, name: str):
-    """NumPy's ``out=``: ``result`` written into ``target`` (same_kind casting, target's shape)."""
-    if isinstance(target, (Tensor, np.ndarray)) and (
-            result.shape != target.shape or not np.can_cast(result.dtype, target.dtype, "same_kind")):
-        raise ValueError(f"{name}: cannot write a result of shape {result.shape} and dtype "
-                         f"{result.dtype} into out= of shape {target.shape} and dtype {target.dtype}")
-    if isinstance(target, Tensor):
-        views.assign(target, cast(result._node, target.dtype, weak=False))
-        return target
-    if isinstance(target, np.ndarray):  # a NumPy array asked for the value: computed now
-        np.copyto(target, np.asarray(result), casting="same_kind")
+    """NumPy's ``out=``: ``result`` written into ``target`` and ``target`` returned.
+
+    A tensor target takes a result that broadcasts to its shape, cast as NumPy's ``same_kind``
+    (``ValueError`` for shapes, ``TypeError`` for dtypes, naming ``name``); it and every view
+    of it see the write. A NumPy array target asks for the value: computed now and written by
+    ``np.copyto`` (NumPy's own rules and errors, prefixed with ``name``)."""
+    if isinstance(target, np.ndarray):
+        try:
+            np.copyto(target, np.asarray(result), casting="same_kind")
+        except (TypeError, ValueError) as exc:
+            kind = TypeError if isinstance(exc, TypeError) else ValueError
+            raise kind(f"{name}: out=: {exc}") from exc
         buffers.bump(target)
         return target
-    raise TypeError(f"{name}: out= must be a qt.Tensor or a NumPy array, got {type(target).__name__}")
+    if not isinstance(target, Tensor):
+        raise TypeError(f"{name}: out= must be a qt.Tensor or a NumPy array, got {type(target).__name__}")
+    if not np.can_cast(result.dtype, target.dtype, "same_kind"):
+        raise TypeError(f"{name}: cannot cast a result of dtype {result.dtype} into out= of dtype "
+                        f"{target.dtype} (same_kind casting)")
+    if result.shape != target.shape:
+        try:
+            fits = np.broadcast_shapes(result.shape, target.shape) == target.shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"{name}: cannot write a result of shape {result.shape} into out= of "
+                             f"shape {target.shape}")
+        result = shape_ops.broadcast_to(result, target.shape)
+    views.assign(target, cast(result._node, target.dtype, weak=False))
+    return target
 
 
 def _ufunc_at(ufunc, name: str, a, indices, b=None, **kwargs):
@@ -140,27 +161,61 @@ def _ufunc_at(ufunc, name: str, a, indices, b=None, **kwargs):
 
 
 def array_function(self, func, types, args, kwargs):
-    """NumPy functions qtrace implements run on tensors (``out=`` given as a keyword: the
-    result written into it, as NumPy's, a tensor seeing it in place and every view of it);
-    value consumers (printing, saving) run in NumPy on the computed values; anything else
-    raises ``TypeError``."""
+    """NumPy functions qtrace implements run on tensors (``out=``, by keyword or position:
+    the result written into it as NumPy's, see :func:`write_out`; sums, products and means
+    accumulate in its dtype as NumPy's do); value consumers (printing, saving) run in NumPy
+    on the computed values; anything else raises ``TypeError``."""
     fn = FUNCTIONS.get(func)
     if fn is not None:
-        if "out" not in kwargs:
-            return fn(*args, **kwargs)
-        kwargs = dict(kwargs)
-        target = kwargs.pop("out")
-        result = fn(*args, **kwargs)
+        args, kwargs, target = _take_out(func, args, kwargs)
         if target is None:
-            return result
+            return fn(*args, **kwargs)
+        if func in _ACCUMULATE_IN_OUT and not _given(func, "dtype", args, kwargs) \
+                and isinstance(target, (Tensor, np.ndarray)):
+            kwargs["dtype"] = target.dtype
+        result = fn(*args, **kwargs)
         name = f"{func.__module__}.{func.__name__}"
         if not isinstance(result, Tensor):
-            raise _unsupported(f"{name} with out= (it has several results)")
-        return write_out(target[0] if isinstance(target, tuple) and len(target) == 1 else target,
-                          result, name)
+            raise _unsupported(f"{name} with out= (its result is not one array)")
+        return write_out(target, result, name)
     if func in _VALUE_CONSUMERS:
         return func(*_to_numpy(args), **{k: _to_numpy(v) for k, v in kwargs.items()})
     raise _unsupported(f"numpy.{func.__name__}")
+
+
+# NumPy's functions that accumulate in out='s dtype when no dtype= is given
+_ACCUMULATE_IN_OUT = {np.sum, np.prod, np.mean, np.cumsum, np.cumprod, np.nansum, np.nanprod,
+                      np.nanmean, np.nancumsum, np.nancumprod}
+
+
+@functools.cache
+def _parameters(func) -> tuple:
+    """The names of NumPy function ``func``'s leading positional parameters."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in itertools.takewhile(
+        lambda p: p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD), params))
+
+
+def _given(func, name: str, args, kwargs) -> bool:
+    names = _parameters(func)
+    return name in kwargs or (name in names and names.index(name) < len(args))
+
+
+def _take_out(func, args, kwargs) -> tuple:
+    """``(args, kwargs, out)``: NumPy's ``out`` argument taken out of a call of ``func``,
+    given by keyword or by position (then the positional arguments after it become
+    keywords, by NumPy's names); ``out`` is None when not given (or given as None)."""
+    if "out" in kwargs:
+        kwargs = dict(kwargs)
+        return args, kwargs, kwargs.pop("out")
+    names = _parameters(func)
+    if "out" not in names or len(args) <= names.index("out"):
+        return args, kwargs, None
+    k = names.index("out")
+    return args[:k], {**kwargs, **dict(zip(names[k + 1:], args[k + 1:]))}, args[k]
 
 
 def _to_numpy(x):

@@ -313,7 +313,7 @@ def test_numpy_protocol(rng):
         got = np.fft.fft(t, out=out)   # (NumPy's out=: the result written into it)
         assert got is out
         close(np.asarray(out), np.fft.fft(x))
-    with pytest.raises(ValueError, match=r"^numpy\.fft\.fft: cannot write a result of shape \(3, 6\)"):
+    with pytest.raises(ValueError, match=r"^numpy\.fft\.fft: out=: could not broadcast"):
         np.fft.fft(t, out=np.empty(6, complex))
 
 

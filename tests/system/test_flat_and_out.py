@@ -151,8 +151,40 @@ def test_flat_rejects_what_numpy_rejects(rng):
         x.flat[np.array([0.5])] = 1.0
     with pytest.raises(IndexError, match="boolean index must have shape"):
         x.flat[qt.asarray(np.ones(4, bool))] = 1.0
-    with pytest.raises(ValueError, match="empty sequence"):
-        x.flat[[0, 1]] = np.zeros(0)
+    with pytest.raises(IndexError, match="boolean lists are not supported"):
+        x.flat[[True, False] * 3] = 1.0
+    for key in (None, True):
+        with pytest.raises(IndexError, match="unsupported index"):
+            x.flat[key]
+    with pytest.raises(IndexError, match="index -7 is out of bounds for size 6"):
+        x.flat[[0, -7]] = 1.0
+    with pytest.raises(ValueError, match="one element takes a scalar"):
+        x.flat[np.array(2)] = [8.0, 9.0]
+
+
+def test_flat_writes_of_nothing_change_nothing(rng):
+    """As NumPy's: an empty value, or an empty key, writes nothing."""
+    a = rng.standard_normal((2, 3))
+    x = qt.asarray(a.copy())
+    x.flat[[0, 1]] = np.zeros(0)
+    x.flat[[]] = 1.0
+    np.testing.assert_array_equal(x.numpy(), a)
+    assert x.flat[[]].shape == (0,)
+
+
+def test_flat_mask_write_inside_jit(fusion, rng):
+    """A boolean tensor key with a scalar value is a mask write: no count needed, so it
+    runs inside ``qt.jit`` and changes the caller's tensor."""
+    def zero(x, m):
+        x.flat[m] = 0.0
+        return x.sum()
+    a, m = rng.standard_normal((3, 4)), rng.random(12) < 0.5
+    ref = a.copy()
+    want = zero(ref, m)
+    got = qt.asarray(a.copy())
+    have = qt.jit(zero)(got, qt.asarray(m))
+    np.testing.assert_array_equal(got.numpy(), ref)
+    np.testing.assert_allclose(have.item(), want, rtol=1e-12)
 
 
 # --- out= --------------------------------------------------------------------------------
@@ -202,5 +234,35 @@ def test_out_of_the_wrong_shape_names_the_function(rng):
     t = qt.asarray(rng.standard_normal((3, 4)))
     with pytest.raises(ValueError, match=r"numpy\.sum: cannot write a result of shape \(4,\)"):
         np.sum(t, axis=0, out=qt.zeros(3))
+    with pytest.raises(ValueError, match=r"numpy\.sum: out=: could not broadcast"):
+        np.sum(t, axis=0, out=np.zeros(3))
+    with pytest.raises(TypeError, match=r"numpy\.clip: cannot cast a result of dtype float64"):
+        np.clip(t, 0, 1, out=qt.zeros((3, 4), dtype=qt.int64))
     with pytest.raises(ValueError, match=r"qt\.Tensor\.clip: cannot write"):
         t.clip(0, 1, out=qt.zeros(5))
+
+
+def test_out_given_by_position_as_numpy(fusion, rng):
+    """``out`` in its NumPy position (the arguments after it by NumPy's names too)."""
+    a = rng.standard_normal((3, 4))
+    calls = [(lambda arr, o: np.max(arr, None, o), ()),
+             (lambda arr, o: np.sum(arr, 1, None, o, True), (3, 1)),
+             (lambda arr, o: np.clip(arr, -0.5, 0.5, o), (3, 4)),
+             (lambda arr, o: np.var(arr, 1, None, o, 1), (3,))]
+    for call, shape in calls:
+        ref, got = np.zeros(shape), qt.zeros(shape)
+        assert call(a, ref) is ref
+        assert call(qt.asarray(a), got) is got
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-13, atol=1e-15)
+
+
+def test_sums_and_products_accumulate_in_the_dtype_of_out(fusion, rng):
+    """As NumPy's: with no dtype=, a sum or product into a float64 out= accumulates in
+    float64 (not in the float32 of the input, then cast)."""
+    x = rng.uniform(1.0, 19.0, 40).astype(np.float32)
+    for fn in (np.prod, np.sum, np.mean, np.cumsum):
+        ref_out = np.zeros(() if fn is not np.cumsum else 40)
+        got_out = qt.zeros(ref_out.shape)
+        fn(x, out=ref_out)
+        fn(qt.asarray(x), out=got_out)
+        np.testing.assert_allclose(got_out.numpy(), ref_out, rtol=1e-14, err_msg=fn.__name__)
