@@ -97,7 +97,7 @@ def test_threads_share_one_pending_tensor(rng, fusion):
     _run_threads(work)
     for i in range(N_THREADS):
         for r in results[i][:-1]:
-            np.testing.assert_allclose(r, np.sin(x) * 2 + i, rtol=1e-12)
+            np.testing.assert_allclose(r, np.sin(x) * 2 + i, rtol=1e-12, atol=1e-13)
         np.testing.assert_allclose(results[i][-1], np.sin(x) * 2, rtol=1e-12)
 
 
