@@ -20,6 +20,7 @@ COUNTERS = (
     "tier_up_failures",     # optimising compiles that failed (their quick code stays)
     "cache_hits_memory",
     "cache_hits_disk",
+    "kernels_shared",       # tasks that took a kernel compiled for other tasks with the same code
     "kernel_launches",      # native launches (a run of small tasks is one sequence launch)
     "tasks_run",            # tasks executed (each a kernel; several may share a launch)
     "tasks_fused",

@@ -38,7 +38,7 @@ from ..kernels.lowering import (
 )
 from ..kernels.target import target_for
 from ..stats import bump, bump_many
-from . import adstack, cpu, library
+from . import adstack, cpu, kernel_bodies, library
 from .registry import ONE_LAUNCH, launch_parameters, runtime_for
 
 _lock = threading.RLock()
@@ -528,13 +528,10 @@ def compile_plan(outputs: tuple) -> Plan:
             options = dict(config.codegen_options(), check_bounds=check)  # what is lowered below
             entry, compiled = disk_cache.lookup(missing, options, target)
             if compiled is None:
-                module = target.new_module(f"qtrace_{spec.key[:16]}")
-                for sym, t in missing.items():
-                    target.lower(t, module, sym, check)
-                compiled, payload = target.compile(module, list(missing), list(missing.values()),
-                                                   _TieredUp(target.key, device, check, entry))
-                if payload is not None and entry is not None:   # (else stored once optimised)
-                    entry.store(payload)
+                compiled = _compile(missing, f"qtrace_{spec.key[:16]}", target, device, check, entry)
+            else:   # (their bodies, for tasks of other sizes to share: kernel_bodies)
+                for sym, digest in entry.bodies.items():
+                    kernel_bodies.add(target.key, device, check, digest, sym, entry.path)
             # -- end of the disk cache hook
             # loaded on this device (a tiered compile's optimised kernels may be there already:
             # where no background thread could start, they were installed during the compile;
@@ -545,6 +542,50 @@ def compile_plan(outputs: tuple) -> Plan:
                    for t in spec.tasks}
     bump("tasks_fused", spec.tasks_fused)
     return Plan(spec, kernels, check, device)
+
+
+def _compile(missing: dict, name: str, target, device, check: bool, entry) -> dict:
+    """Kernels ``{symbol: kernel}`` for the tasks ``{symbol: task}``, none of them in the
+    kernel table, compiled together as module ``name`` and stored in the disk ``entry``
+    (None: no disk cache) — except tasks whose lowered text a kernel of this process
+    already has (:mod:`qtrace.devices.kernel_bodies`): they take that kernel. When every
+    task does, the entry is stored as aliases of those kernels' entry; when only some
+    do, the others are compiled alone unless a disk entry must hold them all."""
+    probes, shared = {}, {}
+    if not config.dump_ir:   # (with QTRACE_DUMP_IR every kernel is compiled, to be dumped)
+        for sym, t in missing.items():
+            digest, module = probes[sym] = kernel_bodies.probe(target, t, sym, check, name)
+            known = kernel_bodies.find(target.key, device, check, digest)
+            if known is not None and (target.key, device, known.symbol, check) in _kernels:
+                shared[sym] = known
+    if shared and (entry is None or len(shared) == len(missing)):
+        if entry is not None and len({k.source for k in shared.values()}) == 1:
+            entry.store_aliases({sym: k.symbol for sym, k in shared.items()},
+                                next(iter(shared.values())).source)
+        bump("kernels_shared", len(shared))
+    else:
+        shared = {}
+    compiled = {sym: _kernels[(target.key, device, k.symbol, check)] for sym, k in shared.items()}
+    todo = {sym: t for sym, t in missing.items() if sym not in shared}
+    if todo:
+        if len(todo) == 1 and probes:
+            module = probes[next(iter(todo))][1]
+        else:
+            module = target.new_module(name)
+            for sym, t in todo.items():
+                target.lower(t, module, sym, check)
+        if entry is not None:
+            entry.bodies = {sym: probes[sym][0] for sym in todo if sym in probes}
+        new, payload = target.compile(module, list(todo), list(todo.values()),
+                                      _TieredUp(target.key, device, check, entry))
+        if payload is not None and entry is not None:   # (else stored once optimised)
+            entry.store(payload)
+        for sym in todo:
+            if sym in probes:
+                kernel_bodies.add(target.key, device, check, probes[sym][0], sym,
+                                  entry.path if entry is not None else None)
+        compiled.update(new)
+    return compiled
 
 
 class _TieredUp:

@@ -27,6 +27,10 @@ task keys (so the entries for one set of kernels can be listed, to explain a mis
      "symbols": [...], "components": {...}, "payload_bytes": n, "payload_sha256": ...}
     <n bytes of ELF/Mach-O/COFF object code, or PTX text for a GPU>
 
+``symbols`` are those the payload defines. Kernels that run the code of kernels compiled
+for other tasks (the same lowered text: :mod:`qtrace.devices.kernel_bodies`) are stored
+as an entry with ``"aliases": {symbol: symbol of the payload}`` and a copy of that payload.
+
 Checks on load, in order: the file is ours (owner), the header parses, the format and
 its version are ours, key/kernels/components equal what was asked for, the payload has
 its length and checksum, and the object loads and defines every symbol. Any failure is
@@ -292,6 +296,9 @@ class Entry:
         self.key = entry_key(self.kernels, self.components)
         self.prefix = _kernels_id(self.kernels)
         self.path = os.path.join(directory, f"{self.prefix}-{self.key}{SUFFIX}")
+        # symbol -> digest of its lowered text (:mod:`qtrace.devices.kernel_bodies`), for the
+        # symbols the payload defines: written by store when set, read back by a load
+        self.bodies: dict = {}
 
     def load(self) -> dict | None:
         """``{symbol: callable}`` from the entry, or None if it is absent or unusable."""
@@ -316,14 +323,22 @@ class Entry:
                                "bytes)")
             if header.get("payload_sha256") != hashlib.sha256(payload).hexdigest():
                 raise _Corrupt("payload checksum mismatch")
-            if not set(self.symbols) <= set(header.get("symbols") or ()):
+            aliases = header.get("aliases") or {}
+            if not isinstance(aliases, dict):
+                raise _Corrupt("unreadable aliases")
+            defined = {s: aliases.get(s, s) for s in self.symbols}
+            if not set(defined.values()) <= set(header.get("symbols") or ()):
                 raise _Corrupt("it lacks some of the kernels' symbols")
         except _Corrupt as exc:
             return self._bad(str(exc))
         try:
-            kernels = self.target.load(payload, self.symbols)
+            loaded = self.target.load(payload, sorted(set(defined.values())))
+            kernels = {s: loaded[d] for s, d in defined.items()}
         except Exception as exc:  # a valid checksum over bad code: still never a crash
             return self._bad(f"object code failed to load ({exc})")
+        bodies = header.get("bodies")
+        self.bodies = {s: d for s, d in bodies.items() if s in defined and defined[s] == s
+                       and isinstance(d, str)} if isinstance(bodies, dict) else {}
         if self.counted:
             bump("cache_hits_disk", len(self.symbols))
         try:
@@ -338,12 +353,20 @@ class Entry:
                       stacklevel=4)
         return None
 
-    def store(self, obj: bytes) -> None:
-        """Write the entry atomically (temporary file + rename); failures only warn."""
+    def store(self, obj: bytes, symbols: list | None = None, aliases: dict | None = None) -> None:
+        """Write the entry atomically (temporary file + rename); failures only warn.
+
+        ``obj`` defines ``symbols`` (default: the entry's own); ``aliases`` maps an entry
+        symbol to the symbol of ``obj`` whose code it runs (:meth:`store_aliases`)."""
         header = {"format": FORMAT, "version": VERSION, "key": self.key, "kernels": self.kernels,
-                  "symbols": self.symbols, "components": self.components,
+                  "symbols": self.symbols if symbols is None else symbols,
+                  "components": self.components,
                   "payload_bytes": len(obj), "payload_sha256": hashlib.sha256(obj).hexdigest(),
                   "created": time.time()}
+        if aliases:
+            header["aliases"] = aliases
+        elif self.bodies:
+            header["bodies"] = self.bodies
         blob = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("ascii") + b"\n"
         try:
             write_atomically(self.path, blob + obj, self.prefix)
@@ -352,6 +375,25 @@ class Entry:
             _warn_once(("write", self.dir, type(exc).__name__),
                        f"qtrace disk cache: cannot write to {self.dir} ({exc}); kernels stay in "
                        "memory only")
+
+    def store_aliases(self, aliases: dict, source: str) -> bool:
+        """Store the entry as kernels of another: each symbol of ``aliases`` runs the code
+        of the symbol it maps to, defined by the entry file ``source`` (one
+        :meth:`store` wrote: kernels shared by body, :mod:`qtrace.devices.kernel_bodies`).
+        Its payload is copied, after the checks a load makes; False if ``source`` is gone,
+        unreadable or lacks a symbol (nothing is stored: the next process compiles)."""
+        try:
+            header, payload = _parse(_read(source))
+            if header.get("payload_bytes") != len(payload) \
+                    or header.get("payload_sha256") != hashlib.sha256(payload).hexdigest():
+                return False
+        except (OSError, _Corrupt):
+            return False
+        symbols = list(header.get("symbols") or ())
+        if header.get("components") != self.components or not set(aliases.values()) <= set(symbols):
+            return False
+        self.store(payload, symbols, aliases)
+        return True
 
     def explain_miss(self) -> str:
         """Which key component differs from the closest entry for the same kernels."""

@@ -36,7 +36,7 @@ import numpy as np
 from llvmlite import ir
 
 HINT = "qtrace.vectorize.float32"
-_count = itertools.count()
+_counts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # module -> its loop numbers
 _PLACEHOLDER = re.compile(r'^(!\d+) = !\{\s*!"' + re.escape(HINT) + r'", i32 \d+\s*\}$', re.M)
 PROPERTIES = "qtrace.loop"
 _PROPERTIES = re.compile(
@@ -49,14 +49,25 @@ _epilogues: weakref.WeakSet = weakref.WeakSet()   # modules whose rows leave rem
 def vector_hint(module: ir.Module):
     """A placeholder for a loop's ``llvm.loop`` metadata: vectorize at the float32 width
     (unique per loop, as loop IDs must be)."""
-    return module.add_metadata([ir.MetaDataString(module, HINT), ir.Constant(ir.IntType(32), next(_count))])
+    number = ir.Constant(ir.IntType(32), _number(module))
+    return module.add_metadata([ir.MetaDataString(module, HINT), number])
+
+
+def _number(module: ir.Module) -> int:
+    """A new number for a loop of ``module``: loops are numbered per module, so that a
+    module's text depends only on what it holds (kernels of equal text are shared:
+    :mod:`qtrace.devices.kernel_bodies`)."""
+    count = _counts.get(module)
+    if count is None:
+        count = _counts[module] = itertools.count()
+    return next(count)
 
 
 def loop_properties(module: ir.Module, properties: dict):
     """A placeholder for a loop's ``llvm.loop`` metadata with ``properties`` (LLVM loop
     property names, e.g. ``llvm.loop.vectorize.width``, to integers; unique per loop)."""
     i32 = ir.IntType(32)
-    items = [ir.MetaDataString(module, PROPERTIES), ir.Constant(i32, next(_count))]
+    items = [ir.MetaDataString(module, PROPERTIES), ir.Constant(i32, _number(module))]
     for name, value in sorted(properties.items()):
         items += [ir.MetaDataString(module, name), ir.Constant(i32, value)]
     return module.add_metadata(items)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import elementwise, selecting, shape_ops
+from . import elementwise, indexing, selecting, shape_ops
 from .tensor import Tensor
 
 
@@ -137,10 +137,9 @@ def _last_of_each(positions: np.ndarray, values):
     (a scatter leaves unspecified which of several writes to one element wins: on a GPU
     they race)."""
     flat = np.reshape(positions, -1)
-    _, last = np.unique(flat[::-1], return_index=True)
-    if last.size == flat.size:
+    keep = indexing.last_writes(flat)
+    if keep is None:
         return positions, values
-    keep = np.sort(flat.size - 1 - last)
     if np.ndim(values) == 0:
         return flat[keep], values
     each = shape_ops.reshape(values, (-1,)) if isinstance(values, Tensor) else np.reshape(values, -1)

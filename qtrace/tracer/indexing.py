@@ -566,7 +566,65 @@ def setitem(x: Tensor, key, value) -> None:
             return
         views.write(x, lambda _: _masked_update(x, mask, value, op))
         return
+    key, value = _last_writes_only(x, key, value, op)
     views.write(x, lambda _: scatter(x, key, value, "set", op)._node)
+
+
+def last_writes(positions: np.ndarray) -> np.ndarray | None:
+    """Which of the flat element ``positions`` to write so that an element named more than
+    once gets its last value, as NumPy's assignments do (a scatter leaves unspecified which
+    of several writes to one element wins: on a GPU, and across CPU workers, they race):
+    the sorted indices of each element's last occurrence, or None if none repeats."""
+    _, last = np.unique(positions[::-1], return_index=True)
+    if last.size == positions.size:
+        return None
+    return np.sort(positions.size - 1 - last)
+
+
+def _last_writes_only(x: Tensor, key, value, op: str) -> tuple:
+    """``(key, value)`` for ``x[key] = value`` that write each element the key's host
+    integer arrays name more than once only once, with its last value (:func:`last_writes`):
+    the arrays keep those positions, ``value`` those rows. Keys with tensor indices or
+    masks are left as they are (a mask names each element once; a tensor's values are not
+    on the host), and so are keys the scatter will refuse (it says why)."""
+    entries = _expand(key, x.ndim, op)
+    axis, adv = 0, []
+    for i, k in enumerate(entries):
+        if k is None or _marker(k, "sep"):
+            continue
+        if isinstance(k, Tensor) or _marker(k, "mask") or _marker(k, "sbool"):
+            return key, value
+        if not isinstance(k, slice):
+            adv.append((i, x.shape[axis]))
+        axis += 1
+    try:
+        arrays = np.broadcast_arrays(*[np.asarray(entries[i]) for i, _ in adv])
+    except ValueError:
+        return key, value
+    sizes = [size for _, size in adv]
+    if arrays[0].size < 2 or any(a.dtype.kind not in "iu" or a.min() < -s or a.max() >= s
+                                 for a, s in zip(arrays, sizes)):
+        return key, value
+    keep = last_writes(np.ravel_multi_index([a % s for a, s in zip(arrays, sizes)], sizes).reshape(-1))
+    if keep is None:
+        return key, value
+    new = list(entries)
+    for (i, _), a in zip(adv, arrays):
+        new[i] = a.reshape(-1)[keep]
+    if np.ndim(value) == 0:
+        return tuple(new), value
+    # the rows of value: broadcast to the indexed shape, the indices' axes merged into one
+    shape = np.broadcast_to(np.zeros((), bool), x.shape)[key].shape
+    first = [i for i, _ in adv]
+    adjacent = first == list(range(first[0], first[-1] + 1))
+    lead = sum(1 for k in entries[:first[0]] if k is None or isinstance(k, slice)) if adjacent else 0
+    rows = shape[:lead] + (-1,) + shape[lead + arrays[0].ndim:]
+    try:
+        v = broadcast_to(value, shape) if isinstance(value, Tensor) else np.broadcast_to(value, shape)
+    except ValueError:
+        return key, value
+    v = v.reshape(rows)[(slice(None),) * lead + (keep,)]
+    return tuple(new), v
 
 
 # the nodes of Python numbers assigned to regions (number, dtype, device, region shape ->
