@@ -45,7 +45,7 @@ _bodies: dict = {}   # (target key, device, check_bounds, digest) -> Compiled
 def probe(target, task, symbol: str, check: bool, module_name: str) -> tuple:
     """``(digest, module)``: ``task`` lowered alone as ``symbol`` into a new module named
     ``module_name`` (ready to compile as it is), and the digest of its text."""
-    from ..kernels import loop_hints   # (LLVM's modules load when something is compiled)
+    from ..kernels import loop_hints  # (LLVM's modules load when something is compiled)
     module = target.new_module(module_name)
     target.lower(task, module, symbol, check)
     text = str(module)
