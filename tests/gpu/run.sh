@@ -22,7 +22,7 @@ JAX_PLATFORMS=cpu python3 -m pytest -q -p no:cacheprovider -k "cuda${GPU_K:+ and
     tests/ops/test_linalg_numpy.py tests/ops/test_linalg_numpy_signatures.py \
     tests/system/test_fusion_rules.py tests/system/test_ad.py tests/system/test_loops.py \
     tests/system/test_jit.py tests/system/test_loop_residuals.py tests/system/test_flat_and_out.py \
-    tests/system/test_kernel_bodies.py
+    tests/system/test_kernel_bodies.py tests/ops/test_repeated_indices.py
 suite=$?
 XLA_PYTHON_CLIENT_PREALLOCATE=false python3 -m pytest -q -p no:cacheprovider \
     ${GPU_K:+-k "$GPU_K"} --junitxml="$dir/gpu-device.xml" tests/gpu
