@@ -120,16 +120,17 @@ def array_ufunc(self, ufunc, method, *inputs, **kwargs):
     return write_out(out[0] if isinstance(out, tuple) else out, result, name)
 
 
-def write_out(target, result, name: str):
+def write_out(target, result, name: str, casting: str = "same_kind"):
     """NumPy's ``out=``: ``result`` written into ``target`` and ``target`` returned.
 
-    A tensor target takes a result that broadcasts to its shape, cast as NumPy's ``same_kind``
-    (``ValueError`` for shapes, ``TypeError`` for dtypes, naming ``name``); it and every view
-    of it see the write. A NumPy array target asks for the value: computed now and written by
-    ``np.copyto`` (NumPy's own rules and errors, prefixed with ``name``)."""
+    A tensor target takes a result that broadcasts to its shape, cast as NumPy's ``casting``
+    (``same_kind``; NumPy's reductions cast ``unsafe``) (``ValueError`` for shapes,
+    ``TypeError`` for dtypes, naming ``name``); it and every view of it see the write. A
+    NumPy array target asks for the value: computed now and written by ``np.copyto``
+    (NumPy's own rules and errors, prefixed with ``name``)."""
     if isinstance(target, np.ndarray):
         try:
-            np.copyto(target, np.asarray(result), casting="same_kind")
+            np.copyto(target, np.asarray(result), casting=casting)
         except (TypeError, ValueError) as exc:
             kind = TypeError if isinstance(exc, TypeError) else ValueError
             raise kind(f"{name}: out=: {exc}") from exc
@@ -137,9 +138,9 @@ def write_out(target, result, name: str):
         return target
     if not isinstance(target, Tensor):
         raise TypeError(f"{name}: out= must be a qt.Tensor or a NumPy array, got {type(target).__name__}")
-    if not np.can_cast(result.dtype, target.dtype, "same_kind"):
+    if not np.can_cast(result.dtype, target.dtype, casting):
         raise TypeError(f"{name}: cannot cast a result of dtype {result.dtype} into out= of dtype "
-                        f"{target.dtype} (same_kind casting)")
+                        f"{target.dtype} ({casting} casting)")
     if result.shape != target.shape:
         try:
             fits = np.broadcast_shapes(result.shape, target.shape) == target.shape
@@ -163,29 +164,50 @@ def _ufunc_at(ufunc, name: str, a, indices, b=None, **kwargs):
 def array_function(self, func, types, args, kwargs):
     """NumPy functions qtrace implements run on tensors (``out=``, by keyword or position:
     the result written into it as NumPy's, see :func:`write_out`; sums, products and means
-    accumulate in its dtype as NumPy's do); value consumers (printing, saving) run in NumPy
-    on the computed values; anything else raises ``TypeError``."""
+    accumulate in the common type of their input and of ``out``, and reductions cast into
+    ``out`` unsafely, as NumPy's do); value consumers (printing, saving) run in NumPy on the
+    computed values; anything else raises ``TypeError``."""
     fn = FUNCTIONS.get(func)
     if fn is not None:
         args, kwargs, target = _take_out(func, args, kwargs)
         if target is None:
             return fn(*args, **kwargs)
-        if func in _ACCUMULATE_IN_OUT and not _given(func, "dtype", args, kwargs) \
-                and isinstance(target, (Tensor, np.ndarray)):
-            kwargs["dtype"] = target.dtype
+        first = None
+        if args and isinstance(target, (Tensor, np.ndarray)):
+            first = args[0].dtype if isinstance(args[0], Tensor) else np.asarray(args[0]).dtype
+            if func in _ACCUMULATE_IN_OUT and not _given(func, "dtype", args, kwargs):
+                kwargs["dtype"] = np.result_type(first, target.dtype)
         result = fn(*args, **kwargs)
         name = f"{func.__module__}.{func.__name__}"
         if not isinstance(result, Tensor):
             raise _unsupported(f"{name} with out= (its result is not one array)")
-        return write_out(target, result, name)
+        return write_out(target, result, name, _out_casting(func, first, target))
     if func in _VALUE_CONSUMERS:
         return func(*_to_numpy(args), **{k: _to_numpy(v) for k, v in kwargs.items()})
     raise _unsupported(f"numpy.{func.__name__}")
 
 
-# NumPy's functions that accumulate in out='s dtype when no dtype= is given
+# NumPy's functions that accumulate in the common type of their input and out= when no
+# dtype= is given (float32 data summed into a float64 out= is summed in float64)
 _ACCUMULATE_IN_OUT = {np.sum, np.prod, np.mean, np.cumsum, np.cumprod, np.nansum, np.nanprod,
                       np.nanmean, np.nancumsum, np.nancumprod}
+# ... and those whose result NumPy casts into out= unsafely (reductions: a float sum into an
+# integer out= is truncated, where an elementwise function refuses)
+_UNSAFE_OUT = {np.sum, np.prod, np.mean, np.cumsum, np.cumprod, np.max, np.min, np.amax, np.amin,
+               np.any, np.all, np.var, np.trace, np.median, np.nanmedian, np.nansum, np.nanprod,
+               np.nancumsum, np.nancumprod, np.nanmax, np.nanmin}
+_ARG_REDUCTIONS = {np.argmax, np.argmin, np.nanargmax, np.nanargmin}
+
+
+def _out_casting(func, first, target) -> str:
+    """How NumPy's ``func`` on data of dtype ``first`` casts its result into ``target``."""
+    if func in _UNSAFE_OUT:
+        return "unsafe"
+    if func in _ARG_REDUCTIONS:   # positions: into integers (or booleans) only
+        return "unsafe" if np.dtype(target.dtype).kind in "biu" else "no"
+    if func is np.nanmean and first is not None and first.kind in "biu":
+        return "unsafe"           # (no NaN to skip: NumPy's mean)
+    return "same_kind"
 
 
 @functools.cache

@@ -256,6 +256,37 @@ def test_out_given_by_position_as_numpy(fusion, rng):
         np.testing.assert_allclose(got.numpy(), ref, rtol=1e-13, atol=1e-15)
 
 
+REDUCTIONS_INTO_OUT = [np.sum, np.prod, np.mean, np.cumsum, np.cumprod, np.max, np.min, np.argmax,
+                       np.nanargmin, np.any, np.all, np.var, np.std, np.median, np.nansum, np.nanmean,
+                       np.trace]
+OUT_DTYPES = [np.float32, np.float64, np.int32, np.int64, np.int16, np.bool_]
+
+
+@pytest.mark.parametrize("fn", REDUCTIONS_INTO_OUT, ids=lambda f: f.__name__)
+def test_reductions_cast_into_out_as_numpy(fn, fusion, rng):
+    """Every input dtype into every out= dtype, against NumPy: reductions accumulate in the
+    common type of input and out= and cast their result unsafely (a float sum into an
+    integer out= is truncated: 7.7 -> 7, not the sum of truncated terms), positions go
+    only into integers, and what NumPy refuses (``std``, a square root, into integers)
+    raises ``TypeError``."""
+    x0 = rng.uniform(-1.5, 1.5, (3, 4))   # (products stay in int16: no out-of-range casts)
+    for din in (np.float32, np.float64, np.int32, np.int64, np.bool_):
+        x = (x0 > 0) if din is np.bool_ else x0.astype(din)
+        shape = np.shape(fn(x))
+        for dout in OUT_DTYPES:
+            ref, got = np.zeros(shape, dout), qt.zeros(shape, dtype=dout)
+            what = f"{fn.__name__} {np.dtype(din)} -> out {np.dtype(dout)}"
+            try:
+                fn(x, out=ref)
+            except TypeError:
+                with pytest.raises(TypeError, match=fn.__name__):
+                    fn(qt.asarray(x), out=got)
+                continue
+            assert fn(qt.asarray(x), out=got) is got, what
+            tol = 1e-5 if np.float32 in (din, dout) else 1e-12
+            np.testing.assert_allclose(got.numpy(), ref, rtol=tol, atol=tol, err_msg=what)
+
+
 def test_sums_and_products_accumulate_in_the_dtype_of_out(fusion, rng):
     """As NumPy's: with no dtype=, a sum or product into a float64 out= accumulates in
     float64 (not in the float32 of the input, then cast)."""
