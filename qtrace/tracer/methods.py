@@ -19,7 +19,6 @@ from . import (
     pending,
     protocols,
     rearrange,
-    reductions,
     selecting,
     shape_ops,
     sorting,
@@ -171,34 +170,35 @@ Tensor.flatten = shape_ops.flatten
 Tensor.squeeze = shape_ops.squeeze
 Tensor.swapaxes = shape_ops.swapaxes
 Tensor.flip = shape_ops.flip
-Tensor.sum = reductions.sum
-Tensor.prod = reductions.prod
-Tensor.mean = reductions.mean
-Tensor.max = reductions.max
-Tensor.min = reductions.min
-Tensor.argmax = reductions.argmax
-Tensor.argmin = reductions.argmin
-Tensor.any = reductions.any
-Tensor.all = reductions.all
-Tensor.cumsum = reductions.cumsum
 
 
-def _clip(self, min=None, max=None, out=None, **bounds):  # noqa: A002 - NumPy's names
-    """``ndarray.clip``: values limited to ``[min, max]`` (``qt.clip``); ``out=`` writes the
-    result into ``out`` (``x.clip(0, 1, out=x)`` clips ``x`` in place, seen by every view)."""
-    result = ew.clip(self, min, max, **bounds)
-    return result if out is None else protocols.write_out(out, result, "qt.Tensor.clip")
+def _numpy_method(func):
+    """``ndarray.<name>`` for NumPy's function ``func``: qtrace's function of ``func`` on the
+    tensor, taking NumPy's ``out=`` (by keyword, or by position in the method's NumPy
+    signature: ``x.sum(0, None, buf)``) with NumPy's casting and accumulation rules
+    (:func:`qtrace.tracer.protocols.call`); ``x.max(axis=0, out=x[0])`` writes into the
+    view, seen by ``x``."""
+    fn = protocols.FUNCTIONS[func]
+    out_at = protocols.parameters(func).index("out") - 1   # (the method has no array parameter)
+    name = f"qt.Tensor.{func.__name__}"
+
+    def method(self, *args, **kwargs):
+        if "out" in kwargs or len(args) > out_at:
+            return protocols.call(func, (self, *args), kwargs, name)
+        return fn(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = func.__name__
+    method.__doc__ = f"``ndarray.{func.__name__}``: ``{fn.__module__}.{fn.__name__}`` of the tensor, with " \
+        "NumPy's ``out=``.\n\n" + (fn.__doc__ or "")
+    return method
 
 
-Tensor.clip = _clip
-Tensor.round = ew.round
-Tensor.dot = linalg.dot
-Tensor.var = composites.var
-Tensor.std = composites.std
+for _func in (np.sum, np.prod, np.mean, np.max, np.min, np.argmax, np.argmin, np.any, np.all,
+              np.cumsum, np.cumprod, np.var, np.std, np.trace, np.round, np.dot, np.clip, np.take,
+              np.choose):
+    setattr(Tensor, _func.__name__, _numpy_method(_func))
 Tensor.repeat = composites.repeat
-Tensor.trace = composites.trace
 Tensor.diagonal = rearrange.diagonal
-Tensor.cumprod = composites.cumprod
 
 
 def _read_only(t: Tensor) -> Tensor:
@@ -247,10 +247,8 @@ Tensor.partition = _partition
 Tensor.argsort = sorting.numpy_argsort
 Tensor.argpartition = selecting.argpartition
 Tensor.searchsorted = sorting.searchsorted
-Tensor.take = sorting.take
 Tensor.nonzero = sorting.nonzero
 Tensor.put = selecting.put
-Tensor.choose = selecting.choose
 Tensor.compress = lambda self, condition, axis=None, out=None: selecting.compress(condition, self, axis, out)
 
 

@@ -167,24 +167,30 @@ def array_function(self, func, types, args, kwargs):
     accumulate in the common type of their input and of ``out``, and reductions cast into
     ``out`` unsafely, as NumPy's do); value consumers (printing, saving) run in NumPy on the
     computed values; anything else raises ``TypeError``."""
-    fn = FUNCTIONS.get(func)
-    if fn is not None:
-        args, kwargs, target = _take_out(func, args, kwargs)
-        if target is None:
-            return fn(*args, **kwargs)
-        first = None
-        if args and isinstance(target, (Tensor, np.ndarray)):
-            first = args[0].dtype if isinstance(args[0], Tensor) else np.asarray(args[0]).dtype
-            if func in _ACCUMULATE_IN_OUT and not _given(func, "dtype", args, kwargs):
-                kwargs["dtype"] = np.result_type(first, target.dtype)
-        result = fn(*args, **kwargs)
-        name = f"{func.__module__}.{func.__name__}"
-        if not isinstance(result, Tensor):
-            raise _unsupported(f"{name} with out= (its result is not one array)")
-        return write_out(target, result, name, _out_casting(func, first, target))
+    if func in FUNCTIONS:
+        return call(func, args, kwargs, f"{func.__module__}.{func.__name__}")
     if func in _VALUE_CONSUMERS:
         return func(*_to_numpy(args), **{k: _to_numpy(v) for k, v in kwargs.items()})
     raise _unsupported(f"numpy.{func.__name__}")
+
+
+def call(func, args, kwargs, name: str):
+    """qtrace's function of NumPy's ``func`` on ``args``, ``kwargs`` as NumPy's signature
+    reads them, ``out=`` included (:func:`array_function`); ``name`` names the call in
+    errors."""
+    fn = FUNCTIONS[func]
+    args, kwargs, target = _take_out(func, args, kwargs)
+    if target is None:
+        return fn(*args, **kwargs)
+    first = None
+    if args and isinstance(target, (Tensor, np.ndarray)):
+        first = args[0].dtype if isinstance(args[0], Tensor) else np.asarray(args[0]).dtype
+        if func in _ACCUMULATE_IN_OUT and not _given(func, "dtype", args, kwargs):
+            kwargs["dtype"] = np.result_type(first, target.dtype)
+    result = fn(*args, **kwargs)
+    if not isinstance(result, Tensor):
+        raise _unsupported(f"{name} with out= (its result is not one array)")
+    return write_out(target, result, name, _out_casting(func, first, target))
 
 
 # NumPy's functions that accumulate in the common type of their input and out= when no
@@ -211,7 +217,7 @@ def _out_casting(func, first, target) -> str:
 
 
 @functools.cache
-def _parameters(func) -> tuple:
+def parameters(func) -> tuple:
     """The names of NumPy function ``func``'s leading positional parameters."""
     try:
         params = inspect.signature(func).parameters.values()
@@ -222,7 +228,7 @@ def _parameters(func) -> tuple:
 
 
 def _given(func, name: str, args, kwargs) -> bool:
-    names = _parameters(func)
+    names = parameters(func)
     return name in kwargs or (name in names and names.index(name) < len(args))
 
 
@@ -233,7 +239,7 @@ def _take_out(func, args, kwargs) -> tuple:
     if "out" in kwargs:
         kwargs = dict(kwargs)
         return args, kwargs, kwargs.pop("out")
-    names = _parameters(func)
+    names = parameters(func)
     if "out" not in names or len(args) <= names.index("out"):
         return args, kwargs, None
     k = names.index("out")

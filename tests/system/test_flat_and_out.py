@@ -287,6 +287,49 @@ def test_reductions_cast_into_out_as_numpy(fn, fusion, rng):
             np.testing.assert_allclose(got.numpy(), ref, rtol=tol, atol=tol, err_msg=what)
 
 
+METHODS_WITH_OUT = [   # (method, positional arguments before out=, keyword arguments)
+    ("sum", (0, None), {}), ("prod", (1, None), {}), ("mean", (0, None), {"keepdims": True}),
+    ("max", (0,), {}), ("min", (None,), {}), ("argmax", (1,), {}), ("argmin", (0,), {}),
+    ("any", (0,), {}), ("all", (1,), {}), ("cumsum", (1, None), {}), ("cumprod", (0, None), {}),
+    ("var", (0, None), {"ddof": 1}), ("std", (1, None), {}), ("trace", (0, 0, 1, None), {}),
+    ("round", (2,), {}), ("clip", (-0.5, 0.75), {}), ("take", ([2, 0, 2], 1), {}),
+    ("dot", ("matrix",), {}),
+]
+
+
+# (NumPy's any/all methods take a dtype before out= positionally, unlike np.any: by keyword only)
+_METHOD_CASES = [(m, how) for m in METHODS_WITH_OUT for how in ("keyword", "position")
+                 if how == "keyword" or m[0] not in ("any", "all")]
+
+
+@pytest.mark.parametrize("name,args,kwargs,how", [(*m, how) for m, how in _METHOD_CASES],
+                         ids=[f"{m[0]}-{how}" for m, how in _METHOD_CASES])
+def test_methods_take_out_as_ndarray_methods(name, args, kwargs, how, fusion, rng):
+    """``x.sum(axis, dtype, out)`` and the other ndarray methods with ``out=``: the result is
+    written into ``out`` (given by keyword or by position) and returned, as NumPy's; the
+    same call without ``out=`` gives the same values."""
+    x = rng.uniform(-1.5, 1.5, (4, 4))
+    args = tuple(rng.uniform(-1, 1, (4, 3)) if a == "matrix" else a for a in args)
+    want = getattr(x, name)(*args, **kwargs)
+    ref, got = np.zeros(np.shape(want), want.dtype), qt.zeros(np.shape(want), dtype=want.dtype)
+    call = (lambda t, out: getattr(t, name)(*args, out=out, **kwargs)) if how == "keyword" \
+        else (lambda t, out: getattr(t, name)(*args, out, **kwargs))
+    assert call(x, ref) is ref
+    assert call(qt.asarray(x), got) is got
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-13, atol=1e-14)
+    plain = getattr(qt.asarray(x), name)(*args, **kwargs)
+    np.testing.assert_allclose(np.asarray(plain.numpy(), float), ref, rtol=1e-13, atol=1e-14)
+
+
+def test_a_method_writes_into_a_view(fusion, rng):
+    """``x.max(axis=0, out=x[0])``: the row of ``x`` is written, as in NumPy."""
+    x = rng.standard_normal((3, 5))
+    t = qt.asarray(x)
+    t.max(axis=0, out=t[0])
+    x.max(axis=0, out=x[0])
+    np.testing.assert_array_equal(t.numpy(), x)
+
+
 def test_sums_and_products_accumulate_in_the_dtype_of_out(fusion, rng):
     """As NumPy's: with no dtype=, a sum or product into a float64 out= accumulates in
     float64 (not in the float32 of the input, then cast)."""
