@@ -3,10 +3,12 @@
 ``x.flat[k]`` reads element ``k`` of ``x`` counted in C order whatever ``x``'s layout;
 ``x.flat[k] = v`` writes it into ``x`` (and so into every view sharing its memory, as
 NumPy's ``flat`` writes into the array); ``x.flat = v`` fills ``x``; ``for v in x.flat``
-visits every element. As NumPy's, a value shorter than the elements it is assigned to is
-repeated (``x.flat[[0, 1, 2]] = [7, 8]`` writes 7, 8, 7), and of several writes to one
-position the last wins — for keys given as Python or NumPy values; a tensor key repeating a
-position leaves unspecified which value wins (a scatter's writes race on a GPU).
+and ``next(it)`` visit the elements (``it.index`` and ``it.coords`` say where the iterator
+is); ``x.flat == v`` and the other comparisons compare every element. As NumPy's, a value
+shorter than the elements it is assigned to is repeated (``x.flat[[0, 1, 2]] = [7, 8]``
+writes 7, 8, 7), and of several writes to one position the last wins — for keys given as
+Python or NumPy values; a tensor key repeating a position leaves unspecified which value
+wins (a scatter's writes race on a GPU).
 
 Example:
     >>> import numpy as np
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import elementwise, indexing, selecting, shape_ops
+from . import elementwise, selecting, shape_ops
 from .tensor import Tensor
 
 
@@ -31,16 +33,32 @@ class FlatIter:
     """What ``x.flat`` returns: indexing it reads and writes ``x``'s elements by their
     position in C order (see the module's documentation)."""
 
-    __slots__ = ("base",)
+    __slots__ = ("base", "index")
 
     def __init__(self, base: Tensor):
         self.base = base
+        self.index = 0   # the position of the element ``next`` returns
 
     def __len__(self) -> int:
         return self.base.size
 
     def __iter__(self):
-        return iter(self._flat())
+        return self   # (NumPy's flat iterator is its own iterator)
+
+    def __next__(self) -> Tensor:
+        if self.index >= self.base.size:
+            raise StopIteration
+        self.index += 1
+        return self._flat()[self.index - 1]
+
+    @property
+    def coords(self) -> tuple:
+        """The coordinates in ``base`` of the element ``next`` returns (past the end: the
+        first axis's length, then zeros, as NumPy's)."""
+        shape = self.base.shape
+        if self.index >= self.base.size:
+            return tuple(shape[:1]) + (0,) * (len(shape) - 1)
+        return tuple(int(c) for c in np.unravel_index(self.index, shape))
 
     def __array__(self, dtype=None, copy=None):
         out = np.asarray(self.base).reshape(-1)
@@ -77,13 +95,32 @@ class FlatIter:
         if (value.size if isinstance(value, Tensor) else np.size(value)) == 0:
             return   # (NumPy: an empty value writes nothing)
         values = _repeated(value, positions)
-        if not isinstance(positions, Tensor):
-            positions, values = _last_of_each(positions, values)
         target = x if x.ndim else shape_ops.reshape(x, (1,))   # (a view: writes reach x)
         target[_coordinates(positions, target.shape)] = values
 
     def _flat(self) -> Tensor:
         return shape_ops.reshape(self.base, (-1,))
+
+    # comparisons compare every element, as NumPy's (a 1-d result)
+    def __eq__(self, other):
+        return self._flat() == other
+
+    def __ne__(self, other):
+        return self._flat() != other
+
+    def __lt__(self, other):
+        return self._flat() < other
+
+    def __le__(self, other):
+        return self._flat() <= other
+
+    def __gt__(self, other):
+        return self._flat() > other
+
+    def __ge__(self, other):
+        return self._flat() >= other
+
+    __hash__ = None
 
 
 def assign_all(x: Tensor, value) -> None:
@@ -130,20 +167,6 @@ def _host_positions(key, size: int):
                          f"size {size}")
     positions = np.where(positions < 0, positions + size, positions)
     return int(positions) if positions.ndim == 0 else positions
-
-
-def _last_of_each(positions: np.ndarray, values):
-    """Positions written more than once keep the last of their values, as NumPy's ``flat``
-    (a scatter leaves unspecified which of several writes to one element wins: on a GPU
-    they race)."""
-    flat = np.reshape(positions, -1)
-    keep = indexing.last_writes(flat)
-    if keep is None:
-        return positions, values
-    if np.ndim(values) == 0:
-        return flat[keep], values
-    each = shape_ops.reshape(values, (-1,)) if isinstance(values, Tensor) else np.reshape(values, -1)
-    return flat[keep], each[keep]
 
 
 def _coordinates(positions, shape: tuple) -> tuple:

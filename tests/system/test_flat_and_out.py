@@ -162,6 +162,29 @@ def test_flat_rejects_what_numpy_rejects(rng):
         x.flat[np.array(2)] = [8.0, 9.0]
 
 
+@pytest.mark.parametrize("shape", [(2, 3), (4,), (), (0, 3)])
+def test_flat_iterates_and_compares_as_numpy(shape, fusion, rng):
+    """``next``, ``index`` and ``coords`` step as NumPy's iterator does (to one past the
+    end); ``x.flat == v`` and the other comparisons compare every element."""
+    a = rng.integers(0, 3, shape).astype(float)
+    want, got = a.flat, qt.asarray(a).flat
+    assert iter(got) is got
+    while True:
+        assert got.index == want.index and got.coords == want.coords
+        try:
+            w = next(want)
+        except StopIteration:
+            with pytest.raises(StopIteration):
+                next(got)
+            break
+        assert next(got).item() == w
+    assert got.index == want.index and got.coords == want.coords
+    for op in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
+        np.testing.assert_array_equal(getattr(qt.asarray(a).flat, op)(1.0).numpy(),
+                                      getattr(a.flat, op)(1.0), err_msg=op)
+    assert [v.item() for v in qt.asarray(a).flat] == list(a.flat)
+
+
 def test_flat_writes_of_nothing_change_nothing(rng):
     """As NumPy's: an empty value, or an empty key, writes nothing."""
     a = rng.standard_normal((2, 3))
