@@ -559,9 +559,9 @@ def _compile(missing: dict, name: str, target, device, check: bool, entry) -> di
             if known is not None and (target.key, device, known.symbol, check) in _kernels:
                 shared[sym] = known
     if shared and (entry is None or len(shared) == len(missing)):
-        if entry is not None and len({k.source for k in shared.values()}) == 1:
-            entry.store_aliases({sym: k.symbol for sym, k in shared.items()},
-                                next(iter(shared.values())).source)
+        sources = {k.source for k in shared.values()}
+        if entry is not None and len(sources) == 1 and None not in sources:
+            entry.store_aliases({sym: k.symbol for sym, k in shared.items()}, sources.pop())
         bump("kernels_shared", len(shared))
     else:
         shared = {}

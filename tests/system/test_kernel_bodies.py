@@ -155,3 +155,18 @@ def test_shared_kernels_are_on_disk_for_the_next_process(tmp_path):
     third = _run(tmp_path, "3001,3003")
     s = third["runs"]["3003"]["stats"]
     assert s["compiles"] == 0 and s["kernels_shared"] == runs["3001"]["stats"]["compiles"], s
+
+
+def test_a_kernel_compiled_without_the_disk_cache_is_shared_with_it_on(monkeypatch, tmp_path, rng):
+    """A kernel compiled while the disk cache was off has no entry to alias: a task sharing
+    it once the cache is on runs it, and stores nothing (the next process compiles)."""
+    monkeypatch.setattr(qt.config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(qt.config, "offline_cache", False)
+    n = int(rng.integers(100, 1000))
+    (qt.arctan(qt.asarray(rng.standard_normal(n))) * 5.0).numpy()
+    monkeypatch.setattr(qt.config, "offline_cache", True)
+    qt.reset_stats()
+    x = rng.standard_normal(n + 3)
+    np.testing.assert_allclose((qt.arctan(qt.asarray(x)) * 5.0).numpy(), np.arctan(x) * 5.0,
+                               rtol=1e-13)
+    assert qt.stats()["kernels_shared"] >= 1 and qt.stats()["compiles"] == 0
