@@ -32,11 +32,13 @@ _BLANK = "@qt_entry"
 
 
 class Compiled(NamedTuple):
-    """Where a body's kernel is: its symbol, and the disk entry file that holds its code
-    (None: not stored, or not yet)."""
+    """Where a body's kernel is: its symbol, the disk entry file that holds its code (None:
+    not stored), and the tiered compile that stores that file once its optimised code is
+    ready (None: stored already, or never; see ``qtrace.devices.runtime._TieredUp``)."""
 
     symbol: str
     source: str | None
+    tier: object = None
 
 
 _bodies: dict = {}   # (target key, device, check_bounds, digest) -> Compiled
@@ -61,6 +63,6 @@ def find(target_key: str, device, check: bool, digest: str) -> Compiled | None:
 
 
 def add(target_key: str, device, check: bool, digest: str, symbol: str,
-        source: str | None) -> None:
+        source: str | None, tier=None) -> None:
     """Note that ``symbol`` was compiled with body ``digest`` (first one wins)."""
-    _bodies.setdefault((target_key, device, check, digest), Compiled(symbol, source))
+    _bodies.setdefault((target_key, device, check, digest), Compiled(symbol, source, tier))

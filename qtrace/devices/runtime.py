@@ -561,7 +561,12 @@ def _compile(missing: dict, name: str, target, device, check: bool, entry) -> di
     if shared and (entry is None or len(shared) == len(missing)):
         sources = {k.source for k in shared.values()}
         if entry is not None and len(sources) == 1 and None not in sources:
-            entry.store_aliases({sym: k.symbol for sym, k in shared.items()}, sources.pop())
+            aliases = {sym: k.symbol for sym, k in shared.items()}
+            tier = next(iter(shared.values())).tier   # (one source: one compile)
+            if tier is not None and not tier.done:    # its entry is stored once optimised
+                tier.aliases.append((entry, aliases))
+            else:
+                entry.store_aliases(aliases, sources.pop())
         bump("kernels_shared", len(shared))
     else:
         shared = {}
@@ -576,14 +581,15 @@ def _compile(missing: dict, name: str, target, device, check: bool, entry) -> di
                 target.lower(t, module, sym, check)
         if entry is not None:
             entry.bodies = {sym: probes[sym][0] for sym in todo if sym in probes}
-        new, payload = target.compile(module, list(todo), list(todo.values()),
-                                      _TieredUp(target.key, device, check, entry))
+        tier = _TieredUp(target.key, device, check, entry)
+        new, payload = target.compile(module, list(todo), list(todo.values()), tier)
         if payload is not None and entry is not None:   # (else stored once optimised)
             entry.store(payload)
         for sym in todo:
             if sym in probes:
                 kernel_bodies.add(target.key, device, check, probes[sym][0], sym,
-                                  entry.path if entry is not None else None)
+                                  entry.path if entry is not None else None,
+                                  tier if payload is None else None)
         compiled.update(new)
     return compiled
 
@@ -596,6 +602,8 @@ class _TieredUp:
 
     def __init__(self, target_key: str, device, check: bool, entry):
         self.target_key, self.device, self.check, self.entry = target_key, device, check, entry
+        self.done = False
+        self.aliases: list = []   # (disk entry, aliases) of tasks sharing these kernels meanwhile
 
     @property
     def persist(self) -> bool:
@@ -605,8 +613,11 @@ class _TieredUp:
         with _lock:
             for sym, fn in kernels.items():
                 _kernels[(self.target_key, self.device, sym, self.check)] = fn
-        if self.entry is not None:
-            self.entry.store(payload)
+            if self.entry is not None:
+                self.entry.store(payload)
+                for entry, aliases in self.aliases:   # (their source exists now)
+                    entry.store_aliases(aliases, self.entry.path)
+            self.done = True
 
 
 def plan_for(outputs: tuple, key: str) -> Plan:

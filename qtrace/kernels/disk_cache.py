@@ -324,7 +324,8 @@ class Entry:
             if header.get("payload_sha256") != hashlib.sha256(payload).hexdigest():
                 raise _Corrupt("payload checksum mismatch")
             aliases = header.get("aliases") or {}
-            if not isinstance(aliases, dict):
+            if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                        for k, v in aliases.items()):
                 raise _Corrupt("unreadable aliases")
             defined = {s: aliases.get(s, s) for s in self.symbols}
             if not set(defined.values()) <= set(header.get("symbols") or ()):

@@ -474,6 +474,8 @@ def scatter(x, key, values, mode: str, op: str | None = None) -> Tensor:
     v = operand(values, op)
     v_node = v.node if v.node is not None else const_node(v.value, t.dtype, t.device)
     v_node = cast(v_node, t.dtype, weak=False)
+    if len(v_node.shape) > len(shape) and all(n == 1 for n in v_node.shape[:len(v_node.shape) - len(shape)]):
+        v_node = views.reshape_node(v_node, v_node.shape[len(v_node.shape) - len(shape):])   # (NumPy's)
     try:
         v_t = broadcast_to(wrap(v_node), shape)
     except ValueError:
@@ -608,19 +610,24 @@ def _last_writes_only(x: Tensor, key, value, op: str) -> tuple:
     keep = last_writes(np.ravel_multi_index([a % s for a, s in zip(arrays, sizes)], sizes).reshape(-1))
     if keep is None:
         return key, value
-    new = list(entries)
+    # (an ellipsis that stands for no axes is a marker among the entries: an ellipsis again)
+    new = [Ellipsis if _marker(k, "sep") else k for k in entries]
     for (i, _), a in zip(adv, arrays):
         new[i] = a.reshape(-1)[keep]
     if np.ndim(value) == 0:
         return tuple(new), value
     # the rows of value: broadcast to the indexed shape, the indices' axes merged into one
-    shape = np.broadcast_to(np.zeros((), bool), x.shape)[key].shape
+    # (the shape read from an array of x's shape with elements of no bytes: nothing allocated)
+    shape = np.empty(x.shape, np.dtype([]))[key].shape
     first = [i for i, _ in adv]
     adjacent = first == list(range(first[0], first[-1] + 1))
     lead = sum(1 for k in entries[:first[0]] if k is None or isinstance(k, slice)) if adjacent else 0
     rows = shape[:lead] + (-1,) + shape[lead + arrays[0].ndim:]
+    v = value if isinstance(value, Tensor) else np.asarray(value)
+    while v.ndim > len(shape) and v.shape[0] == 1:   # (NumPy drops leading axes of length 1)
+        v = v[0]
     try:
-        v = broadcast_to(value, shape) if isinstance(value, Tensor) else np.broadcast_to(value, shape)
+        v = broadcast_to(v, shape) if isinstance(v, Tensor) else np.broadcast_to(v, shape)
     except ValueError:
         return key, value
     v = v.reshape(rows)[(slice(None),) * lead + (keep,)]

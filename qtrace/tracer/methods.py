@@ -172,18 +172,27 @@ Tensor.swapaxes = shape_ops.swapaxes
 Tensor.flip = shape_ops.flip
 
 
-def _numpy_method(func):
+def _numpy_method(func, positions: tuple = ()):
     """``ndarray.<name>`` for NumPy's function ``func``: qtrace's function of ``func`` on the
     tensor, taking NumPy's ``out=`` (by keyword, or by position in the method's NumPy
     signature: ``x.sum(0, None, buf)``) with NumPy's casting and accumulation rules
     (:func:`qtrace.tracer.protocols.call`); ``x.max(axis=0, out=x[0])`` writes into the
-    view, seen by ``x``."""
+    view, seen by ``x``. ``positions``: the method's leading parameters where they are not
+    the function's after its array (``ndarray.any(axis, dtype, out)``)."""
     fn = protocols.FUNCTIONS[func]
-    out_at = protocols.parameters(func).index("out") - 1   # (the method has no array parameter)
+    out_at = (positions or protocols.parameters(func)[1:]).index("out")
     name = f"qt.Tensor.{func.__name__}"
 
     def method(self, *args, **kwargs):
         if "out" in kwargs or len(args) > out_at:
+            if positions:   # (by the method's names, then as the function's keywords)
+                if len(args) > len(positions):
+                    raise TypeError(f"{name}: at most {len(positions)} positional arguments, "
+                                    f"got {len(args)}")
+                kwargs = {**dict(zip(positions, args)), **kwargs}
+                if "dtype" not in protocols.parameters(func) and kwargs.pop("dtype", None) is not None:
+                    raise TypeError(f"{name}: dtype= is not supported (the result is boolean)")
+                args = ()
             return protocols.call(func, (self, *args), kwargs, name)
         return fn(self, *args, **kwargs)
 
@@ -193,10 +202,11 @@ def _numpy_method(func):
     return method
 
 
-for _func in (np.sum, np.prod, np.mean, np.max, np.min, np.argmax, np.argmin, np.any, np.all,
-              np.cumsum, np.cumprod, np.var, np.std, np.trace, np.round, np.dot, np.clip, np.take,
-              np.choose):
+for _func in (np.sum, np.prod, np.mean, np.max, np.min, np.argmax, np.argmin, np.cumsum, np.cumprod,
+              np.var, np.std, np.trace, np.round, np.dot, np.clip, np.take, np.choose):
     setattr(Tensor, _func.__name__, _numpy_method(_func))
+for _func in (np.any, np.all):   # (NumPy's methods read a dtype before out=, unlike np.any)
+    setattr(Tensor, _func.__name__, _numpy_method(_func, ("axis", "dtype", "out", "keepdims")))
 Tensor.repeat = composites.repeat
 Tensor.diagonal = rearrange.diagonal
 

@@ -211,8 +211,8 @@ def _out_casting(func, first, target) -> str:
         return "unsafe"
     if func in _ARG_REDUCTIONS:   # positions: into integers (or booleans) only
         return "unsafe" if np.dtype(target.dtype).kind in "biu" else "no"
-    if func is np.nanmean and first is not None and first.kind in "biu":
-        return "unsafe"           # (no NaN to skip: NumPy's mean)
+    if func in (np.nanmean, np.nanvar) and first is not None and first.kind in "biu":
+        return "unsafe"           # (no NaN to skip: NumPy's mean, var)
     return "same_kind"
 
 

@@ -39,6 +39,10 @@ KEYS = {   # name -> (x's shape, key from (rng, idx maker), value shape)
     "int_and_array": ((3, 12), lambda r, a: (2, a(12, 9)), (9,)),
     "new_axis": ((3, 12, 2), lambda r, a: (None, 1, a(12, 9)), (1, 9, 2)),
     "stepped_slice": ((12, 6), lambda r, a: (a(12, 9), slice(None, None, 2)), (9, 3)),
+    "empty_ellipsis_after": ((12,), lambda r, a: (a(12, 9), Ellipsis), (9,)),
+    "empty_ellipsis_before": ((12,), lambda r, a: (Ellipsis, a(12, 9)), (9,)),
+    "empty_ellipsis_between": ((3, 12), lambda r, a: (a(3, 9), Ellipsis, a(12, 9)), (9,)),
+    "leading_unit_axes": ((12, 5), lambda r, a: (a(12, 9),), (1, 1, 9, 5)),
 }
 
 
@@ -86,3 +90,16 @@ def test_inside_jit_and_its_gradient(fusion, rng):
     g = qt.grad(lambda v: qt.sum(step(qt.asarray(x), v) * w))(qt.asarray(v))
     # the last occurrences of 4, 1, 0 are positions 5, 4, 3
     np.testing.assert_allclose(g.numpy(), [0, 0, 0, 2 * w[0], 2 * w[1], 2 * w[4]], rtol=1e-15)
+
+
+def test_leading_unit_axes_of_the_value_go_as_numpy(fusion, rng):
+    """A value with more axes than the indexed shape, the extra ones of length 1, is
+    written as NumPy writes it (with or without repeated indices)."""
+    for idx in ([0, 3], [3, 0, 3]):
+        x = rng.standard_normal((5, 4))
+        value = rng.standard_normal((1, 1, len(idx), 4))
+        want = x.copy()
+        want[idx] = value
+        t = qt.asarray(x)
+        t[idx] = qt.asarray(value)
+        np.testing.assert_array_equal(t.numpy(), want)

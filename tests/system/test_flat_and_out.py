@@ -313,16 +313,15 @@ def test_reductions_cast_into_out_as_numpy(fn, fusion, rng):
 METHODS_WITH_OUT = [   # (method, positional arguments before out=, keyword arguments)
     ("sum", (0, None), {}), ("prod", (1, None), {}), ("mean", (0, None), {"keepdims": True}),
     ("max", (0,), {}), ("min", (None,), {}), ("argmax", (1,), {}), ("argmin", (0,), {}),
-    ("any", (0,), {}), ("all", (1,), {}), ("cumsum", (1, None), {}), ("cumprod", (0, None), {}),
+    ("any", (0, None), {}), ("all", (1, None), {}), ("cumsum", (1, None), {}), ("cumprod", (0, None), {}),
     ("var", (0, None), {"ddof": 1}), ("std", (1, None), {}), ("trace", (0, 0, 1, None), {}),
     ("round", (2,), {}), ("clip", (-0.5, 0.75), {}), ("take", ([2, 0, 2], 1), {}),
     ("dot", ("matrix",), {}),
 ]
 
 
-# (NumPy's any/all methods take a dtype before out= positionally, unlike np.any: by keyword only)
-_METHOD_CASES = [(m, how) for m in METHODS_WITH_OUT for how in ("keyword", "position")
-                 if how == "keyword" or m[0] not in ("any", "all")]
+# (NumPy's any/all methods take a dtype before out= positionally, unlike np.any)
+_METHOD_CASES = [(m, how) for m in METHODS_WITH_OUT for how in ("keyword", "position")]
 
 
 @pytest.mark.parametrize("name,args,kwargs,how", [(*m, how) for m, how in _METHOD_CASES],

@@ -111,9 +111,18 @@ def test_the_digest_ignores_the_symbol_and_the_module_name(rng):
 
 
 SHARED = r"""
-import json, sys
+import json, sys, threading, time
 import numpy as np
 import qtrace as qt
+if sys.argv[2] == "slow":   # (tiered: the optimised compile finishes after the last length ran)
+    from qtrace.kernels import llvm_cpu
+    compile_prepared = llvm_cpu.compile_prepared
+
+    def slow(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.5)
+        return compile_prepared(*args, **kwargs)
+    llvm_cpu.compile_prepared = slow
 out = {}
 for n in map(int, sys.argv[1].split(",")):
     x = np.linspace(-1.0, 1.0, n)
@@ -124,12 +133,12 @@ print(json.dumps({"runs": out, "llvm": "llvmlite.binding" in sys.modules}))
 """
 
 
-def _run(cache_dir, sizes: str) -> dict:
+def _run(cache_dir, sizes: str, tiered: str, slow: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QTRACE_")}
-    env.update(QTRACE_CACHE_DIR=str(cache_dir), QTRACE_NUM_THREADS="1", QTRACE_FUSION="0",
-               QTRACE_TIERED="0")
-    p = subprocess.run([sys.executable, "-c", SHARED, sizes], env=env, capture_output=True,
-                       text=True, timeout=120)
+    env.update(QTRACE_CACHE_DIR=str(cache_dir), QTRACE_NUM_THREADS="2", QTRACE_FUSION="0",
+               QTRACE_TIERED=tiered)
+    p = subprocess.run([sys.executable, "-c", SHARED, sizes, "slow" if slow else ""], env=env,
+                       capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout.strip().splitlines()[-1])
     for run in report["runs"].values():
@@ -139,20 +148,22 @@ def _run(cache_dir, sizes: str) -> dict:
 
 @pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64",
                     reason="kernels load without LLVM where qtrace's ELF loader applies")
-def test_shared_kernels_are_on_disk_for_the_next_process(tmp_path):
+@pytest.mark.parametrize("tiered", ["0", "1"])
+def test_shared_kernels_are_on_disk_for_the_next_process(tmp_path, tiered):
     """A process that shared kernels for a second length stores them (as aliases of the
-    first length's entry): the next process running only the second length loads them,
-    without LLVM; one running a third length shares the bodies recorded with the first's."""
-    first = _run(tmp_path, "3001,3002")
+    first length's entry; when tiered, once the first length's optimised code is stored):
+    the next process running only the second length loads them, without LLVM; one running
+    a third length shares the bodies recorded with the first's."""
+    first = _run(tmp_path, "3001,3002", tiered, slow=tiered == "1")
     runs = first["runs"]
     assert runs["3001"]["stats"]["compiles"] >= 1
     assert runs["3002"]["stats"]["compiles"] == 0
     assert runs["3002"]["stats"]["kernels_shared"] == runs["3001"]["stats"]["compiles"]
-    second = _run(tmp_path, "3002")
+    second = _run(tmp_path, "3002", tiered)
     s = second["runs"]["3002"]["stats"]
     assert s["compiles"] == 0 and s["cache_hits_disk"] == runs["3001"]["stats"]["compiles"], s
     assert not second["llvm"], "a warm start loaded LLVM"
-    third = _run(tmp_path, "3001,3003")
+    third = _run(tmp_path, "3001,3003", tiered)
     s = third["runs"]["3003"]["stats"]
     assert s["compiles"] == 0 and s["kernels_shared"] == runs["3001"]["stats"]["compiles"], s
 
