@@ -857,6 +857,28 @@ class KernelEmitter:
             return
         self.optimistic(lambda: self.nest(self.t.domain, body, (self.start, self.end)))
 
+    def emit_trips(self) -> ir.Function:
+        """The trip count function of a :func:`sorted_trips` task: the body's signature, and
+        it stores at ``scratch`` (an i64) the total trip count of the top-level loops of the
+        element at ``start`` — their bounds computed as the body computes them (the
+        instructions before the first loop), nothing stored, no loop run."""
+        t, b = self.t, self.b
+        first = next(k for k, i in enumerate(t.instrs) if i.kind in LOOPS)
+        loops = [i for i in t.instrs if i.kind in LOOPS]
+
+        def body():
+            values = self._run(t.instrs[:first], {}, [], [], True)
+            total = ir.Constant(I64, 0)
+            for instr in loops:
+                _, lo, hi, _ = _loop_inputs(instr, values)
+                n = b.sub(hi, lo)
+                total = b.add(total, b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)),
+                                              ir.Constant(I64, 0), n))
+            b.store(total, self.scratch)
+        self.nest(t.domain, body, (self.start, self.end))
+        b.ret_void()
+        return self.fn
+
     def emit_lockstep(self, width: int) -> ir.Function:
         """A map task's elements ``start .. start + width - 1`` together (the function's
         ``end`` is not read): first every element's loads at indices that no computed value
@@ -1268,6 +1290,42 @@ def _trip_programs(instr) -> tuple:
     return (instr.body,) if instr.layout == "fori" else (instr.cond, instr.body)
 
 
+def sorted_trips(task) -> bool:
+    """Whether ``task``'s elements are worth running in order of their trip counts (under a
+    lowering with ``sorted_loops``): a map whose top-level per-element loops are all
+    ``fori`` loops with bounds computed before the first of them (so that
+    :meth:`KernelEmitter.emit_trips` can count an element's trips without running them),
+    at least one of them with bounds that differ between elements."""
+    loops = [k for k, i in enumerate(task.instrs) if i.kind in LOOPS]
+    if task.kind != "map" or not loops:
+        return False
+    bounds = []
+    for k in loops:
+        instr = task.instrs[k]
+        if instr.layout != "fori":
+            return False
+        bounds += instr.per_element[instr.n_state:instr.n_state + 2]
+    return all(j < loops[0] for j in bounds) and not all(_uniform(task.instrs, j) for j in bounds)
+
+
+def _uniform(instrs, k: int) -> bool:
+    """Whether instruction ``k`` of a task body has the same value for every element."""
+    instr = instrs[k]
+    if instr.kind == "const":
+        return True
+    if instr.kind == "load":
+        return instr.ix.is_const
+    if instr.kind == "op":
+        return all(_uniform(instrs, a) for a in instr.args)
+    return False
+
+
+def lower_trips(task, module: ir.Module, name: str, check_bounds: bool, lowering: Lowering) -> ir.Function:
+    """Emit the trip count function of a :func:`sorted_trips` ``task`` into ``module`` as
+    ``name`` (:meth:`KernelEmitter.emit_trips`)."""
+    return KernelEmitter(task, module, name, check_bounds, lowering).emit_trips()
+
+
 def runs_in_lockstep(task) -> bool:
     """Whether ``task`` can be lowered by :func:`lower_lockstep`: a map without loops (its
     elements independent straight-line code)."""
@@ -1284,4 +1342,4 @@ def lower_lockstep(task, module: ir.Module, name: str, check_bounds: bool, lower
     return KernelEmitter(task, module, name, check_bounds, lowering).emit_lockstep(width)
 
 
-__all__ = ["lower_task", "lower_lockstep", "runs_in_lockstep", "intrinsic"]
+__all__ = ["lower_task", "lower_lockstep", "lower_trips", "runs_in_lockstep", "sorted_trips", "intrinsic"]

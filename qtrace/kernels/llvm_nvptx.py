@@ -124,14 +124,19 @@ def new_module(name: str, arch: str) -> ir.Module:
     return module
 
 
+BLOCK = 256         # threads per block of every launch (CudaKernel.BLOCK)
 VECTOR = 4          # consecutive elements per thread per trip of a plain task (in lockstep)
 BLOCKS_PER_SM = 32  # a grid-strided launch's blocks at most, per multiprocessor
+MAX_GRID = 2**31 - 1   # blocks of a launch at most: a kernel of sorted tiles gets a block per tile
+                       # (a block that finishes makes room for the next tile's, where grid-
+                       # strided ones would wait at each next tile's barriers for their slowest warp)
 SM_THREADS = 2048   # resident threads per multiprocessor (sm_50 and later)
 
 
 def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
                lockstep: ir.Function | None = None, aligned: bool = False,
-               full_occupancy: bool = False, by_value: tuple = ()) -> ir.Function:
+               full_occupancy: bool = False, by_value: tuple = (),
+               trips: ir.Function | None = None) -> ir.Function:
     """The kernel ``symbol``: a grid-strided loop calling ``body`` per flat element.
 
     ``lockstep``: the task's :data:`VECTOR` elements from ``start`` in lockstep
@@ -153,8 +158,14 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
     the GPU once, and a block that does not fit would run in a second wave, alone.
 
     ``by_value``: ``(argument index, bytes)`` of each argument that also has a value
-    parameter (see the module docstring)."""
-    for inner in (body, lockstep) if lockstep is not None else (body,):
+    parameter (see the module docstring).
+
+    ``trips`` (a task's trip count function, ``qtrace.kernels.codegen.lower_trips``): the
+    elements go in tiles of a block's threads, each tile sorted by trip count before its
+    elements are run (:func:`_sorted_tiles`)."""
+    for inner in (body, lockstep, trips):
+        if inner is None:
+            continue
         inner.linkage = "internal"
         inner.attributes.add("alwaysinline")
     k = len(by_value)
@@ -163,10 +174,7 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
     fn.calling_convention = "ptx_kernel"
     ptrs = list(fn.args[:n_args])
     status, scratch, stride, extent = fn.args[n_args + k:]
-    entry = fn.append_basic_block("entry")
-    loop = fn.append_basic_block("loop")
-    done = fn.append_basic_block("done")
-    b = ir.IRBuilder(entry)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
     # (allocas first, in the entry block: where scalar replacement looks for them)
     array = b.alloca(ir.ArrayType(PTR, max(n_args, 1)))
     copies = [_scalar_copy(b, size) for _, size in by_value]
@@ -178,6 +186,14 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
     args = _argument_array(b, [held.get(i, p) for i, p in enumerate(ptrs)], array)
     tid, step = gpu_thread(b)
     mine = b.gep(scratch, [b.mul(tid, stride)], source_etype=ir.IntType(8))
+    if trips is not None:
+        _sorted_tiles(b, body, trips, [args, status, mine], extent, symbol)
+        b.ret_void()
+        module.add_named_metadata("nvvm.annotations", [   # (its tiles are a block of BLOCK)
+            fn, ir.MetaDataString(module, "maxntidx"), ir.Constant(I32, BLOCK)])
+        return fn
+    loop = fn.append_basic_block("loop")
+    done = fn.append_basic_block("done")
     first, came_from = tid, b.block
     if lockstep is not None or aligned:
         width = VECTOR if lockstep is not None else 1
@@ -215,6 +231,128 @@ def grid_entry(module: ir.Module, body: ir.Function, symbol: str, n_args: int,
             module.add_named_metadata("nvvm.annotations", [
                 fn, ir.MetaDataString(module, key), ir.Constant(I32, value)])
     return fn
+
+
+TRIPS_SUFFIX = "_trips"   # a task's trip count function (codegen.lower_trips)
+TILE_ROUNDS = 4           # elements per thread of a sorted tile (a tile: TILE_ROUNDS x BLOCK)
+TILE_KEYS = 64            # trip count classes a sorted tile tells apart (:func:`trip_class`)
+ORDER_SUFFIX = "_order"   # a sorted kernel's shared table of its tile's order (named in its PTX)
+
+
+def _sorted_tiles(b: ir.IRBuilder, body: ir.Function, trips: ir.Function, rest: list,
+                  extent: ir.Value, symbol: str) -> None:
+    """The elements of ``[0, extent)`` in tiles of :data:`TILE_ROUNDS` x :data:`BLOCK`,
+    tile ``k`` to block ``k mod blocks``, each tile sorted by the elements' trip counts and
+    dealt out to the block's threads in that order, :data:`TILE_ROUNDS` elements each, then
+    ``body(j, j + 1, *rest)`` for each element a thread was dealt.
+
+    A warp runs its per-element loop as long as its longest lane: with trip counts spread
+    evenly over 0..64, a warp of neighbours runs 62 trips on average for a mean of 32; in a
+    sorted tile a warp's lanes have like counts. In round ``r`` warp ``w`` takes the
+    ``8r + w``-th run of 32 elements in the tile's order, so that every warp of the block gets
+    short and long ones (the block waits for its slowest warp before its next tile). The
+    sort is a counting sort by :func:`trip_class` in shared memory (a histogram by atomic
+    adds, its prefix sums, each element's place), four barriers per tile; the order within
+    a class is the atomics' (no element depends on which thread runs it). All of a block's
+    threads take part in each of its tiles (elements past ``extent`` too, counted as 0
+    trips and not run), so every barrier is reached by all of them."""
+    module = b.module
+    size = TILE_ROUNDS * BLOCK
+    counts = _shared(module, symbol + "_classes", TILE_KEYS)
+    starts = _shared(module, symbol + "_starts", TILE_KEYS)
+    order = _shared(module, symbol + ORDER_SUFFIX, size)
+    barrier = declare(module, "llvm.nvvm.barrier0", ir.VoidType(), [])
+
+    def cell(table, i):
+        return b.gep(table, [ir.Constant(I32, 0), i], inbounds=True)
+
+    def sreg(name):
+        return b.call(declare(module, f"llvm.nvvm.read.ptx.sreg.{name}", I32, []), [])
+    lane = sreg("tid.x")
+    first = b.mul(b.zext(sreg("ctaid.x"), I64), ir.Constant(I64, size))
+    step = b.mul(b.zext(sreg("nctaid.x"), I64), ir.Constant(I64, size))
+    with b.goto_entry_block():
+        slot = b.alloca(I64)
+    fn = b.function
+    tile = fn.append_basic_block("tile")
+    done = fn.append_basic_block("tiles_done")
+    pre = b.block
+    b.cbranch(b.icmp_signed("<", first, extent), tile, done)
+    b.position_at_end(tile)
+    base = b.phi(I64)
+    base.add_incoming(first, pre)
+    few = b.icmp_unsigned("<", lane, ir.Constant(I32, TILE_KEYS))
+    with b.if_then(few):
+        b.store(ir.Constant(I32, 0), cell(counts, lane))
+    mine = [b.add(lane, ir.Constant(I32, r * BLOCK)) for r in range(TILE_ROUNDS)]  # (in the tile)
+    keys = []
+    for at in mine:
+        j = b.add(base, b.zext(at, I64))
+        b.store(ir.Constant(I64, 0), slot)
+        with b.if_then(b.icmp_signed("<", j, extent)):
+            b.call(trips, [j, b.add(j, ir.Constant(I64, 1)), *rest[:2], slot])
+        keys.append(trip_class(b, b.load(slot, typ=I64)))
+    b.call(barrier, [])
+    ranks = [b.atomic_rmw("add", cell(counts, key), ir.Constant(I32, 1), "monotonic") for key in keys]
+    b.call(barrier, [])
+    with b.if_then(few):   # class lane's first place: the sizes of the classes below it
+        below = ir.Constant(I32, 0)
+        for k in range(TILE_KEYS - 1):
+            n = b.load(cell(counts, ir.Constant(I32, k)), typ=I32)
+            below = b.add(below, b.select(b.icmp_unsigned(">", lane, ir.Constant(I32, k)),
+                                          n, ir.Constant(I32, 0)))
+        b.store(below, cell(starts, lane))
+    b.call(barrier, [])
+    for at, key, rank in zip(mine, keys, ranks):
+        b.store(at, cell(order, b.add(b.load(cell(starts, key), typ=I32), rank)))
+    b.call(barrier, [])
+    rounds = fn.append_basic_block("tile_round")
+    after = fn.append_basic_block("tile_done")
+    came = b.block
+    b.branch(rounds)
+    b.position_at_end(rounds)
+    r = b.phi(I32)
+    r.add_incoming(ir.Constant(I32, 0), came)
+    j = b.add(base, b.zext(b.load(cell(order, b.add(b.mul(r, ir.Constant(I32, BLOCK)), lane)),
+                                  typ=I32), I64))
+    with b.if_then(b.icmp_signed("<", j, extent)):
+        b.call(body, [j, b.add(j, ir.Constant(I64, 1)), *rest])
+    r_next = b.add(r, ir.Constant(I32, 1))
+    r.add_incoming(r_next, b.block)
+    b.cbranch(b.icmp_unsigned("<", r_next, ir.Constant(I32, TILE_ROUNDS)), rounds, after)
+    b.position_at_end(after)
+    nxt = b.add(base, step)
+    base.add_incoming(nxt, b.block)
+    b.cbranch(b.icmp_signed("<", nxt, extent), tile, done)
+    b.position_at_end(done)
+
+
+def trip_class(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
+    """The class (i32, ``0 .. TILE_KEYS - 1``) of trip count ``n`` (i64) in a sorted tile:
+    ``n`` itself below 32 (a negative count as 0), then four classes per power of two
+    (32-39, 40-47, 48-55, 56-63, 64-79, ...), the last one every count from 2^13 up: the
+    order of the classes is the order of the counts."""
+    zero = ir.Constant(I64, 0)
+    n = b.select(b.icmp_signed("<", n, zero), zero, n)
+    ctlz = declare(b.module, "llvm.ctlz.i64", I64, [I64, ir.IntType(1)])
+    top = b.sub(ir.Constant(I64, 63), b.call(ctlz, [b.or_(n, ir.Constant(I64, 32)),
+                                                    ir.Constant(ir.IntType(1), 0)]))  # >= 5
+    quarter = b.and_(b.lshr(n, b.sub(top, ir.Constant(I64, 2))), ir.Constant(I64, 3))
+    big = b.add(ir.Constant(I64, 32), b.add(b.shl(b.sub(top, ir.Constant(I64, 5)),
+                                                  ir.Constant(I64, 2)), quarter))
+    last = ir.Constant(I64, TILE_KEYS - 1)
+    big = b.select(b.icmp_signed(">", big, last), last, big)
+    return b.trunc(b.select(b.icmp_signed("<", n, ir.Constant(I64, 32)), n, big), I32)
+
+
+def _shared(module: ir.Module, name: str, size: int) -> ir.GlobalVariable:
+    """A block's ``size`` int32 words of shared memory (``addrspace(3)``)."""
+    ty = ir.ArrayType(I32, size)
+    table = ir.GlobalVariable(module, ty, name, addrspace=3)
+    table.linkage = "internal"
+    table.initializer = ir.Constant(ty, ir.Undefined)
+    table.align = 4
+    return table
 
 
 def _scalar_copy(b: ir.IRBuilder, size: int) -> ir.Value:
@@ -400,18 +538,18 @@ class CudaKernel:
     driver's call), or, without it, through CuPy's ``driver.launchKernel`` with the
     parameters in this thread's argument block (:func:`_argument_block`)."""
 
-    BLOCK = 256
+    BLOCK = BLOCK
 
-    def __init__(self, module, function, max_blocks: int):
+    def __init__(self, module, function, max_blocks: int, tile: int = BLOCK):
         self.module, self.function, self.max_blocks = module, function, max_blocks  # the module stays loaded
+        self.tile = tile   # elements a block takes at a time (its threads': one each, or a sorted tile)
         self.ptr = function.ptr
         _direct_launch()   # (bound once, before the first launch)
 
     def grid(self, extent: int, threads: int | None = None) -> int:
         """Blocks of a launch over ``extent`` elements (at most ``threads`` threads)."""
-        total = min(extent, threads) if threads else extent
-        grid = max(1, min(-(-total // self.BLOCK), self.max_blocks))
-        return max(1, min(grid, threads // self.BLOCK)) if threads else grid
+        cap = min(threads // self.BLOCK, self.max_blocks) if threads else self.max_blocks
+        return max(1, min(-(-extent // self.tile), cap))
 
     def launch(self, extent: int, pointers: list, status: int, scratch: int, stride: int,
                threads: int | None = None, stream=None) -> None:
@@ -474,4 +612,10 @@ def load(payload: bytes, symbols: list, device_index: int) -> dict:
         module = cupy.cuda.function.Module()
         module.load(payload)
         sms = dev.attributes["MultiProcessorCount"]
-        return {s: CudaKernel(module, module.get_function(s), sms * BLOCKS_PER_SM) for s in symbols}
+        kernels = {}
+        for s in symbols:
+            if (s + ORDER_SUFFIX).encode() in payload:   # sorted tiles (_sorted_tiles): a block each
+                kernels[s] = CudaKernel(module, module.get_function(s), MAX_GRID, TILE_ROUNDS * BLOCK)
+            else:
+                kernels[s] = CudaKernel(module, module.get_function(s), sms * BLOCKS_PER_SM)
+        return kernels

@@ -74,6 +74,11 @@ class Lowering:
     ``scalars_by_value``: the 0-d arguments a kernel only reads are passed by value too
     (:func:`by_value_args`: a jitted call's Python scalar goes in the launch's parameters,
     nothing is uploaded).
+    ``sorted_loops``: a launch of a task whose per-element ``fori`` loops run different trip
+    counts for different elements (:func:`qtrace.kernels.codegen.sorted_trips`) deals each
+    block's tile of elements out to its threads in order of their trip counts (a GPU: a warp
+    runs as long as its longest lane, so lanes with like counts share warps;
+    ``qtrace.kernels.llvm_nvptx.grid_entry``).
     """
 
     math: str = "ir"
@@ -92,6 +97,7 @@ class Lowering:
     split_registers: int = 16
     warp_combine: bool = False
     scalars_by_value: bool = False
+    sorted_loops: bool = False
 
     def scalar_code(self, on: bool) -> Lowering:
         """The same lowering, emitting scalar code (``on``) or not."""
@@ -101,7 +107,7 @@ class Lowering:
 CPU = Lowering(split_reductions="contiguous", vector_hints=True, outline_math=True)
 NVPTX = Lowering(math="libdevice", fast_trig=False, lanes=0, interrupt=False, flat=True,
                  split_reductions="interleaved", interleaved_stacks=True, region_bytes=8 << 20,
-                 warp_combine=True, scalars_by_value=True)
+                 warp_combine=True, scalars_by_value=True, sorted_loops=True)
 
 STREAM_BYTES = 1 << 24     # outputs from which a CPU kernel streams its stores (at least;
                            # the CPU target raises it to its last-level cache)

@@ -167,9 +167,12 @@ class CudaTarget(Target):
                                            check_bounds, self.lowering, llvm_nvptx.VECTOR)
                     if codegen.runs_in_lockstep(task) else None)
         split = _lowering.reduce_segments(task, self.lowering) > 1
+        trips = (codegen.lower_trips(task, module, symbol + llvm_nvptx.TRIPS_SUFFIX, check_bounds,
+                                     self.lowering)
+                 if self.lowering.sorted_loops and codegen.sorted_trips(task) else None)
         llvm_nvptx.grid_entry(module, body, symbol, len(task.args), lockstep, aligned=split,
                               full_occupancy=split,
-                              by_value=_lowering.by_value_args(task, self.lowering))
+                              by_value=_lowering.by_value_args(task, self.lowering), trips=trips)
 
     def compile(self, module, symbols: list, tasks: list = (), ready=None) -> tuple[dict, bytes]:
         from . import llvm_nvptx
