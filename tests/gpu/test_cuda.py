@@ -181,6 +181,56 @@ def test_loops_of_per_element_trip_counts_match_numpy_at_every_size_and_shape(sh
     np.testing.assert_array_equal(value.numpy(), want_v)
 
 
+def _counted_steps(x, c, lo, k):
+    """float64 NumPy: ``fori_loop(lo, lo + k, step)`` per element, one trip at a time over
+    the elements still looping."""
+    v, c, lo, k = (a.ravel() for a in (x.copy(), c, lo, k))
+    for t in range(max(int(k.max()), 0)):
+        at = np.nonzero(k > t)[0]
+        v[at] = np.sin(v[at]) * c[at] + 0.5 * v[at] + (lo[at] + t) * 1e-3
+    return v.reshape(x.shape)
+
+
+@gpu
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("shape", [(1000,), (65_700,), (3, 1021, 7)])
+def test_loops_sorted_by_trip_count_give_numpy_values_and_gradients(shape, fused, rng, monkeypatch):
+    """A GPU launch of per-element ``fori`` loops deals each tile's elements out in order of
+    their trip counts (``llvm_nvptx._sorted_tiles``): lower bounds per element, counts from
+    none (negative) to thousands (every trip class), sizes that are no multiple of a tile,
+    several axes. Values against float64 NumPy; gradients (the adstack's launch capped at
+    65,536 threads: its tiles strided over the blocks at the larger sizes) against the
+    CPU's and a finite difference."""
+    monkeypatch.setattr(qt.config, "fusion", fused)
+    x, c = rng.uniform(-1, 1, shape), rng.uniform(0.5, 1.5, shape)
+    lo, k = rng.integers(-3, 4, shape), rng.integers(-2, 70, shape)
+    far = rng.random(shape) < 0.002
+    k[far] = rng.integers(100, 3000, int(far.sum()))
+
+    def loop(x, c, lo, k):
+        return qt.fori_loop(lo, lo + k, lambda i, v: qt.sin(v) * c + 0.5 * v + i * 1e-3, x)
+
+    def loss(x, c, lo, k, w):
+        return qt.sum(loop(x, c, lo, k) * w)
+    on = [qt.asarray(a, device="cuda") for a in (x, c, lo, k)]
+    tasks = [t for t in build_plan((loop(*on)._node,), fused).tasks if t.kind == "map"
+             and any(i.kind == "loop" for i in t.instrs)]
+    assert tasks and all(codegen.sorted_trips(t) for t in tasks)
+    out = loop(*on) * 2.0 + on[0]
+    np.testing.assert_allclose(out.numpy(), _counted_steps(x, c, lo, k) * 2.0 + x, rtol=1e-10, atol=1e-12)
+
+    w = rng.uniform(-1, 1, shape)
+    gx, gc = qt.grad(loss, argnums=(0, 1))(*on, qt.asarray(w, device="cuda"))
+    cx, cc = qt.grad(loss, argnums=(0, 1))(*(qt.asarray(a) for a in (x, c, lo, k, w)))
+    np.testing.assert_allclose(gx.numpy(), cx.numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(gc.numpy(), cc.numpy(), rtol=1e-9, atol=1e-12)
+    i = np.unravel_index(int(np.argmax(k)), shape)
+    h = np.zeros(shape)
+    h[i] = 1e-6
+    fd = (np.sum(_counted_steps(x + h, c, lo, k) * w) - np.sum(_counted_steps(x - h, c, lo, k) * w)) / 2e-6
+    assert abs(gx.numpy()[i] - fd) <= 1e-5 * max(1.0, abs(fd))
+
+
 def test_cpu_and_cuda_kernels_never_share_a_symbol(rng):
     """The target key is part of every kernel symbol (and of disk cache entries)."""
     task = build_plan(((qt.asarray(rng.random(8)) + 1.0)._node,), True).tasks[0]
