@@ -187,6 +187,8 @@ def call(func, args, kwargs, name: str):
         first = args[0].dtype if isinstance(args[0], Tensor) else np.asarray(args[0]).dtype
         if func in _ACCUMULATE_IN_OUT and not _given(func, "dtype", args, kwargs):
             kwargs["dtype"] = np.result_type(first, target.dtype)
+        if func in _START_IN_OUT and not np.can_cast(first, target.dtype, "safe"):
+            args, kwargs = _started_in_out(func, args, kwargs, np.dtype(target.dtype))
     result = fn(*args, **kwargs)
     if not isinstance(result, Tensor):
         raise _unsupported(f"{name} with out= (its result is not one array)")
@@ -203,6 +205,31 @@ _UNSAFE_OUT = {np.sum, np.prod, np.mean, np.cumsum, np.cumprod, np.max, np.min, 
                np.any, np.all, np.var, np.trace, np.median, np.nanmedian, np.nansum, np.nanprod,
                np.nancumsum, np.nancumprod, np.nanmax, np.nanmin}
 _ARG_REDUCTIONS = {np.argmax, np.argmin, np.nanargmax, np.nanargmin}
+# ... and those that start from a value held in out='s dtype (they have no identity: NumPy
+# starts each output from its first element, written into out= first)
+_START_IN_OUT = {np.max, np.min, np.amax, np.amin, np.nanmax, np.nanmin}
+
+
+def _started_in_out(func, args, kwargs, dtype: np.dtype) -> tuple:
+    """``(args, kwargs)`` of a call of ``func`` (max, min, ...) into an out= of ``dtype``
+    that cannot hold its input's values, as NumPy computes it: the value each output starts
+    from, the first element along the reduced axes (index 0 of each), goes through ``dtype``
+    first, the rest is compared in the common type of input and out=, and the result is cast
+    into out=. (``np.max([-1, 0], out=bool)`` is True: -1 becomes True, 1 in int32, and
+    max(1, 0) = 1.)"""
+    names = parameters(func)
+    bound = {**dict(zip(names, args)), **kwargs}
+    x = creation.asarray(bound[names[0]])
+    common = np.result_type(x.dtype, dtype)
+    axis = bound.get("axis")
+    reduced = (range(x.ndim) if axis is None else
+               {a % max(x.ndim, 1) for a in ((axis,) if np.ndim(axis) == 0 else axis)})
+    first = tuple(slice(0, 1) if d in reduced else slice(None) for d in range(x.ndim))
+    started = astype(x, common)   # (a copy)
+    started[first] = astype(astype(x[first], dtype), common)
+    if names[0] in kwargs:
+        return args, {**kwargs, names[0]: started}
+    return (started, *args[1:]), kwargs
 
 
 def _out_casting(func, first, target) -> str:

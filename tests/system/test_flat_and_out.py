@@ -8,6 +8,8 @@ flat write against float64 central differences.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -283,6 +285,35 @@ REDUCTIONS_INTO_OUT = [np.sum, np.prod, np.mean, np.cumsum, np.cumprod, np.max, 
                        np.nanargmin, np.any, np.all, np.var, np.std, np.median, np.nansum, np.nanmean,
                        np.trace]
 OUT_DTYPES = [np.float32, np.float64, np.int32, np.int64, np.int16, np.bool_]
+
+
+@pytest.mark.parametrize("fn", [np.max, np.min, np.nanmax, np.nanmin], ids=lambda f: f.__name__)
+def test_max_and_min_start_from_their_first_element_cast_into_out(fn, fusion, rng):
+    """NumPy's max/min into an out= that cannot hold the input's values start each output
+    from its first element (index 0 along every reduced axis) cast into out='s dtype: a
+    float32 max of [-1.5, 0.2] into bool is True, an int32 max of [-1, 0] too, a min of
+    [200, 100] into int8 is -56. Random dtypes, shapes, axes and NaNs, against NumPy; the
+    input is left as it was. (Values out of the integer range and NaN into integers are
+    undefined casts: not drawn.)"""
+    for _ in range(6):
+        din = rng.choice([np.int16, np.int32, np.int64, np.float32, np.float64])
+        dout = rng.choice([np.int8, np.uint8, np.int16, np.bool_, np.float32])
+        shape = tuple(int(d) for d in rng.integers(1, 4, 3))
+        x = rng.uniform(-400, 400, shape).astype(din)
+        if x.dtype.kind == "f" and np.dtype(dout).kind in "iu":
+            x = np.clip(x, np.iinfo(dout).min, np.iinfo(dout).max)
+        elif x.dtype.kind == "f":
+            x.flat[0] = np.nan
+        for axis in (None, 1, (0, 2)):
+            what = f"{fn.__name__} {np.dtype(din)} axis={axis} -> out {np.dtype(dout)}: {x.ravel()}"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)   # (all-NaN slices)
+                ref = np.zeros(np.shape(fn(x, axis=axis)), dout)
+                got, t = qt.zeros(ref.shape, dtype=dout), qt.asarray(x)
+                fn(x, axis=axis, out=ref)
+                assert fn(t, axis=axis, out=got) is got
+            np.testing.assert_array_equal(got.numpy(), ref, err_msg=what)
+            np.testing.assert_array_equal(t.numpy(), x, err_msg=what)
 
 
 @pytest.mark.parametrize("fn", REDUCTIONS_INTO_OUT, ids=lambda f: f.__name__)
