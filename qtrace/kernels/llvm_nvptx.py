@@ -241,10 +241,13 @@ ORDER_SUFFIX = "_order"   # a sorted kernel's shared table of its tile's order (
 
 def _sorted_tiles(b: ir.IRBuilder, body: ir.Function, trips: ir.Function, rest: list,
                   extent: ir.Value, symbol: str) -> None:
-    """The elements of ``[0, extent)`` in tiles of :data:`TILE_ROUNDS` x :data:`BLOCK`,
-    tile ``k`` to block ``k mod blocks``, each tile sorted by the elements' trip counts and
-    dealt out to the block's threads in that order, :data:`TILE_ROUNDS` elements each, then
-    ``body(j, j + 1, *rest)`` for each element a thread was dealt.
+    """The elements of ``[0, extent)`` in tiles of ``rounds`` x :data:`BLOCK`, tile ``k`` to
+    block ``k mod blocks``, each tile sorted by the elements' trip counts and dealt out to
+    the block's threads in that order, ``rounds`` elements each, then ``body(j, j + 1,
+    *rest)`` for each element a thread was dealt. ``rounds``, at most :data:`TILE_ROUNDS`,
+    is what the launch's grid asks for (``ceil(extent / threads)``: :meth:`CudaKernel.grid`
+    gives a small launch a block per :data:`BLOCK` elements, so that it has the threads to
+    fill the GPU, and a large one a block per tile of :data:`TILE_ROUNDS` x :data:`BLOCK`).
 
     A warp runs its per-element loop as long as its longest lane: with trip counts spread
     evenly over 0..64, a warp of neighbours runs 62 trips on average for a mean of 32; in a
@@ -257,10 +260,9 @@ def _sorted_tiles(b: ir.IRBuilder, body: ir.Function, trips: ir.Function, rest: 
     threads take part in each of its tiles (elements past ``extent`` too, counted as 0
     trips and not run), so every barrier is reached by all of them."""
     module = b.module
-    size = TILE_ROUNDS * BLOCK
     counts = _shared(module, symbol + "_classes", TILE_KEYS)
     starts = _shared(module, symbol + "_starts", TILE_KEYS)
-    order = _shared(module, symbol + ORDER_SUFFIX, size)
+    order = _shared(module, symbol + ORDER_SUFFIX, TILE_ROUNDS * BLOCK)
     barrier = declare(module, "llvm.nvvm.barrier0", ir.VoidType(), [])
 
     def cell(table, i):
@@ -268,9 +270,15 @@ def _sorted_tiles(b: ir.IRBuilder, body: ir.Function, trips: ir.Function, rest: 
 
     def sreg(name):
         return b.call(declare(module, f"llvm.nvvm.read.ptx.sreg.{name}", I32, []), [])
+
+    def least(x, y):
+        return b.select(b.icmp_signed("<", x, y), x, y)
     lane = sreg("tid.x")
-    first = b.mul(b.zext(sreg("ctaid.x"), I64), ir.Constant(I64, size))
-    step = b.mul(b.zext(sreg("nctaid.x"), I64), ir.Constant(I64, size))
+    threads = b.mul(b.zext(sreg("nctaid.x"), I64), ir.Constant(I64, BLOCK))
+    rounds = least(b.udiv(b.add(extent, b.sub(threads, ir.Constant(I64, 1))), threads),
+                   ir.Constant(I64, TILE_ROUNDS))   # (>= 1 where extent > 0: tiles start below it)
+    first = b.mul(b.zext(sreg("ctaid.x"), I64), b.mul(rounds, ir.Constant(I64, BLOCK)))
+    step = b.mul(threads, rounds)
     with b.goto_entry_block():
         slot = b.alloca(I64)
     fn = b.function
@@ -285,15 +293,25 @@ def _sorted_tiles(b: ir.IRBuilder, body: ir.Function, trips: ir.Function, rest: 
     with b.if_then(few):
         b.store(ir.Constant(I32, 0), cell(counts, lane))
     mine = [b.add(lane, ir.Constant(I32, r * BLOCK)) for r in range(TILE_ROUNDS)]  # (in the tile)
+    used = [b.icmp_signed("<", ir.Constant(I64, r), rounds) for r in range(TILE_ROUNDS)]
     keys = []
-    for at in mine:
+    for at, live in zip(mine, used):   # (a round the tile uses)
         j = b.add(base, b.zext(at, I64))
         b.store(ir.Constant(I64, 0), slot)
-        with b.if_then(b.icmp_signed("<", j, extent)):
+        with b.if_then(b.and_(live, b.icmp_signed("<", j, extent))):
             b.call(trips, [j, b.add(j, ir.Constant(I64, 1)), *rest[:2], slot])
         keys.append(trip_class(b, b.load(slot, typ=I64)))
     b.call(barrier, [])
-    ranks = [b.atomic_rmw("add", cell(counts, key), ir.Constant(I32, 1), "monotonic") for key in keys]
+    ranks = []
+    for key, live in zip(keys, used):
+        came = b.block
+        with b.if_then(live):
+            added = b.atomic_rmw("add", cell(counts, key), ir.Constant(I32, 1), "monotonic")
+            inside = b.block
+        rank = b.phi(I32)
+        rank.add_incoming(ir.Constant(I32, 0), came)
+        rank.add_incoming(added, inside)
+        ranks.append(rank)
     b.call(barrier, [])
     with b.if_then(few):   # class lane's first place: the sizes of the classes below it
         below = ir.Constant(I32, 0)
@@ -303,14 +321,15 @@ def _sorted_tiles(b: ir.IRBuilder, body: ir.Function, trips: ir.Function, rest: 
                                           n, ir.Constant(I32, 0)))
         b.store(below, cell(starts, lane))
     b.call(barrier, [])
-    for at, key, rank in zip(mine, keys, ranks):
-        b.store(at, cell(order, b.add(b.load(cell(starts, key), typ=I32), rank)))
+    for at, key, rank, live in zip(mine, keys, ranks, used):
+        with b.if_then(live):
+            b.store(at, cell(order, b.add(b.load(cell(starts, key), typ=I32), rank)))
     b.call(barrier, [])
-    rounds = fn.append_basic_block("tile_round")
+    deal = fn.append_basic_block("tile_round")
     after = fn.append_basic_block("tile_done")
     came = b.block
-    b.branch(rounds)
-    b.position_at_end(rounds)
+    b.branch(deal)
+    b.position_at_end(deal)
     r = b.phi(I32)
     r.add_incoming(ir.Constant(I32, 0), came)
     j = b.add(base, b.zext(b.load(cell(order, b.add(b.mul(r, ir.Constant(I32, BLOCK)), lane)),
@@ -319,7 +338,7 @@ def _sorted_tiles(b: ir.IRBuilder, body: ir.Function, trips: ir.Function, rest: 
         b.call(body, [j, b.add(j, ir.Constant(I64, 1)), *rest])
     r_next = b.add(r, ir.Constant(I32, 1))
     r.add_incoming(r_next, b.block)
-    b.cbranch(b.icmp_unsigned("<", r_next, ir.Constant(I32, TILE_ROUNDS)), rounds, after)
+    b.cbranch(b.icmp_signed("<", b.zext(r_next, I64), rounds), deal, after)
     b.position_at_end(after)
     nxt = b.add(base, step)
     base.add_incoming(nxt, b.block)
@@ -330,7 +349,7 @@ def _sorted_tiles(b: ir.IRBuilder, body: ir.Function, trips: ir.Function, rest: 
 def trip_class(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
     """The class (i32, ``0 .. TILE_KEYS - 1``) of trip count ``n`` (i64) in a sorted tile:
     ``n`` itself below 32 (a negative count as 0), then four classes per power of two
-    (32-39, 40-47, 48-55, 56-63, 64-79, ...), the last one every count from 2^13 up: the
+    (32-39, 40-47, 48-55, 56-63, 64-79, ...), the last one every count from 7168 up: the
     order of the classes is the order of the counts."""
     zero = ir.Constant(I64, 0)
     n = b.select(b.icmp_signed("<", n, zero), zero, n)
@@ -540,16 +559,19 @@ class CudaKernel:
 
     BLOCK = BLOCK
 
-    def __init__(self, module, function, max_blocks: int, tile: int = BLOCK):
+    def __init__(self, module, function, max_blocks: int, fill: int = 0):
         self.module, self.function, self.max_blocks = module, function, max_blocks  # the module stays loaded
-        self.tile = tile   # elements a block takes at a time (its threads': one each, or a sorted tile)
+        self.fill = fill   # sorted tiles (_sorted_tiles): the threads that fill the GPU; 0: not sorted
         self.ptr = function.ptr
         _direct_launch()   # (bound once, before the first launch)
 
     def grid(self, extent: int, threads: int | None = None) -> int:
-        """Blocks of a launch over ``extent`` elements (at most ``threads`` threads)."""
+        """Blocks of a launch over ``extent`` elements (at most ``threads`` threads): a block
+        per :data:`BLOCK` elements, or for sorted tiles a block per tile of as many rounds
+        (at most :data:`TILE_ROUNDS`) as leave the GPU's threads filled."""
+        per_block = self.BLOCK * (max(1, min(TILE_ROUNDS, extent // self.fill)) if self.fill else 1)
         cap = min(threads // self.BLOCK, self.max_blocks) if threads else self.max_blocks
-        return max(1, min(-(-extent // self.tile), cap))
+        return max(1, min(-(-extent // per_block), cap))
 
     def launch(self, extent: int, pointers: list, status: int, scratch: int, stride: int,
                threads: int | None = None, stream=None) -> None:
@@ -615,7 +637,7 @@ def load(payload: bytes, symbols: list, device_index: int) -> dict:
         kernels = {}
         for s in symbols:
             if (s + ORDER_SUFFIX).encode() in payload:   # sorted tiles (_sorted_tiles): a block each
-                kernels[s] = CudaKernel(module, module.get_function(s), MAX_GRID, TILE_ROUNDS * BLOCK)
+                kernels[s] = CudaKernel(module, module.get_function(s), MAX_GRID, sms * SM_THREADS)
             else:
                 kernels[s] = CudaKernel(module, module.get_function(s), sms * BLOCKS_PER_SM)
         return kernels

@@ -227,9 +227,7 @@ def _started_in_out(func, args, kwargs, dtype: np.dtype) -> tuple:
     first = tuple(slice(0, 1) if d in reduced else slice(None) for d in range(x.ndim))
     started = astype(x, common)   # (a copy)
     started[first] = astype(astype(x[first], dtype), common)
-    if names[0] in kwargs:
-        return args, {**kwargs, names[0]: started}
-    return (started, *args[1:]), kwargs
+    return (started, *args[1:]), kwargs   # (call() comes here with the input positional)
 
 
 def _out_casting(func, first, target) -> str:

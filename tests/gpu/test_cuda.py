@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import qtrace as qt
+from qtrace.devices import cuda as cuda_device
 from qtrace.graph import evaluate as graph_evaluate
 from qtrace.graph.plan import build_plan
 from qtrace.kernels import codegen, llvm_nvptx, lowering
@@ -198,9 +199,9 @@ def test_loops_sorted_by_trip_count_give_numpy_values_and_gradients(shape, fused
     """A GPU launch of per-element ``fori`` loops deals each tile's elements out in order of
     their trip counts (``llvm_nvptx._sorted_tiles``): lower bounds per element, counts from
     none (negative) to thousands (every trip class), sizes that are no multiple of a tile,
-    several axes. Values against float64 NumPy; gradients (the adstack's launch capped at
-    65,536 threads: its tiles strided over the blocks at the larger sizes) against the
-    CPU's and a finite difference."""
+    several axes. Values against float64 NumPy; gradients against the CPU's and a finite
+    difference, also with the adstack's launch capped at 1,024 threads (four blocks, each
+    taking every fourth tile: shared memory reused from tile to tile)."""
     monkeypatch.setattr(qt.config, "fusion", fused)
     x, c = rng.uniform(-1, 1, shape), rng.uniform(0.5, 1.5, shape)
     lo, k = rng.integers(-3, 4, shape), rng.integers(-2, 70, shape)
@@ -224,6 +225,10 @@ def test_loops_sorted_by_trip_count_give_numpy_values_and_gradients(shape, fused
     cx, cc = qt.grad(loss, argnums=(0, 1))(*(qt.asarray(a) for a in (x, c, lo, k, w)))
     np.testing.assert_allclose(gx.numpy(), cx.numpy(), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(gc.numpy(), cc.numpy(), rtol=1e-9, atol=1e-12)
+    monkeypatch.setattr(cuda_device, "THREAD_CAP", 1024)
+    sx, sc = qt.grad(loss, argnums=(0, 1))(*on, qt.asarray(w, device="cuda"))
+    np.testing.assert_allclose(sx.numpy(), cx.numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(sc.numpy(), cc.numpy(), rtol=1e-9, atol=1e-12)
     i = np.unravel_index(int(np.argmax(k)), shape)
     h = np.zeros(shape)
     h[i] = 1e-6

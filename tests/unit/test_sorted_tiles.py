@@ -128,3 +128,37 @@ def test_trip_classes_keep_the_order_of_counts(rng):
     for k in range(5, 13):   # a power of two and the next quarter of it fall apart
         first, same, next_ = _trip_classes(np.array([2**k, 2**k + 2 ** (k - 2) - 1, 2**k + 2 ** (k - 2)]))
         assert first == same < next_
+
+
+@pytest.mark.parametrize("capped", [False, True])
+def test_sorted_launches_cover_every_element_once_and_fill_the_gpu(capped, rng):
+    """The grid :meth:`CudaKernel.grid` gives a sorted kernel, and the tiles its blocks then
+    take (as ``_sorted_tiles`` derives them: ``rounds = min(ceil(extent / threads),
+    TILE_ROUNDS)``, block ``b``'s tiles at ``(b + k * blocks) * rounds * BLOCK``): every
+    element in exactly one tile; a launch too small to fill the GPU with tiles of
+    ``TILE_ROUNDS`` gets a block per ``BLOCK`` elements; an adstack launch stays within its
+    threads."""
+    fill = 132 * 2048
+    kernel = object.__new__(llvm_nvptx.CudaKernel)
+    kernel.max_blocks, kernel.fill = llvm_nvptx.MAX_GRID, fill
+    block = llvm_nvptx.BLOCK
+    for extent in [1, 255, 256, 1000, 1025, 70_001, fill - 1, 3 * fill + 17, 10**7,
+                   *rng.integers(1, 2 * 10**7, 20).tolist()]:
+        threads = min(-(-extent // block) * block, 65536) if capped else None
+        blocks = kernel.grid(extent, threads)
+        rounds = min(-(-extent // (blocks * block)), llvm_nvptx.TILE_ROUNDS)
+        assert 1 <= rounds
+        if threads:
+            assert blocks * block <= threads
+        elif extent < 2 * fill:
+            assert rounds == 1 and blocks == -(-extent // block)
+        else:
+            assert blocks * block >= fill
+        size = rounds * block
+        starts = np.arange(blocks, dtype=np.int64) * size
+        seen = 0
+        while starts.size:   # every tile of every block, as the kernel walks them
+            starts = starts[starts < extent]
+            seen += int(np.minimum(starts + size, extent).sum() - starts.sum())
+            starts = starts + blocks * size
+        assert seen == extent   # (tiles are disjoint: starts differ by multiples of size)
