@@ -4767,13 +4767,27 @@ static PyObject *flush_owner(PyObject **o, int *bail)
             PyObject *st;
             if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 2
                 || Py_TYPE(st = PyTuple_GET_ITEM(v, 0)) != storage_type
-                || (node = SLOT(st, g_node)) == NULL || prim_is(node, str_input)) {
-                *bail = 1;   /* (a view of evaluated memory: the Python function decides) */
+                || (node = SLOT(st, g_node)) == NULL) {
+                *bail = 1;
                 return NULL;
             }
-            Py_INCREF(st);
-            Py_SETREF(*o, st);
-            return node;
+            if (!prim_is(node, str_input)) {   /* a view of a pending base: the base */
+                Py_INCREF(st);
+                Py_SETREF(*o, st);
+                return node;
+            }
+            /* a view of evaluated memory (pending._add): nothing to compute where NumPy
+               views it (the base's node, an input, says so), else the tensor's own node */
+            PyObject *arr = PyObject_CallOneArg(array_view_fn, *o);
+            if (arr == NULL) {
+                PyErr_Clear();
+                *bail = 1;   /* (the Python function raises what it raises) */
+                return NULL;
+            }
+            int viewed = arr != Py_None;
+            Py_DECREF(arr);
+            if (viewed)
+                return node;
         }
         node = SLOT(*o, t_node);
     } else if (Py_TYPE(*o) == storage_type) {

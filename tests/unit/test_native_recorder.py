@@ -485,6 +485,31 @@ def test_views_of_new_evaluations_take_no_python_once_their_layout_is_known(rng,
 
 
 @needs_native
+def test_integer_views_of_evaluated_arrays_and_their_evaluation_take_no_python_steps(rng, python_calls):
+    """A view of an evaluated array with integer indices (``x[:, k]``, ``x[i]``, ``x[i, j]``:
+    size-1 slices and a reshape) is made by one NumPy ``getitem`` from its recipe, not
+    through the Python reshape step, with NumPy's values; ``qt.eval`` of views of evaluated
+    memory (nothing to compute) is answered by the compiled flush, not the Python one."""
+    keys = [(slice(None), -2), (3,), (2, 5), (slice(1, -1), 4, slice(None, None, -1)), (..., 0)]
+    a = qt.asarray(rng.standard_normal((9, 8, 3))) * 2.0
+    qt.eval(a)
+    for key in keys:   # (the first view of each layout makes its recipe: Python)
+        np.testing.assert_array_equal(a[key].numpy(), a.numpy()[key])
+    for _ in range(2):   # (fresh bases of the same layout, as time steps make them)
+        b = qt.asarray(rng.standard_normal((9, 8, 3))) * 2.0
+        qt.eval(b)
+        got = []
+        called = {name for _, name in python_calls(lambda b=b, got=got: got.extend(b[k] for k in keys))}
+        assert not called & {"_reshape_view", "_leaf_view", "_new_leaf_view"}, called
+        for key, view in zip(keys, got):
+            np.testing.assert_array_equal(view.numpy(), b.numpy()[key])
+        called = {name for _, name in python_calls(lambda b=b, got=got: qt.eval(b, *got))}
+        assert "_flush" not in called, called
+        b[3] = 7.0   # (the views still see writes through the base)
+        np.testing.assert_array_equal(got[1].numpy(), np.full((8, 3), 7.0))
+
+
+@needs_native
 def test_each_thread_notes_its_own_pending_values():
     """The thread-state memo of the C recorder: operations recorded on interleaved threads
     are noted on each one's own pending list."""
