@@ -6,7 +6,9 @@ flag, libdevice math), into an internal, always-inlined body
 ``body(i64 start, i64 end, ptr args, ptr status, ptr scratch)``. The kernel entry is a
 grid-strided loop over the task's flat extent that calls the body one element at a time
 (a plain task's thread takes chunks of :data:`VECTOR` consecutive elements instead, read and
-written by vector accesses, when its pointers are aligned: :func:`grid_entry`)::
+written by vector accesses, when its pointers are aligned: :func:`grid_entry`; a task
+whose per-element loops run different trip counts for different elements takes its
+elements in tiles sorted by trip count instead: :func:`_sorted_tiles`)::
 
     kernel(ptr a0, ..., ptr a{n-1}, i64 v0, ..., ptr status, ptr scratch, i64 stride, i64 extent)
 
